@@ -1,0 +1,269 @@
+// The extern "C" layer: every function is an exception firewall around the
+// core (STYLE rule 6). Nothing here computes; it converts and reports.
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "core/cpu_features.h"
+#include "core/ops.h"
+#include "core/schema.h"
+#include "nvfp4/nvfp4.h"
+
+namespace {
+
+using q4::api_call;
+
+void copy_text(char* dst, size_t cap, const std::string& src) {
+  const size_t n = src.size() < cap - 1 ? src.size() : cap - 1;
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+template <class T>
+void require_struct(const T* p, const char* name) {
+  if (p == nullptr) q4::fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
+  if (p->struct_size < sizeof(T)) {
+    q4::fail(Q4_ERR_INVALID_ARGUMENT, std::string(name) + "->struct_size",
+             "expected >= " + std::to_string(sizeof(T)) + ", got " + std::to_string(p->struct_size));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+Q4_API const char* Q4_status_string(int32_t status) {
+  switch (status) {
+    case Q4_OK: return "ok";
+    case Q4_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case Q4_ERR_NULL_POINTER: return "null pointer";
+    case Q4_ERR_DTYPE: return "unsupported dtype";
+    case Q4_ERR_SHAPE: return "invalid shape";
+    case Q4_ERR_DEVICE: return "unsupported device";
+    case Q4_ERR_STRIDES: return "unsupported strides";
+    case Q4_ERR_ALIGNMENT: return "misaligned data";
+    case Q4_ERR_OVERFLOW: return "size overflow";
+    case Q4_ERR_ALIASING: return "output aliases an input";
+    case Q4_ERR_NON_FINITE: return "non-finite input";
+    case Q4_ERR_UNSUPPORTED: return "unsupported";
+    case Q4_ERR_OUT_OF_MEMORY: return "out of memory";
+    case Q4_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case Q4_ERR_BUSY: return "busy";
+    case Q4_ERR_SCHEMA: return "schema error";
+    case Q4_ERR_NOT_FOUND: return "not found";
+    case Q4_ERR_CUDA: return "CUDA error";
+    case Q4_ERR_NOT_AVAILABLE: return "not available";
+    case Q4_ERR_IO: return "I/O error";
+    case Q4_ERR_FORMAT: return "malformed data";
+    case Q4_ERR_STATE: return "invalid state";
+    case Q4_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+  }
+}
+
+Q4_API const char* Q4_last_error(void) { return q4::last_error(); }
+Q4_API void Q4_clear_error(void) { q4::clear_last_error(); }
+
+Q4_API int32_t Q4_version(void) { return NVFP4_VERSION_NUMBER; }
+Q4_API const char* Q4_version_string(void) { return NVFP4_VERSION_STRING; }
+Q4_API int32_t Q4_abi_version(void) { return NVFP4_ABI_VERSION; }
+
+Q4_API int32_t Q4_op_options_init(Q4_op_options* opts) {
+  return api_call("Q4_op_options_init", [&] {
+    if (opts == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "opts", "pointer is NULL");
+    std::memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps) {
+  return api_call("Q4_get_capabilities", [&] {
+    require_struct(caps, "caps");
+    const q4::CpuInfo& cpu = q4::cpu_info();
+    Q4_capabilities c;
+    std::memset(&c, 0, sizeof c);
+    c.struct_size = caps->struct_size;
+    c.abi_version = NVFP4_ABI_VERSION;
+    c.cpu_features = cpu.features;
+    c.isa_best = q4::best_isa();
+    c.isa_active = q4::active_isa();
+    c.num_cpus = cpu.num_cpus;
+    c.cuda_state = Q4_CUDA_NOT_BUILT;
+    copy_text(c.cpu_vendor, sizeof c.cpu_vendor, cpu.vendor);
+    copy_text(c.cpu_brand, sizeof c.cpu_brand, cpu.brand);
+    copy_text(c.cuda_archs, sizeof c.cuda_archs, "");
+    copy_text(c.native_load_state, sizeof c.native_load_state,
+              "CUDA backend not built into this library");
+    std::memcpy(caps, &c, sizeof c);
+    return Q4_OK;
+  });
+}
+
+Q4_API const char* Q4_isa_name(int32_t isa) {
+  const char* name = q4::isa_name(isa);
+  return name != nullptr ? name : "unknown";
+}
+
+Q4_API int32_t Q4_set_max_isa(int32_t isa) {
+  return api_call("Q4_set_max_isa", [&] {
+    q4::set_max_isa(isa);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_set_log_callback(Q4_log_callback callback, void* user) {
+  return api_call("Q4_set_log_callback", [&] {
+    q4::set_log_callback(callback, user);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_set_log_level(int32_t level) {
+  return api_call("Q4_set_log_level", [&] {
+    if (level < Q4_LOG_OFF || level > Q4_LOG_DEBUG) {
+      q4::fail(Q4_ERR_INVALID_ARGUMENT, "level", "expected 0..4, got " + std::to_string(level));
+    }
+    q4::set_log_level(level);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_get_log_level(void) { return q4::get_log_level(); }
+
+Q4_API int32_t NVFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale,
+                              int32_t scale_layout, float global_scale, float* global_scale_out,
+                              const Q4_op_options* opts) {
+  return api_call("NVFP4_quantize", [&] {
+    q4::core::nvfp4_quantize(x, qdata, scale, scale_layout, global_scale, global_scale_out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_dequantize(const DLTensor* qdata, const DLTensor* scale, int32_t scale_layout,
+                                float global_scale, DLTensor* out, const Q4_op_options* opts) {
+  return api_call("NVFP4_dequantize", [&] {
+    q4::core::nvfp4_dequantize(qdata, scale, scale_layout, global_scale, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale,
+                               const DLTensor* b_qdata, const DLTensor* b_scale,
+                               int32_t scale_layout, float alpha, const DLTensor* bias,
+                               DLTensor* out, const Q4_op_options* opts) {
+  return api_call("NVFP4_scaled_mm", [&] {
+    q4::core::nvfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, scale_layout, alpha, bias, out,
+                              opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                            int32_t scale_layout, float global_scale, const DLTensor* bias,
+                            DLTensor* out, const Q4_op_options* opts) {
+  return api_call("NVFP4_linear", [&] {
+    q4::core::nvfp4_linear(x, w_qdata, w_scale, scale_layout, global_scale, bias, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax,
+                            int32_t blocksize, const Q4_op_options* opts) {
+  return api_call("NF4_quantize", [&] {
+    q4::core::nf4_quantize(x, qdata, absmax, blocksize, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NF4_double_quantize(const DLTensor* absmax, DLTensor* qabsmax,
+                                   DLTensor* nested_absmax, DLTensor* nested_quant_map,
+                                   float* offset, const Q4_op_options* opts) {
+  return api_call("NF4_double_quantize", [&] {
+    q4::core::nf4_double_quantize(absmax, qabsmax, nested_absmax, nested_quant_map, offset, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NF4_dequantize(const DLTensor* qdata, const NF4_state* state, DLTensor* out,
+                              const Q4_op_options* opts) {
+  return api_call("NF4_dequantize", [&] {
+    q4::core::nf4_dequantize(qdata, state, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NF4_scaled_mm(const DLTensor* x, const DLTensor* w_qdata, const NF4_state* w_state,
+                             const DLTensor* bias, DLTensor* out, const Q4_op_options* opts) {
+  return api_call("NF4_scaled_mm", [&] {
+    q4::core::nf4_scaled_mm(x, w_qdata, w_state, bias, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_swizzle_scales(const DLTensor* linear, DLTensor* swizzled) {
+  return api_call("NVFP4_swizzle_scales", [&] {
+    q4::core::swizzle_scales(linear, swizzled);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_unswizzle_scales(const DLTensor* swizzled, DLTensor* linear) {
+  return api_call("NVFP4_unswizzle_scales", [&] {
+    q4::core::unswizzle_scales(swizzled, linear);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_swizzled_scale_size(int64_t rows, int64_t k, int64_t* bytes) {
+  return api_call("NVFP4_swizzled_scale_size", [&] {
+    if (bytes == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "bytes", "output pointer is NULL");
+    *bytes = q4::core::swizzled_scale_size(rows, k);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count,
+                                Q4_schema_summary* summary) {
+  return api_call("Q4_detect_schema", [&] {
+    require_struct(summary, "summary");
+    const q4::schema::Detection d = q4::schema::detect(tensors, count);
+    q4::schema::fill_summary(d, summary);
+    if (!d.problems.empty()) q4::fail(Q4_ERR_SCHEMA, "", d.problems.front());
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count,
+                                 Q4_linear_schema* out, size_t capacity, size_t* num_found) {
+  return api_call("Q4_detect_linears", [&] {
+    if (num_found == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "num_found", "output pointer is NULL");
+    if (capacity > 0 && out == nullptr) {
+      q4::fail(Q4_ERR_NULL_POINTER, "out", "array is NULL with capacity > 0");
+    }
+    for (size_t i = 0; i < capacity; ++i) {
+      if (out[i].struct_size < sizeof(Q4_linear_schema)) {
+        q4::fail(Q4_ERR_INVALID_ARGUMENT, "out[" + std::to_string(i) + "].struct_size",
+                 "expected >= " + std::to_string(sizeof(Q4_linear_schema)));
+      }
+    }
+    const q4::schema::Detection d = q4::schema::detect(tensors, count);
+    *num_found = d.linears.size();
+    for (size_t i = 0; i < d.linears.size() && i < capacity; ++i) {
+      q4::schema::fill_linear(d.linears[i], &out[i]);
+    }
+    if (!d.problems.empty()) q4::fail(Q4_ERR_SCHEMA, "", d.problems.front());
+    if (capacity < d.linears.size()) {
+      q4::fail(Q4_ERR_BUFFER_TOO_SMALL, "capacity",
+               "holds " + std::to_string(capacity) + " entries, " + std::to_string(d.linears.size()) +
+                   " linears found");
+    }
+    return Q4_OK;
+  });
+}
+
+Q4_API const char* Q4_schema_name(int32_t family) { return q4::schema::family_name(family); }
+Q4_API const char* Q4_format_name(int32_t format) { return q4::schema::format_name(format); }
+Q4_API const char* Q4_dtype_name(int32_t dtype) { return q4::schema::dtype_name(dtype); }
+
+}  // extern "C"

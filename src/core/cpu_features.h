@@ -1,0 +1,40 @@
+// CPU feature detection (CPUID + XGETBV on x86-64, HWCAP on aarch64) and the
+// ISA level the kernel table may use (SPEC §3.3).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace q4 {
+
+struct CpuInfo {
+  uint64_t features = 0;  // Q4_CPU_* bits
+  std::string vendor;
+  std::string brand;
+  int32_t num_cpus = 1;
+};
+
+// Detected once per process (thread-safe).
+const CpuInfo& cpu_info();
+
+// Highest Q4_ISA_* level the CPU supports (independent of the build).
+int32_t isa_supported_by_cpu(const CpuInfo& info);
+// Whether the CPU can run a given level.
+bool cpu_has_isa(const CpuInfo& info, int32_t isa);
+
+// Levels compiled into this library, best first is the caller's business.
+bool isa_compiled(int32_t isa);
+
+// The ISA the kernels use now: min(cap, best compiled level the CPU runs).
+int32_t active_isa();
+int32_t best_isa();
+// Sets the cap (Q4_ISA_BEST for none); throws Q4_ERR_UNSUPPORTED /
+// Q4_ERR_INVALID_ARGUMENT. The initial cap comes from Q4_FORCE_ISA.
+void set_max_isa(int32_t isa);
+
+// "scalar", "avx2", ... ; nullptr for unknown values.
+const char* isa_name(int32_t isa);
+// Parses a Q4_FORCE_ISA value; -1 when unknown.
+int32_t parse_isa_name(const char* text);
+
+}  // namespace q4

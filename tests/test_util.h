@@ -1,0 +1,137 @@
+// Test helpers: owning DLTensors and small random generators.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "formats/codec.h"
+#include "nvfp4/nvfp4.h"
+
+namespace t {
+
+// bitsandbytes' NF4 decision thresholds as it writes them (fp32 literals of
+// the double-precision midpoints of the codebook). A value equal to one goes
+// to the lower code. They differ from the exact midpoints of the fp32
+// codebook by one ulp in 5 of 15 places; compatibility means these.
+constexpr float kBnbNf4Thresholds[15] = {
+    -0.8480964004993439f,  -0.6106329262256622f,  -0.4599952697753906f,  -0.33967943489551544f,
+    -0.23460740596055984f, -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f,
+    0.1202552504837513f,   0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
+    0.5016634166240692f,   0.6427869200706482f,   0.8614784181118011f};
+
+inline DLDataType f32() { return DLDataType{kDLFloat, 32, 1}; }
+inline DLDataType f16() { return DLDataType{kDLFloat, 16, 1}; }
+inline DLDataType bf16() { return DLDataType{kDLBfloat, 16, 1}; }
+inline DLDataType u8() { return DLDataType{kDLUInt, 8, 1}; }
+inline DLDataType e4m3() { return DLDataType{kDLFloat8_e4m3fn, 8, 1}; }
+
+inline size_t elem_size(DLDataType dt) { return dt.bits == 4 ? 1 : (dt.bits * dt.lanes + 7) / 8; }
+
+// An owning tensor: storage (64-byte aligned, with a guard zone after it),
+// shape, and the DLTensor describing it.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  std::shared_ptr<uint8_t> buf;
+  size_t bytes = 0;
+  DLTensor dl{};
+
+  Tensor() = default;
+  Tensor(std::initializer_list<int64_t> s, DLDataType dt) : Tensor(std::vector<int64_t>(s), dt) {}
+  Tensor(std::vector<int64_t> s, DLDataType dt) : shape(std::move(s)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes = dt.bits == 4 ? static_cast<size_t>(dt.lanes == 1 ? n / 2 : n)
+                         : static_cast<size_t>(n) * elem_size(dt);
+    const size_t alloc = bytes + 128;
+    buf = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(::operator new(alloc, std::align_val_t(64))),
+                                   [](uint8_t* p) { ::operator delete(p, std::align_val_t(64)); });
+    std::memset(buf.get(), 0xA5, alloc);  // guard pattern
+    dl.data = buf.get();
+    dl.device = DLDevice{kDLCPU, 0};
+    dl.ndim = static_cast<int32_t>(shape.size());
+    dl.dtype = dt;
+    dl.shape = shape.data();
+    dl.strides = nullptr;
+    dl.byte_offset = 0;
+  }
+  Tensor(const Tensor& o) : shape(o.shape), strides(o.strides), buf(o.buf), bytes(o.bytes), dl(o.dl) {
+    dl.shape = shape.data();
+    if (!strides.empty()) dl.strides = strides.data();
+  }
+  Tensor& operator=(const Tensor& o) {
+    if (this != &o) {
+      shape = o.shape;
+      strides = o.strides;
+      buf = o.buf;
+      bytes = o.bytes;
+      dl = o.dl;
+      dl.shape = shape.data();
+      if (!strides.empty()) dl.strides = strides.data();
+    }
+    return *this;
+  }
+
+  DLTensor* t() { return &dl; }
+  uint8_t* data() { return buf.get(); }
+  const uint8_t* data() const { return buf.get(); }
+  float* f() { return reinterpret_cast<float*>(buf.get()); }
+  uint16_t* h() { return reinterpret_cast<uint16_t*>(buf.get()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  std::vector<uint8_t> snapshot() const { return std::vector<uint8_t>(buf.get(), buf.get() + bytes + 128); }
+  bool guard_intact() const {
+    for (size_t i = bytes; i < bytes + 128; ++i) {
+      if (buf.get()[i] != 0xA5) return false;
+    }
+    return true;
+  }
+  void fill(uint8_t v) { std::memset(buf.get(), v, bytes); }
+  void set_strides(std::vector<int64_t> s) {
+    strides = std::move(s);
+    dl.strides = strides.data();
+  }
+
+  // Value i of a float tensor as fp32.
+  float get(int64_t i) const {
+    if (dl.dtype.code == kDLFloat && dl.dtype.bits == 32) {
+      float v;
+      std::memcpy(&v, buf.get() + 4 * i, 4);
+      return v;
+    }
+    uint16_t u;
+    std::memcpy(&u, buf.get() + 2 * i, 2);
+    return dl.dtype.code == kDLBfloat ? q4::fmt::bf16_to_f32(u) : q4::fmt::f16_to_f32(u);
+  }
+  void set(int64_t i, float v) {
+    if (dl.dtype.code == kDLFloat && dl.dtype.bits == 32) {
+      std::memcpy(buf.get() + 4 * i, &v, 4);
+      return;
+    }
+    const uint16_t u = dl.dtype.code == kDLBfloat ? q4::fmt::f32_to_bf16(v) : q4::fmt::f32_to_f16(v);
+    std::memcpy(buf.get() + 2 * i, &u, 2);
+  }
+};
+
+inline Tensor random_float(std::vector<int64_t> shape, DLDataType dt, uint32_t seed, float scale = 1.0f) {
+  Tensor x(std::move(shape), dt);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (int64_t i = 0; i < x.numel(); ++i) x.set(i, nd(rng));
+  return x;
+}
+
+inline int64_t swizzled_bytes(int64_t rows, int64_t k) {
+  int64_t b = 0;
+  NVFP4_swizzled_scale_size(rows, k, &b);
+  return b;
+}
+
+}  // namespace t
