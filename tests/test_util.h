@@ -80,6 +80,7 @@ struct Tensor {
   uint8_t* data() { return buf.get(); }
   const uint8_t* data() const { return buf.get(); }
   float* f() { return reinterpret_cast<float*>(buf.get()); }
+  const float* f() const { return reinterpret_cast<const float*>(buf.get()); }
   uint16_t* h() { return reinterpret_cast<uint16_t*>(buf.get()); }
   int64_t numel() const {
     int64_t n = 1;

@@ -211,6 +211,11 @@ Q4_API const char* Q4_isa_name(int32_t isa);
  * Q4_ERR_UNSUPPORTED. Takes effect for calls that start afterwards. */
 Q4_API int32_t Q4_set_max_isa(int32_t isa);
 
+/* The Q4_ISA_* of the CPU kernels used by this thread's last operation
+ * (-1 before the first one): lets tests and diagnostics prove which variant
+ * ran. */
+Q4_API int32_t Q4_last_isa_used(void);
+
 /* ------------------------------------------------------------------------ */
 /* Logging. The library never prints; it reports through this callback.     */
 /* ------------------------------------------------------------------------ */

@@ -4,7 +4,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "core/cpu_features.h"
+#include "common/cpu_features.h"
+#include "kernels/dispatch.h"
 #include "core/ops.h"
 #include "core/schema.h"
 #include "nvfp4/nvfp4.h"
@@ -111,6 +112,8 @@ Q4_API int32_t Q4_set_max_isa(int32_t isa) {
     return Q4_OK;
   });
 }
+
+Q4_API int32_t Q4_last_isa_used(void) { return q4::kern::last_isa_used(); }
 
 Q4_API int32_t Q4_set_log_callback(Q4_log_callback callback, void* user) {
   return api_call("Q4_set_log_callback", [&] {

@@ -1,5 +1,6 @@
 #include "core/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -10,6 +11,9 @@
 #include "common/tensor.h"
 #include "core/options.h"
 #include "formats/codec.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/dispatch.h"
 #include "kernels/ref/ref_ops.h"
 
 namespace q4::core {
@@ -19,7 +23,6 @@ using kern::FloatOut;
 using kern::FloatPtr;
 using kern::FType;
 using kern::Nf4Stats;
-using kern::ScaleView;
 
 FType ftype_of(const TensorRef& t) {
   switch (t.type) {
@@ -107,17 +110,93 @@ Bias parse_bias(const DLTensor* bias, int64_t n) {
   return b;
 }
 
-std::vector<float> dequantize_nvfp4_f32(const uint8_t* q, ScaleView s, float g, int64_t rows,
-                                        int64_t k) {
-  std::vector<float> w(static_cast<size_t>(rows * k));
-  ref::nvfp4_dequantize(q, s, g, rows, k, FloatOut{w.data(), FType::F32});
-  return w;
+// An fp32 view of a float tensor: the tensor itself when it is fp32,
+// otherwise a converted copy.
+struct F32View {
+  const float* p = nullptr;
+  std::vector<float> storage;
+};
+
+F32View f32_view(const TensorRef& t, int32_t threads) {
+  F32View v;
+  if (t.type == ElemType::F32) {
+    v.p = reinterpret_cast<const float*>(t.data);
+    return v;
+  }
+  v.storage.resize(static_cast<size_t>(t.numel));
+  const FloatPtr src = as_input(t);
+  constexpr int64_t kChunk = 1 << 16;
+  parallel_for((t.numel + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+    const int64_t i0 = c * kChunk;
+    kern::load_row(src.data, src.type, i0, std::min(kChunk, t.numel - i0), v.storage.data() + i0);
+  });
+  v.p = v.storage.data();
+  return v;
 }
 
-std::vector<float> load_f32(FloatPtr x, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  kern::load_row(x.data, x.type, 0, n, v.data());
-  return v;
+// fp32 results for `out`: written in place when out is fp32, else into a
+// buffer that finish() converts (adding the bias on the way).
+struct F32Result {
+  const TensorRef* out = nullptr;
+  float* p = nullptr;
+  std::vector<float> storage;
+};
+
+F32Result f32_result(const TensorRef& out) {
+  F32Result r;
+  r.out = &out;
+  if (out.type == ElemType::F32) {
+    r.p = reinterpret_cast<float*>(out.data);
+  } else {
+    r.storage.resize(static_cast<size_t>(out.numel));
+    r.p = r.storage.data();
+  }
+  return r;
+}
+
+// y = scale * y + bias[j], then conversion to the output dtype.
+void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t threads) {
+  const int64_t total = r.out->numel;
+  if (total == 0) return;
+  std::vector<float> b;
+  if (bias != nullptr) {
+    b.resize(static_cast<size_t>(n));
+    kern::load_row(bias->data, bias->type, 0, n, b.data());
+  }
+  const int64_t rows = n > 0 ? total / n : 0;
+  const FloatOut dst = as_output(*r.out);
+  const int64_t rows_per = std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
+  parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
+    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+    for (int64_t i = r0; i < r1; ++i) {
+      float* yi = r.p + i * n;
+      if (scale != 1.0f) {
+        for (int64_t j = 0; j < n; ++j) yi[j] *= scale;
+      }
+      if (!b.empty()) {
+        for (int64_t j = 0; j < n; ++j) yi[j] += b[static_cast<size_t>(j)];
+      }
+      if (r.out->type != ElemType::F32) kern::store_row(dst.data, dst.type, i * n, n, yi);
+    }
+  });
+}
+
+// Linear-layout scales: the tensor's bytes, or an unswizzled copy.
+struct LinearScales {
+  const uint8_t* p = nullptr;
+  std::vector<uint8_t> storage;
+};
+
+LinearScales linear_scales(const TensorRef& s, int32_t layout, int64_t rows, int64_t k) {
+  LinearScales l;
+  if (layout == Q4_SCALE_LINEAR) {
+    l.p = s.data;
+    return l;
+  }
+  l.storage.resize(static_cast<size_t>(rows * (k / 16)));
+  ref::unswizzle(s.data, rows, k / 16, l.storage.data());
+  l.p = l.storage.data();
+  return l;
 }
 
 // NF4 statistics: parsed tensors plus the resolved pointer view.
@@ -206,7 +285,7 @@ void require_out_clear_of_nf4(const TensorRef& out, const TensorRef& q, const Nf
 
 void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout, float g,
                     float* g_out, const Q4_op_options* opts) {
-  resolve_options(opts);
+  const ResolvedOptions o = resolve_options(opts);
   const TensorRef x = check_tensor(x_t, "x");
   require_float(x);
   require_min_ndim(x, 1);
@@ -225,16 +304,24 @@ void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t l
   require_no_overlap(s, {&x});
   require_finite(x);
 
-  const FloatPtr xp = as_input(x);
-  const float used_g = g > 0.0f ? g : fmt::nvfp4_global_scale_from_amax(ref::amax(xp, x.numel));
-  if (layout == Q4_SCALE_SWIZZLED) std::memset(s.data, 0, static_cast<size_t>(s.nbytes));
-  ref::nvfp4_quantize(xp, rows, k, used_g, q.data, s.data, layout);
+  const int32_t threads = o.num_threads;
+  const kern::KernelTable& kt = kern::active_table();
+  const F32View xv = f32_view(x, threads);
+  const float used_g =
+      g > 0.0f ? g : fmt::nvfp4_global_scale_from_amax(kern::amax(kt, xv.p, x.numel, threads));
+  if (layout == Q4_SCALE_LINEAR) {
+    kern::quantize_nvfp4(kt, xv.p, rows, k, used_g, q.data, s.data, threads);
+  } else {
+    std::vector<uint8_t> lin(static_cast<size_t>(rows * (k / 16)));
+    kern::quantize_nvfp4(kt, xv.p, rows, k, used_g, q.data, lin.data(), threads);
+    ref::swizzle(lin.data(), rows, k / 16, s.data);
+  }
   if (g_out != nullptr) *g_out = used_g;
 }
 
 void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, float g,
                       DLTensor* out_t, const Q4_op_options* opts) {
-  resolve_options(opts);
+  const ResolvedOptions o = resolve_options(opts);
   const TensorRef out = check_tensor(out_t, "out");
   require_float(out);
   require_min_ndim(out, 1);
@@ -250,7 +337,10 @@ void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, 
   require_scale_bytes(s);
   require_nbytes(s, scale_bytes(rows, k, layout, "scale"), scale_why(rows, k, layout));
   require_no_overlap(out, {&q, &s});
-  ref::nvfp4_dequantize(q.data, ScaleView{s.data, layout, k / 16}, g, rows, k, as_output(out));
+  const LinearScales ls = linear_scales(s, layout, rows, k);
+  F32Result r = f32_result(out);
+  kern::dequantize_nvfp4(kern::active_table(), q.data, ls.p, g, rows, k, r.p, o.num_threads);
+  finish(r, k, 1.0f, nullptr, o.num_threads);
 }
 
 void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
@@ -296,16 +386,25 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
   const Bias bias = parse_bias(bias_t, n);
   require_no_overlap(out, {&aq, &as, &bq, &bs, bias.present ? &bias.ref : nullptr});
 
-  const ScaleView a_sv{as.data, layout, k / 16};
-  const ScaleView b_sv{bs.data, layout, k / 16};
-  if (path == CpuPath::DequantMatmul) {
-    // Block scales only (global scales are folded into alpha).
-    const std::vector<float> a = dequantize_nvfp4_f32(aq.data, a_sv, 1.0f, m, k);
-    const std::vector<float> b = dequantize_nvfp4_f32(bq.data, b_sv, 1.0f, n, k);
-    ref::matmul_nt_f32(a.data(), m, k, b.data(), n, alpha, bias.get(), as_output(out));
-    return;
+  // Block scales only (global scales are folded into alpha). A is decoded
+  // once to fp32 (its values e2m1*s are exact), B stays packed.
+  const int32_t threads = o.num_threads;
+  const kern::KernelTable& kt = kern::active_table();
+  const LinearScales a_ls = linear_scales(as, layout, m, k);
+  const LinearScales b_ls = linear_scales(bs, layout, n, k);
+  std::vector<float> a(static_cast<size_t>(m * k));
+  kern::dequantize_nvfp4(kt, aq.data, a_ls.p, 1.0f, m, k, a.data(), threads);
+  F32Result r = f32_result(out);
+  if (k == 0) {
+    std::fill(r.p, r.p + m * n, 0.0f);
+  } else if (path == CpuPath::DequantMatmul) {
+    std::vector<float> b(static_cast<size_t>(n * k));
+    kern::dequantize_nvfp4(kt, bq.data, b_ls.p, 1.0f, n, k, b.data(), threads);
+    kern::gemm_f32(kt, a.data(), m, k, b.data(), n, r.p, threads, kern::gemm_blocking());
+  } else {
+    kern::linear_nvfp4(kt, a.data(), m, kern::NvWeights{bq.data, b_ls.p, 1.0f, k}, n, r.p, threads);
   }
-  ref::nvfp4_scaled_mm(aq.data, a_sv, bq.data, b_sv, m, n, k, alpha, bias.get(), as_output(out));
+  finish(r, n, alpha, bias.get(), threads);
 }
 
 void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout,
@@ -334,14 +433,21 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
   const Bias bias = parse_bias(bias_t, n);
   require_no_overlap(out, {&x, &wq, &ws, bias.present ? &bias.ref : nullptr});
 
-  const ScaleView w_sv{ws.data, layout, k / 16};
-  if (path == CpuPath::DequantMatmul) {
-    const std::vector<float> w = dequantize_nvfp4_f32(wq.data, w_sv, g, n, k);
-    const std::vector<float> a = load_f32(as_input(x), m * k);
-    ref::matmul_nt_f32(a.data(), m, k, w.data(), n, 1.0f, bias.get(), as_output(out));
-    return;
+  const int32_t threads = o.num_threads;
+  const kern::KernelTable& kt = kern::active_table();
+  const LinearScales w_ls = linear_scales(ws, layout, n, k);
+  const F32View xv = f32_view(x, threads);
+  F32Result r = f32_result(out);
+  if (k == 0) {
+    std::fill(r.p, r.p + m * n, 0.0f);
+  } else if (path == CpuPath::DequantMatmul) {
+    std::vector<float> w(static_cast<size_t>(n * k));
+    kern::dequantize_nvfp4(kt, wq.data, w_ls.p, g, n, k, w.data(), threads);
+    kern::gemm_f32(kt, xv.p, m, k, w.data(), n, r.p, threads, kern::gemm_blocking());
+  } else {
+    kern::linear_nvfp4(kt, xv.p, m, kern::NvWeights{wq.data, w_ls.p, g, k}, n, r.p, threads);
   }
-  ref::nvfp4_linear(as_input(x), m, k, wq.data, w_sv, g, n, bias.get(), as_output(out));
+  finish(r, n, 1.0f, bias.get(), threads);
 }
 
 void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t, int32_t blocksize,
@@ -425,14 +531,27 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w
   require_out_clear_of_nf4(out, wq, st);
   require_no_overlap(out, {&x, bias.present ? &bias.ref : nullptr});
 
-  if (path == CpuPath::DequantMatmul) {
+  const int32_t threads = o.num_threads;
+  const kern::KernelTable& kt = kern::active_table();
+  const F32View xv = f32_view(x, threads);
+  F32Result r = f32_result(out);
+  if (k == 0) {
+    std::fill(r.p, r.p + m * n, 0.0f);
+  } else if (path == CpuPath::DequantMatmul) {
     std::vector<float> w(static_cast<size_t>(wn));
     ref::nf4_dequantize(wq.data, st.stats, wn, FloatOut{w.data(), FType::F32});
-    const std::vector<float> a = load_f32(as_input(x), m * k);
-    ref::matmul_nt_f32(a.data(), m, k, w.data(), n, 1.0f, bias.get(), as_output(out));
-    return;
+    kern::gemm_f32(kt, xv.p, m, k, w.data(), n, r.p, threads, kern::gemm_blocking());
+  } else {
+    // Resolve the (possibly double-quantized) absmax and the codebook once.
+    const int64_t nblocks = (wn + st.stats.blocksize - 1) / st.stats.blocksize;
+    std::vector<float> absmax(static_cast<size_t>(nblocks));
+    for (int64_t b = 0; b < nblocks; ++b) absmax[static_cast<size_t>(b)] = st.stats.absmax_of_block(b);
+    float lut[16];
+    for (uint32_t c = 0; c < 16; ++c) lut[c] = st.stats.code_value(c);
+    const kern::Nf4Weights w{wq.data, absmax.data(), lut, k, st.stats.blocksize};
+    kern::linear_nf4(kt, xv.p, m, w, n, r.p, threads);
   }
-  ref::nf4_scaled_mm(as_input(x), m, k, wq.data, st.stats, n, bias.get(), as_output(out));
+  finish(r, n, 1.0f, bias.get(), threads);
 }
 
 void swizzle_scales(const DLTensor* linear_t, DLTensor* swizzled_t) {

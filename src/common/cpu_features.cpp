@@ -1,4 +1,4 @@
-#include "core/cpu_features.h"
+#include "common/cpu_features.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -131,11 +131,12 @@ std::atomic<int32_t>& cap_ref() {
   return cap;
 }
 
-// Order of preference among levels.
-constexpr int32_t kLevels[] = {Q4_ISA_AVX512_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX2, Q4_ISA_NEON_DOTPROD,
-                               Q4_ISA_NEON, Q4_ISA_SCALAR};
+}  // namespace
 
-int32_t rank(int32_t isa) {
+const int32_t kIsaPreference[6] = {Q4_ISA_AVX512_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX2, Q4_ISA_NEON_DOTPROD,
+                                   Q4_ISA_NEON, Q4_ISA_SCALAR};
+
+int32_t isa_rank(int32_t isa) {
   switch (isa) {
     case Q4_ISA_SCALAR:
       return 0;
@@ -151,8 +152,6 @@ int32_t rank(int32_t isa) {
       return 1000;  // Q4_ISA_BEST
   }
 }
-
-}  // namespace
 
 const CpuInfo& cpu_info() {
   static const CpuInfo info = detect();
@@ -179,34 +178,13 @@ bool cpu_has_isa(const CpuInfo& info, int32_t isa) {
 }
 
 int32_t isa_supported_by_cpu(const CpuInfo& info) {
-  for (int32_t isa : kLevels) {
+  for (int32_t isa : kIsaPreference) {
     if (cpu_has_isa(info, isa)) return isa;
   }
   return Q4_ISA_SCALAR;
 }
 
-bool isa_compiled(int32_t isa) {
-  // Only the scalar reference table exists in this build; ISA variants
-  // register here as their translation units are added.
-  return isa == Q4_ISA_SCALAR;
-}
-
-int32_t best_isa() {
-  const CpuInfo& info = cpu_info();
-  for (int32_t isa : kLevels) {
-    if (isa_compiled(isa) && cpu_has_isa(info, isa)) return isa;
-  }
-  return Q4_ISA_SCALAR;
-}
-
-int32_t active_isa() {
-  const int32_t cap = cap_ref().load(std::memory_order_acquire);
-  const CpuInfo& info = cpu_info();
-  for (int32_t isa : kLevels) {
-    if (rank(isa) <= rank(cap) && isa_compiled(isa) && cpu_has_isa(info, isa)) return isa;
-  }
-  return Q4_ISA_SCALAR;
-}
+int32_t isa_cap() { return cap_ref().load(std::memory_order_acquire); }
 
 void set_max_isa(int32_t isa) {
   if (isa != Q4_ISA_BEST && isa_name(isa) == nullptr) {

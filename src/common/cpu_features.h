@@ -22,15 +22,15 @@ int32_t isa_supported_by_cpu(const CpuInfo& info);
 // Whether the CPU can run a given level.
 bool cpu_has_isa(const CpuInfo& info, int32_t isa);
 
-// Levels compiled into this library, best first is the caller's business.
-bool isa_compiled(int32_t isa);
-
-// The ISA the kernels use now: min(cap, best compiled level the CPU runs).
-int32_t active_isa();
-int32_t best_isa();
-// Sets the cap (Q4_ISA_BEST for none); throws Q4_ERR_UNSUPPORTED /
-// Q4_ERR_INVALID_ARGUMENT. The initial cap comes from Q4_FORCE_ISA.
+// The ISA cap (Q4_ISA_BEST for none). The initial cap comes from
+// Q4_FORCE_ISA. set_max_isa throws Q4_ERR_UNSUPPORTED /
+// Q4_ERR_INVALID_ARGUMENT.
+int32_t isa_cap();
 void set_max_isa(int32_t isa);
+
+// Levels from best to worst, and a rank to compare a level with the cap.
+extern const int32_t kIsaPreference[6];
+int32_t isa_rank(int32_t isa);
 
 // "scalar", "avx2", ... ; nullptr for unknown values.
 const char* isa_name(int32_t isa);

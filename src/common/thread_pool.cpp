@@ -1,0 +1,183 @@
+#include "common/thread_pool.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace q4 {
+namespace {
+
+thread_local bool t_in_worker = false;
+
+struct Job {
+  const std::function<void(int64_t)>* fn = nullptr;
+  int64_t n = 0;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  int32_t max_helpers = 0;           // workers allowed besides the caller
+  std::atomic<int32_t> helpers{0};   // workers that joined
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;          // guarded by error_mutex
+  std::mutex error_mutex;
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+
+  // Claims and runs iterations until none are left.
+  void work() {
+    for (;;) {
+      const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n) return;
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          (*fn)(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+        std::lock_guard<std::mutex> lock(done_mutex);
+        done_cv.notify_all();
+      }
+    }
+  }
+};
+
+class Pool {
+ public:
+  explicit Pool(int32_t workers) {
+    threads_.reserve(static_cast<size_t>(workers));
+    for (int32_t i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  int32_t workers() const { return static_cast<int32_t>(threads_.size()); }
+
+  void run(const std::shared_ptr<Job>& job) {
+    if (job->max_helpers > 0) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.push_back(job);
+      }
+      if (job->max_helpers == 1) {
+        cv_.notify_one();
+      } else {
+        cv_.notify_all();
+      }
+    }
+    job->work();
+    {
+      std::unique_lock<std::mutex> lock(job->done_mutex);
+      job->done_cv.wait(lock, [&] { return job->done.load(std::memory_order_acquire) >= job->n; });
+    }
+    if (job->max_helpers > 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (*it == job) {
+          queue_.erase(it);
+          break;
+        }
+      }
+    }
+  }
+
+ private:
+  void loop() {
+    t_in_worker = true;
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || has_open_job(); });
+      if (stop_) return;
+      std::shared_ptr<Job> job = take_open_job();
+      if (!job) continue;
+      lock.unlock();
+      job->work();
+      lock.lock();
+    }
+  }
+
+  // A job with iterations left and room for one more helper.
+  bool has_open_job() const {
+    for (const auto& j : queue_) {
+      if (j->next.load(std::memory_order_relaxed) < j->n &&
+          j->helpers.load(std::memory_order_relaxed) < j->max_helpers) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::shared_ptr<Job> take_open_job() {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      std::shared_ptr<Job>& j = *it;
+      if (j->next.load(std::memory_order_relaxed) >= j->n) continue;
+      if (j->helpers.fetch_add(1, std::memory_order_relaxed) < j->max_helpers) return j;
+    }
+    return nullptr;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
+
+Pool& pool() {
+  // Workers = default threads - 1 (the caller is the other one). Never
+  // destroyed: joining threads during static destruction can deadlock when
+  // the library is unloaded from an exiting host.
+  static Pool* p = new Pool(default_num_threads() - 1);
+  return *p;
+}
+
+}  // namespace
+
+int32_t default_num_threads() {
+  static const int32_t n = [] {
+    if (const char* env = std::getenv("Q4_NUM_THREADS")) {
+      char* end = nullptr;
+      const long v = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int32_t>(v);
+    }
+    const unsigned hc = std::thread::hardware_concurrency();
+    return hc > 0 ? static_cast<int32_t>(hc) : 1;
+  }();
+  return n;
+}
+
+bool in_pool_worker() { return t_in_worker; }
+
+void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  const int32_t want = threads > 0 ? threads : default_num_threads();
+  if (n == 1 || want <= 1 || t_in_worker) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  Pool& p = pool();
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  int64_t helpers = std::min<int64_t>(want - 1, n - 1);
+  if (helpers > p.workers()) helpers = p.workers();
+  job->max_helpers = static_cast<int32_t>(helpers);
+  p.run(job);
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+}  // namespace q4

@@ -1,0 +1,291 @@
+// AVX2 + FMA + F16C kernels (8 fp32 lanes). Compiled with its own flags;
+// only called after CPUID + XGETBV confirmed AVX2/FMA and OS YMM support.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/codec.h"
+#include "kernels/kernel_table.h"
+#include "kernels/scalar/scalar_impl.h"
+
+namespace q4::kern {
+namespace {
+
+constexpr int32_t kNR = 16;  // two ymm of W rows per panel
+constexpr int32_t kMR = 6;   // 12 accumulators
+
+inline __m256 e2m1_mag_lut() { return _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f); }
+
+// 8 E2M1 codes (low 4 bits of each dword; higher bits ignored) -> values.
+inline __m256 e2m1_decode8(__m256i codes, __m256 lut) {
+  const __m256 mag = _mm256_permutevar8x32_ps(lut, codes);  // uses bits 0-2
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28), _mm256_set1_epi32(INT32_MIN));
+  return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+void deinterleave(const float* x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
+  const int64_t h = k / 2;
+  for (int32_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < h; ++j) {
+      xe[i * h + j] = x[i * ldx + 2 * j];
+      xo[i * h + j] = x[i * ldx + 2 * j + 1];
+    }
+  }
+}
+
+template <int M>
+void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t n0, int64_t n1,
+                  float* y, int64_t ldy) {
+  const int64_t k = w.k;
+  const int64_t nblocks = k / 16;
+  const __m256 lut = e2m1_mag_lut();
+  for (int64_t j = n0; j < n1; ++j) {
+    const uint8_t* q = w.q + j * (k / 2);
+    const uint8_t* s = w.s + j * nblocks;
+    __m256 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 8)));
+      const __m256 ve = e2m1_decode8(d, lut);
+      const __m256 vo = e2m1_decode8(_mm256_srli_epi32(d, 4), lut);
+      const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
+      for (int i = 0; i < M; ++i) {
+        const __m256 t = _mm256_fmadd_ps(vo, _mm256_loadu_ps(xo + i * h + b * 8),
+                                         _mm256_mul_ps(ve, _mm256_loadu_ps(xe + i * h + b * 8)));
+        acc[i] = _mm256_fmadd_ps(t, sc, acc[i]);
+      }
+    }
+    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = hsum8(acc[i]) * w.g;
+  }
+}
+
+template <class F>
+void with_rows(int32_t m, F&& f) {
+  switch (m) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
+void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  const int64_t h = w.k / 2;
+  std::vector<float> buf(static_cast<size_t>(2 * m * h));
+  deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
+  with_rows(m, [&](auto mm) { nvfp4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy); });
+}
+
+template <int M>
+void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t n0, int64_t n1,
+                float* y, int64_t ldy) {
+  const int64_t k = w.k;
+  const __m256 lut_lo = _mm256_loadu_ps(w.lut);
+  const __m256 lut_hi = _mm256_loadu_ps(w.lut + 8);
+  auto decode = [&](__m256i c) {
+    const __m256 lo = _mm256_permutevar8x32_ps(lut_lo, c);
+    const __m256 hi = _mm256_permutevar8x32_ps(lut_hi, c);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+  };
+  for (int64_t j = n0; j < n1; ++j) {
+    __m256 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+    const int64_t f0 = j * k;
+    for (int64_t c = 0; c < k; c += 16) {
+      const __m256i d =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
+      const __m256 ve = decode(_mm256_srli_epi32(d, 4));
+      const __m256 vo = decode(d);
+      const __m256 sc = _mm256_set1_ps(w.absmax[(f0 + c) / w.blocksize]);
+      for (int i = 0; i < M; ++i) {
+        const __m256 t = _mm256_fmadd_ps(vo, _mm256_loadu_ps(xo + i * h + c / 2),
+                                         _mm256_mul_ps(ve, _mm256_loadu_ps(xe + i * h + c / 2)));
+        acc[i] = _mm256_fmadd_ps(t, sc, acc[i]);
+      }
+    }
+    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = hsum8(acc[i]);
+  }
+}
+
+void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return scalar::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  const int64_t h = w.k / 2;
+  std::vector<float> buf(static_cast<size_t>(2 * m * h));
+  deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
+  with_rows(m, [&](auto mm) { nf4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy); });
+}
+
+void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  scalar::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+}
+void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  scalar::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+}
+void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
+}
+
+inline __m256i tail_mask(int32_t n) {
+  alignas(32) static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+  const int32_t c = std::max(0, std::min(8, n));
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ones + 8 - c));
+}
+
+template <int MR>
+void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float* y, int64_t ldy, int32_t nr,
+             bool accumulate) {
+  __m256 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = _mm256_setzero_ps();
+    c1[i] = _mm256_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const __m256 b0 = _mm256_load_ps(panel + kk * kNR);
+    const __m256 b1 = _mm256_load_ps(panel + kk * kNR + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(x + i * ldx + kk);
+      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  const __m256i m0 = tail_mask(nr), m1 = tail_mask(nr - 8);
+  for (int i = 0; i < MR; ++i) {
+    float* yi = y + i * ldy;
+    if (accumulate) {
+      c0[i] = _mm256_add_ps(c0[i], _mm256_maskload_ps(yi, m0));
+      c1[i] = _mm256_add_ps(c1[i], _mm256_maskload_ps(yi + 8, m1));
+    }
+    _mm256_maskstore_ps(yi, m0, c0[i]);
+    _mm256_maskstore_ps(yi + 8, m1, c1[i]);
+  }
+}
+
+void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y, int64_t ldy,
+                int32_t nr, bool accumulate) {
+  switch (mr) {
+    case 1: return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 2: return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 3: return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 4: return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 5: return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    default: return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+  }
+}
+
+// Bit-exact NVFP4 quantization (see the AVX-512 variant).
+void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  const int64_t nblocks = rows * (k / 16);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i one = _mm256_set1_epi32(1);
+  auto count = [&](__m256 ay, float t, int pred) {
+    const __m256 c = pred == _CMP_GT_OQ ? _mm256_cmp_ps(ay, _mm256_set1_ps(t), _CMP_GT_OQ)
+                                        : _mm256_cmp_ps(ay, _mm256_set1_ps(t), _CMP_GE_OQ);
+    return _mm256_and_si256(_mm256_castps_si256(c), one);
+  };
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m256 v0 = _mm256_loadu_ps(x + b * 16);
+    const __m256 v1 = _mm256_loadu_ps(x + b * 16 + 8);
+    const __m256 am = _mm256_max_ps(_mm256_and_ps(v0, abs_mask), _mm256_and_ps(v1, abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float bmax = _mm_cvtss_f32(m4);
+    const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
+    const float d = fmt::nvfp4_block_divisor(code, g);
+    s[b] = static_cast<uint8_t>(code);
+    if (d == 0.0f) {
+      std::memset(q + b * 8, 0, 8);
+      continue;
+    }
+    alignas(32) int32_t codes[16];
+    for (int half = 0; half < 2; ++half) {
+      const __m256 yv = _mm256_div_ps(half ? v1 : v0, _mm256_set1_ps(d));
+      const __m256 ay = _mm256_and_ps(yv, abs_mask);
+      __m256i mag = count(ay, 0.25f, _CMP_GT_OQ);
+      mag = _mm256_add_epi32(mag, count(ay, 0.75f, _CMP_GE_OQ));
+      mag = _mm256_add_epi32(mag, count(ay, 1.25f, _CMP_GT_OQ));
+      mag = _mm256_add_epi32(mag, count(ay, 1.75f, _CMP_GE_OQ));
+      mag = _mm256_add_epi32(mag, count(ay, 2.5f, _CMP_GT_OQ));
+      mag = _mm256_add_epi32(mag, count(ay, 3.5f, _CMP_GE_OQ));
+      mag = _mm256_add_epi32(mag, count(ay, 5.0f, _CMP_GT_OQ));
+      const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(yv), 31), 3);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * half), _mm256_or_si256(mag, sign));
+    }
+    for (int j = 0; j < 8; ++j) q[b * 8 + j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+  }
+}
+
+void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / 16);
+  const __m256 lut = e2m1_mag_lut();
+  const __m256 gv = _mm256_set1_ps(g);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 8));
+    const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
+    const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
+    for (int half = 0; half < 2; ++half) {
+      const __m128i src = half ? _mm_srli_si128(dup, 8) : dup;
+      const __m256i codes = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);
+      const __m256 v = e2m1_decode8(codes, lut);
+      _mm256_storeu_ps(out + b * 16 + 8 * half, _mm256_mul_ps(_mm256_mul_ps(v, sc), gv));
+    }
+  }
+}
+
+float amax(const float* x, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m0 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m0);
+  float m = 0.0f;
+  for (float v : lanes) m = v > m ? v : m;
+  for (; i < n; ++i) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+KernelTable make_avx2() {
+  KernelTable t;
+  t.isa = 1;  // Q4_ISA_AVX2
+  t.panel_nr = kNR;
+  t.micro_mr = kMR;
+  t.nvfp4_gemv = nvfp4_gemv;
+  t.nf4_gemv = nf4_gemv;
+  t.nvfp4_panel = nvfp4_panel;
+  t.nf4_panel = nf4_panel;
+  t.f32_panel = f32_panel;
+  t.gemm_micro = gemm_micro;
+  t.nvfp4_quantize = nvfp4_quantize;
+  t.nvfp4_dequantize = nvfp4_dequantize;
+  t.amax = amax;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& avx2_table() {
+  static const KernelTable t = make_avx2();
+  return t;
+}
+
+}  // namespace q4::kern

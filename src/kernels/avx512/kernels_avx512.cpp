@@ -1,0 +1,349 @@
+// AVX-512 (F/BW/VL/DQ) kernels. Compiled with its own flags; only called
+// after CPUID + XGETBV confirmed the CPU and the OS support AVX-512.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/codec.h"
+#include "kernels/kernel_table.h"
+#include "kernels/scalar/scalar_impl.h"
+
+namespace q4::kern {
+namespace {
+
+constexpr int32_t kNR = 32;  // two zmm of W rows per panel
+constexpr int32_t kMR = 12;  // 24 accumulators
+
+inline __m512 e2m1_lut() {
+  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f,
+                        -3.0f, -4.0f, -6.0f);
+}
+
+// 16 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
+inline __m512 e4m3_decode16(__m512i c) {
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+  const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(7))),
+                                   _mm512_set1_ps(1.0f / 512.0f));
+  const __mmask16 is_sub = _mm512_testn_epi32_mask(c, _mm512_set1_epi32(0x78));
+  const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+  __m512 v = _mm512_mask_blend_ps(is_sub, _mm512_castsi512_ps(normal_bits), sub);
+  v = _mm512_mask_blend_ps(is_nan, v, _mm512_set1_ps(fmt::bits_f32(0x7fc00000u)));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+// Index vectors that spread block scales 2p, 2p+1 over lanes 0-7 / 8-15.
+inline __m512i pair_index(int p) {
+  return _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
+                           2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+}
+
+// Splits rows of x into even and odd elements: xe[i][j] = x[i][2j].
+void deinterleave(const float* x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
+  const int64_t h = k / 2;
+  const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int32_t i = 0; i < m; ++i) {
+    const float* xi = x + i * ldx;
+    int64_t j = 0;
+    for (; j + 16 <= h; j += 16) {
+      const __m512 a = _mm512_loadu_ps(xi + 2 * j);
+      const __m512 b = _mm512_loadu_ps(xi + 2 * j + 16);
+      _mm512_storeu_ps(xe + i * h + j, _mm512_permutex2var_ps(a, even_idx, b));
+      _mm512_storeu_ps(xo + i * h + j, _mm512_permutex2var_ps(a, odd_idx, b));
+    }
+    for (; j < h; ++j) {
+      xe[i * h + j] = xi[2 * j];
+      xo[i * h + j] = xi[2 * j + 1];
+    }
+  }
+}
+
+template <int M>
+void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t n0, int64_t n1,
+                  float* y, int64_t ldy) {
+  const int64_t k = w.k;
+  const int64_t nblocks = k / 16;
+  const __m512 lut = e2m1_lut();
+  for (int64_t j = n0; j < n1; ++j) {
+    const uint8_t* q = w.q + j * (k / 2);
+    const uint8_t* s = w.s + j * nblocks;
+    __m512 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    // Groups of up to 16 blocks (256 elements) share one scale decode.
+    for (int64_t b0 = 0; b0 < nblocks; b0 += 16) {
+      const int64_t nb = std::min<int64_t>(16, nblocks - b0);
+      const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1u);
+      const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s + b0)));
+      for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
+        const int64_t e = (b0 + 2 * p) * 8;  // index into the half-length arrays
+        const bool full = 2 * p + 1 < nb;
+        const __mmask16 lanes = full ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q + e));
+        const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
+        const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
+        const __m512 sc = _mm512_permutexvar_ps(pair_index(static_cast<int>(p)), sv);
+        for (int i = 0; i < M; ++i) {
+          const __m512 a = _mm512_maskz_loadu_ps(lanes, xe + i * h + e);
+          const __m512 b = _mm512_maskz_loadu_ps(lanes, xo + i * h + e);
+          const __m512 t = _mm512_fmadd_ps(vo, b, _mm512_mul_ps(ve, a));
+          acc[i] = _mm512_fmadd_ps(t, sc, acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(acc[i]) * w.g;
+  }
+}
+
+void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  const int64_t h = w.k / 2;
+  std::vector<float> buf(static_cast<size_t>(2 * m * h));
+  float* xe = buf.data();
+  float* xo = xe + m * h;
+  deinterleave(x, ldx, m, w.k, xe, xo);
+  switch (m) {
+    case 1: return nvfp4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
+    case 2: return nvfp4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
+    case 3: return nvfp4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
+    case 4: return nvfp4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
+    case 5: return nvfp4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
+    case 6: return nvfp4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
+    case 7: return nvfp4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
+    default: return nvfp4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
+  }
+}
+
+// NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0 and
+// blocksize >= 32, so each 32-element chunk lies in one absmax block.
+template <int M>
+void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t n0, int64_t n1,
+                float* y, int64_t ldy) {
+  const int64_t k = w.k;
+  const __m512 lut = _mm512_loadu_ps(w.lut);
+  for (int64_t j = n0; j < n1; ++j) {
+    __m512 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    const int64_t f0 = j * k;
+    for (int64_t c = 0; c < k; c += 32) {
+      const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
+      const __m512 ve = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
+      const __m512 vo = _mm512_permutexvar_ps(bytes, lut);
+      const __m512 sc = _mm512_set1_ps(w.absmax[(f0 + c) / w.blocksize]);
+      for (int i = 0; i < M; ++i) {
+        const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + c / 2),
+                                         _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + c / 2)));
+        acc[i] = _mm512_fmadd_ps(t, sc, acc[i]);
+      }
+    }
+    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(acc[i]);
+  }
+}
+
+void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return scalar::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  const int64_t h = w.k / 2;
+  std::vector<float> buf(static_cast<size_t>(2 * m * h));
+  float* xe = buf.data();
+  float* xo = xe + m * h;
+  deinterleave(x, ldx, m, w.k, xe, xo);
+  switch (m) {
+    case 1: return nf4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
+    case 2: return nf4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
+    case 3: return nf4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
+    case 4: return nf4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
+    case 5: return nf4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
+    case 6: return nf4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
+    case 7: return nf4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
+    default: return nf4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
+  }
+}
+
+// 16 packed NVFP4 codes (8 bytes, element 2j low nibble) -> 16 e2m1 values in order.
+inline __m512 nvfp4_decode16_ordered(const uint8_t* q8, __m512 lut) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8));
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+  const __m512i shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(d, shifts), lut);
+}
+
+// Transposes rows of decoded values into the k-major panel.
+inline void scatter_row(const float* row, int64_t kc, int32_t r, float* panel) {
+  for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + r] = row[kk];
+}
+
+void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  if (k0 % 16 != 0 || kc % 16 != 0) return scalar::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+  const __m512 lut = e2m1_lut();
+  const __m512 g = _mm512_set1_ps(w.g);
+  alignas(64) float row[4096];
+  for (int32_t r = 0; r < kNR; ++r) {
+    if (r >= rows) {
+      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + r] = 0.0f;
+      continue;
+    }
+    const uint8_t* q = w.q + (n0 + r) * (w.k / 2);
+    const uint8_t* s = w.s + (n0 + r) * (w.k / 16);
+    for (int64_t c0 = 0; c0 < kc; c0 += 4096) {
+      const int64_t len = std::min<int64_t>(4096, kc - c0);
+      for (int64_t kk = 0; kk < len; kk += 16) {
+        const int64_t c = k0 + c0 + kk;
+        const __m512 v = nvfp4_decode16_ordered(q + c / 2, lut);
+        const __m512 sc = _mm512_set1_ps(fmt::e4m3_decode(s[c / 16]));
+        _mm512_store_ps(row + kk, _mm512_mul_ps(_mm512_mul_ps(v, sc), g));
+      }
+      for (int64_t kk = 0; kk < len; ++kk) panel[(c0 + kk) * kNR + r] = row[kk];
+    }
+  }
+}
+
+void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  scalar::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+}
+
+void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+  scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
+}
+
+template <int MR>
+void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float* y, int64_t ldy, int32_t nr,
+             bool accumulate) {
+  __m512 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = _mm512_setzero_ps();
+    c1[i] = _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const __m512 b0 = _mm512_load_ps(panel + kk * kNR);
+    const __m512 b1 = _mm512_load_ps(panel + kk * kNR + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(x[i * ldx + kk]);
+      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffff : (nr <= 16 ? 0u : (1u << (nr - 16)) - 1u));
+  for (int i = 0; i < MR; ++i) {
+    float* yi = y + i * ldy;
+    if (accumulate) {
+      c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, yi));
+      c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, yi + 16));
+    }
+    _mm512_mask_storeu_ps(yi, m0, c0[i]);
+    _mm512_mask_storeu_ps(yi + 16, m1, c1[i]);
+  }
+}
+
+void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y, int64_t ldy,
+                int32_t nr, bool accumulate) {
+  switch (mr) {
+    case 1: return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 2: return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 3: return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 4: return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 5: return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 6: return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 7: return micro_m<7>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 8: return micro_m<8>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 9: return micro_m<9>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 10: return micro_m<10>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 11: return micro_m<11>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    default: return micro_m<12>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+  }
+}
+
+// Bit-exact NVFP4 quantization: the block scale comes from the shared
+// scalar codec; the division is IEEE (correctly rounded) like the reference;
+// the E2M1 rounding is the same comparisons as fmt::e2m1_encode.
+void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  const int64_t nblocks = rows * (k / 16);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m512 v = _mm512_loadu_ps(x + b * 16);
+    const __m512 a = _mm512_and_ps(v, abs_mask);
+    const float bmax = _mm512_reduce_max_ps(a);
+    const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
+    const float d = fmt::nvfp4_block_divisor(code, g);
+    s[b] = static_cast<uint8_t>(code);
+    if (d == 0.0f) {
+      std::memset(q + b * 8, 0, 8);
+      continue;
+    }
+    const __m512 yv = _mm512_div_ps(v, _mm512_set1_ps(d));
+    const __m512 ay = _mm512_and_ps(yv, abs_mask);
+    __m512i mag = _mm512_setzero_si512();
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.25f), _CMP_GT_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.75f), _CMP_GE_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.25f), _CMP_GT_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.75f), _CMP_GE_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag, one);
+    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag, one);
+    const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(yv), 31);
+    const __m512i codes = _mm512_or_si512(mag, _mm512_slli_epi32(sign, 3));
+    const __m128i b8 = _mm512_cvtepi32_epi8(codes);  // 16 codes, one per byte
+    const __m128i packed16 = _mm_or_si128(_mm_and_si128(b8, _mm_set1_epi16(0x000f)),
+                                          _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi16(0x00f0)));
+    const __m128i packed = _mm_packus_epi16(packed16, packed16);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * 8), packed);
+  }
+}
+
+void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / 16);
+  const __m512 lut = e2m1_lut();
+  const __m512 gv = _mm512_set1_ps(g);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m512 v = nvfp4_decode16_ordered(q + b * 8, lut);
+    const __m512 sc = _mm512_set1_ps(fmt::e4m3_decode(s[b]));
+    _mm512_storeu_ps(out + b * 16, _mm512_mul_ps(_mm512_mul_ps(v, sc), gv));
+  }
+}
+
+float amax(const float* x, int64_t n) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    m0 = _mm512_max_ps(m0, _mm512_and_ps(_mm512_loadu_ps(x + i), abs_mask));
+    m1 = _mm512_max_ps(m1, _mm512_and_ps(_mm512_loadu_ps(x + i + 16), abs_mask));
+  }
+  float m = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  for (; i < n; ++i) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+KernelTable make_avx512() {
+  KernelTable t;
+  t.isa = 2;  // Q4_ISA_AVX512
+  t.panel_nr = kNR;
+  t.micro_mr = kMR;
+  t.nvfp4_gemv = nvfp4_gemv;
+  t.nf4_gemv = nf4_gemv;
+  t.nvfp4_panel = nvfp4_panel;
+  t.nf4_panel = nf4_panel;
+  t.f32_panel = f32_panel;
+  t.gemm_micro = gemm_micro;
+  t.nvfp4_quantize = nvfp4_quantize;
+  t.nvfp4_dequantize = nvfp4_dequantize;
+  t.amax = amax;
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& avx512_table() {
+  static const KernelTable t = make_avx512();
+  return t;
+}
+
+}  // namespace q4::kern

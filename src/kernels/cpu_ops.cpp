@@ -1,0 +1,147 @@
+#include "kernels/cpu_ops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "common/thread_pool.h"
+
+namespace q4::kern {
+namespace {
+
+std::atomic<int64_t> g_kc{256};
+std::atomic<int64_t> g_mc{96};
+
+struct AlignedDelete {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using PanelBuffer = std::unique_ptr<float[], AlignedDelete>;
+
+PanelBuffer make_panel(int64_t floats) {
+  return PanelBuffer(static_cast<float*>(::operator new[](static_cast<size_t>(floats) * sizeof(float),
+                                                          std::align_val_t(64))));
+}
+
+int32_t threads_or_default(int32_t threads) { return threads > 0 ? threads : default_num_threads(); }
+
+// Tasks of `chunk` rows of N, at least one row each.
+int64_t gemv_chunk(int64_t n, int32_t threads) {
+  const int64_t tasks = std::max<int64_t>(1, 4 * threads_or_default(threads));
+  return std::max<int64_t>(16, (n + tasks - 1) / tasks);
+}
+
+template <class Pack>
+void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int64_t n, float* y, int32_t threads,
+                const GemmBlocking& b, const Pack& pack) {
+  const int32_t nr = kt.panel_nr;
+  const int64_t kc = std::max<int64_t>(16, b.kc / 16 * 16);
+  const int64_t mc = std::max<int64_t>(kt.micro_mr, b.mc);
+  const int64_t nblocks = (n + nr - 1) / nr;
+  parallel_for(nblocks, threads, [&](int64_t t) {
+    const int64_t n0 = t * nr;
+    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
+    PanelBuffer panel = make_panel(kc * nr);
+    for (int64_t i0 = 0; i0 < m; i0 += mc) {
+      const int64_t i1 = std::min(m, i0 + mc);
+      for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        const int64_t kcur = std::min(kc, k - k0);
+        pack(n0, rows, k0, kcur, panel.get());
+        for (int64_t i = i0; i < i1; i += kt.micro_mr) {
+          const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.micro_mr, i1 - i));
+          kt.gemm_micro(x + i * k + k0, k, mr, panel.get(), kcur, y + i * n + n0, n, rows, k0 > 0);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+GemmBlocking gemm_blocking() {
+  GemmBlocking b;
+  b.kc = g_kc.load(std::memory_order_relaxed);
+  b.mc = g_mc.load(std::memory_order_relaxed);
+  return b;
+}
+
+void set_gemm_blocking(const GemmBlocking& b) {
+  g_kc.store(b.kc, std::memory_order_relaxed);
+  g_mc.store(b.mc, std::memory_order_relaxed);
+}
+
+void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n, float* y,
+                  int32_t threads) {
+  if (m <= kGemvMaxRows) {
+    const int64_t chunk = gemv_chunk(n, threads);
+    parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+      const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+      kt.nvfp4_gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
+    });
+    return;
+  }
+  panel_gemm(kt, x, m, w.k, n, y, threads, gemm_blocking(),
+             [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+               kt.nvfp4_panel(w, n0, rows, k0, kc, panel);
+             });
+}
+
+void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
+                int32_t threads) {
+  if (m <= kGemvMaxRows) {
+    const int64_t chunk = gemv_chunk(n, threads);
+    parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+      const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+      kt.nf4_gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
+    });
+    return;
+  }
+  panel_gemm(kt, x, m, w.k, n, y, threads, gemm_blocking(),
+             [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+               kt.nf4_panel(w, n0, rows, k0, kc, panel);
+             });
+}
+
+void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+              int32_t threads, const GemmBlocking& blocking) {
+  panel_gemm(kt, x, m, k, n, y, threads, blocking,
+             [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
+               kt.f32_panel(w, k, n0, rows, k0, kc, panel);
+             });
+}
+
+void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                    uint8_t* s, int32_t threads) {
+  // Chunks of whole rows, at least 64 KiB of input each.
+  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
+  parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
+    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+    kt.nvfp4_quantize(x + r0 * k, r1 - r0, k, g, q + r0 * (k / 2), s + r0 * (k / 16));
+  });
+}
+
+void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
+                      float* out, int32_t threads) {
+  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
+  parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
+    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+    kt.nvfp4_dequantize(q + r0 * (k / 2), s + r0 * (k / 16), g, r1 - r0, k, out + r0 * k);
+  });
+}
+
+float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t tasks = (n + kChunk - 1) / kChunk;
+  std::vector<float> part(static_cast<size_t>(std::max<int64_t>(tasks, 1)), 0.0f);
+  parallel_for(tasks, threads, [&](int64_t t) {
+    const int64_t i0 = t * kChunk;
+    part[static_cast<size_t>(t)] = kt.amax(x + i0, std::min(kChunk, n - i0));
+  });
+  float m = 0.0f;
+  for (float v : part) m = std::max(m, v);
+  return m;
+}
+
+}  // namespace q4::kern

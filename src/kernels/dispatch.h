@@ -1,0 +1,25 @@
+// ISA selection for the kernel tables (SPEC 3.3): what is compiled in, what
+// the CPU runs, what the cap allows.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_table.h"
+
+namespace q4 {
+
+// Levels compiled into this library.
+bool isa_compiled(int32_t isa);
+// Best level compiled in that this CPU runs.
+int32_t best_isa();
+// The level the kernels use now: best level allowed by the cap.
+int32_t active_isa();
+
+namespace kern {
+const KernelTable& table_for(int32_t isa);
+// The table for the active ISA; records it as this thread's last ISA used.
+// (active_table() in kernel_table.h is the same function.)
+int32_t last_isa_used();
+}  // namespace kern
+
+}  // namespace q4
