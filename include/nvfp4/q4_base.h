@@ -217,6 +217,34 @@ Q4_API int32_t Q4_set_max_isa(int32_t isa);
 Q4_API int32_t Q4_last_isa_used(void);
 
 /* ------------------------------------------------------------------------ */
+/* Matmul tuner (CPU fp32 GEMM of the dequant-matmul backend and the panel
+ * GEMM of the 4-bit kernels).                                               */
+/* ------------------------------------------------------------------------ */
+typedef struct Q4_tune_result {
+  uint32_t struct_size;
+  int32_t dim;              /* M = N = K of the tuning GEMM                */
+  int32_t runs;             /* timed runs per candidate (after a warm-up)  */
+  int32_t candidates;       /* blockings tried                             */
+  int32_t kc_default, mc_default;
+  int32_t kc_best, mc_best;
+  double default_ms;        /* median time with the defaults               */
+  double best_ms;           /* median time with the best candidate         */
+  int32_t adopted;          /* 1: best beat the defaults by >= 3 %, in use */
+  int32_t persisted;        /* 1: written to cache_path                    */
+  char cache_path[256];
+  char cpu_signature[192];
+  uint64_t reserved[4];
+} Q4_tune_result;
+
+/* Grid search over K block {64..256} x M block {32..128} with a warm-up and
+ * `runs` timed runs each; adopts the best when it beats the defaults by a
+ * measured 3 % margin, and with persist=1 stores it as JSON per CPU
+ * signature in $XDG_CACHE_HOME/nvfp4/ (or ~/.cache/nvfp4/), where the
+ * library finds it at its first GEMM (Q4_TUNING=off disables that).
+ * Not meant to run concurrently with other work (it times). */
+Q4_API int32_t Q4_tune_matmul(int32_t dim, int32_t runs, int32_t persist, Q4_tune_result* result);
+
+/* ------------------------------------------------------------------------ */
 /* Logging. The library never prints; it reports through this callback.     */
 /* ------------------------------------------------------------------------ */
 #define Q4_LOG_OFF 0

@@ -8,6 +8,7 @@
 #include "kernels/dispatch.h"
 #include "core/ops.h"
 #include "core/schema.h"
+#include "core/tuner.h"
 #include "nvfp4/nvfp4.h"
 
 namespace {
@@ -109,6 +110,14 @@ Q4_API const char* Q4_isa_name(int32_t isa) {
 Q4_API int32_t Q4_set_max_isa(int32_t isa) {
   return api_call("Q4_set_max_isa", [&] {
     q4::set_max_isa(isa);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_tune_matmul(int32_t dim, int32_t runs, int32_t persist, Q4_tune_result* result) {
+  return api_call("Q4_tune_matmul", [&] {
+    require_struct(result, "result");
+    q4::tuner::tune(dim, runs, persist != 0, result);
     return Q4_OK;
   });
 }

@@ -242,22 +242,38 @@ void require_no_overlap(const TensorRef& out, std::initializer_list<const Tensor
   }
 }
 
+namespace {
+
+// Index of the first NaN/Inf among n elements of `width` bytes whose
+// exponent bits are `mask`, or -1. Scans chunks with a branch-free
+// (vectorizable) reduction, then locates the element in the bad chunk.
+template <class U>
+int64_t first_non_finite(const uint8_t* data, int64_t n, U mask) {
+  constexpr int64_t kChunk = 2048;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int64_t len = n - c0 < kChunk ? n - c0 : kChunk;
+    U words[kChunk];
+    std::memcpy(words, data + c0 * static_cast<int64_t>(sizeof(U)), static_cast<size_t>(len) * sizeof(U));
+    bool any = false;
+    for (int64_t i = 0; i < len; ++i) any |= (words[i] & mask) == mask;
+    if (!any) continue;
+    for (int64_t i = 0; i < len; ++i) {
+      if ((words[i] & mask) == mask) return c0 + i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 void require_finite(const TensorRef& t) {
-  const int64_t n = t.numel;
   int64_t bad = -1;
   if (t.type == ElemType::F32) {
-    for (int64_t i = 0; i < n && bad < 0; ++i) {
-      uint32_t u;
-      std::memcpy(&u, t.data + 4 * i, 4);
-      if ((u & 0x7f800000u) == 0x7f800000u) bad = i;
-    }
-  } else if (t.type == ElemType::F16 || t.type == ElemType::BF16) {
-    const uint16_t mask = t.type == ElemType::F16 ? 0x7c00u : 0x7f80u;
-    for (int64_t i = 0; i < n && bad < 0; ++i) {
-      uint16_t u;
-      std::memcpy(&u, t.data + 2 * i, 2);
-      if ((u & mask) == mask) bad = i;
-    }
+    bad = first_non_finite<uint32_t>(t.data, t.numel, 0x7f800000u);
+  } else if (t.type == ElemType::F16) {
+    bad = first_non_finite<uint16_t>(t.data, t.numel, static_cast<uint16_t>(0x7c00u));
+  } else if (t.type == ElemType::BF16) {
+    bad = first_non_finite<uint16_t>(t.data, t.numel, static_cast<uint16_t>(0x7f80u));
   }
   if (bad >= 0) {
     fail(Q4_ERR_NON_FINITE, t.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/tensor.h"
 #include "core/options.h"
+#include "core/tuner.h"
 #include "formats/codec.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu_ops.h"
@@ -347,6 +348,7 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
                      const DLTensor* bs_t, int32_t layout, float alpha, const DLTensor* bias_t,
                      DLTensor* out_t, const Q4_op_options* opts) {
   const ResolvedOptions o = resolve_options(opts);
+  tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);
   const TensorRef out = check_tensor(out_t, "out");
   require_float(out);
@@ -410,6 +412,7 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
 void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout,
                   float g, const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
   const ResolvedOptions o = resolve_options(opts);
+  tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);
   require_exact_math(o);
   const TensorRef x = check_tensor(x_t, "x");
@@ -511,6 +514,7 @@ void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t
 void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w_state,
                    const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
   const ResolvedOptions o = resolve_options(opts);
+  tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NF4);
   require_exact_math(o);
   const TensorRef x = check_tensor(x_t, "x");
@@ -548,7 +552,9 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w
     for (int64_t b = 0; b < nblocks; ++b) absmax[static_cast<size_t>(b)] = st.stats.absmax_of_block(b);
     float lut[16];
     for (uint32_t c = 0; c < 16; ++c) lut[c] = st.stats.code_value(c);
-    const kern::Nf4Weights w{wq.data, absmax.data(), lut, k, st.stats.blocksize};
+    int32_t shift = 0;
+    while ((int64_t{1} << shift) < st.stats.blocksize) ++shift;
+    const kern::Nf4Weights w{wq.data, absmax.data(), lut, k, st.stats.blocksize, shift};
     kern::linear_nf4(kt, xv.p, m, w, n, r.p, threads);
   }
   finish(r, n, 1.0f, bias.get(), threads);

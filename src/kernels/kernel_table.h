@@ -29,6 +29,7 @@ struct Nf4Weights {
   const float* lut = nullptr;
   int64_t k = 0;
   int64_t blocksize = 64;
+  int32_t block_shift = 6;  // log2(blocksize): blocksize is a power of two
 };
 
 // Largest M the fused GEMV kernels take in one call.
@@ -69,6 +70,10 @@ struct KernelTable {
                            float* out) = nullptr;
   // max |x_i| (finite input).
   float (*amax)(const float* x, int64_t n) = nullptr;
+
+  // Benchmark probe: `iters` rounds of independent fp32 FMAs at this ISA's
+  // vector width; returns the flops executed (the caller times it).
+  double (*fma_probe)(int64_t iters) = nullptr;
 };
 
 const KernelTable& scalar_table();

@@ -110,7 +110,7 @@ void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w
           _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
       const __m256 ve = decode(_mm256_srli_epi32(d, 4));
       const __m256 vo = decode(d);
-      const __m256 sc = _mm256_set1_ps(w.absmax[(f0 + c) / w.blocksize]);
+      const __m256 sc = _mm256_set1_ps(w.absmax[(f0 + c) >> w.block_shift]);
       for (int i = 0; i < M; ++i) {
         const __m256 t = _mm256_fmadd_ps(vo, _mm256_loadu_ps(xo + i * h + c / 2),
                                          _mm256_mul_ps(ve, _mm256_loadu_ps(xe + i * h + c / 2)));
@@ -264,6 +264,20 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
+double fma_probe(int64_t iters) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.1f * static_cast<float>(i));
+  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+  for (int64_t r = 0; r < iters; ++r) {
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+  }
+  __m256 sum = a[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, a[i]);
+  volatile float sink = hsum8(sum);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 16;
+}
+
 KernelTable make_avx2() {
   KernelTable t;
   t.isa = 1;  // Q4_ISA_AVX2
@@ -278,6 +292,7 @@ KernelTable make_avx2() {
   t.nvfp4_quantize = nvfp4_quantize;
   t.nvfp4_dequantize = nvfp4_dequantize;
   t.amax = amax;
+  t.fma_probe = fma_probe;
   return t;
 }
 

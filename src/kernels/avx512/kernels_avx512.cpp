@@ -65,23 +65,44 @@ void deinterleave(const float* x, int64_t ldx, int32_t m, int64_t k, float* xe, 
 template <int M>
 void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t n0, int64_t n1,
                   float* y, int64_t ldy) {
+  // Independent accumulator chains per row hide the FMA latency when M is
+  // small (one chain would bound a step at the FMA latency).
+  constexpr int C = M <= 2 ? 4 : (M <= 4 ? 2 : 1);
   const int64_t k = w.k;
   const int64_t nblocks = k / 16;
   const __m512 lut = e2m1_lut();
   for (int64_t j = n0; j < n1; ++j) {
     const uint8_t* q = w.q + j * (k / 2);
     const uint8_t* s = w.s + j * nblocks;
-    __m512 acc[M];
-    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
-    // Groups of up to 16 blocks (256 elements) share one scale decode.
-    for (int64_t b0 = 0; b0 < nblocks; b0 += 16) {
-      const int64_t nb = std::min<int64_t>(16, nblocks - b0);
+    __m512 acc[M][C];
+    for (int i = 0; i < M; ++i) {
+      for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+    }
+    // Groups of 16 blocks (256 elements) share one scale decode; pairs of
+    // blocks (32 elements, 16 bytes) are one step: lanes 0-7 hold block 2p,
+    // lanes 8-15 block 2p+1, even and odd elements in separate vectors.
+    int64_t b0 = 0;
+    for (; b0 + 16 <= nblocks; b0 += 16) {
+      const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b0))));
+      for (int p = 0; p < 8; ++p) {
+        const int64_t e = (b0 + 2 * p) * 8;
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
+        const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
+        const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
+        const __m512 sc = _mm512_permutexvar_ps(pair_index(p), sv);
+        for (int i = 0; i < M; ++i) {
+          const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + e), _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + e)));
+          acc[i][p % C] = _mm512_fmadd_ps(t, sc, acc[i][p % C]);
+        }
+      }
+    }
+    if (b0 < nblocks) {  // tail: fewer than 16 blocks, masked
+      const int64_t nb = nblocks - b0;
       const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1u);
       const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s + b0)));
       for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
-        const int64_t e = (b0 + 2 * p) * 8;  // index into the half-length arrays
-        const bool full = 2 * p + 1 < nb;
-        const __mmask16 lanes = full ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
+        const int64_t e = (b0 + 2 * p) * 8;
+        const __mmask16 lanes = 2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
         const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q + e));
         const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
         const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
@@ -89,12 +110,15 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
         for (int i = 0; i < M; ++i) {
           const __m512 a = _mm512_maskz_loadu_ps(lanes, xe + i * h + e);
           const __m512 b = _mm512_maskz_loadu_ps(lanes, xo + i * h + e);
-          const __m512 t = _mm512_fmadd_ps(vo, b, _mm512_mul_ps(ve, a));
-          acc[i] = _mm512_fmadd_ps(t, sc, acc[i]);
+          acc[i][0] = _mm512_fmadd_ps(_mm512_fmadd_ps(vo, b, _mm512_mul_ps(ve, a)), sc, acc[i][0]);
         }
       }
     }
-    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(acc[i]) * w.g;
+    for (int i = 0; i < M; ++i) {
+      __m512 sum = acc[i][0];
+      for (int c = 1; c < C; ++c) sum = _mm512_add_ps(sum, acc[i][c]);
+      y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(sum) * w.g;
+    }
   }
 }
 
@@ -122,24 +146,32 @@ void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int6
 template <int M>
 void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t n0, int64_t n1,
                 float* y, int64_t ldy) {
+  constexpr int C = M <= 2 ? 4 : (M <= 4 ? 2 : 1);
   const int64_t k = w.k;
   const __m512 lut = _mm512_loadu_ps(w.lut);
   for (int64_t j = n0; j < n1; ++j) {
-    __m512 acc[M];
-    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    __m512 acc[M][C];
+    for (int i = 0; i < M; ++i) {
+      for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+    }
     const int64_t f0 = j * k;
     for (int64_t c = 0; c < k; c += 32) {
+      const int chain = static_cast<int>((c >> 5) % C);
       const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
       const __m512 ve = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
       const __m512 vo = _mm512_permutexvar_ps(bytes, lut);
-      const __m512 sc = _mm512_set1_ps(w.absmax[(f0 + c) / w.blocksize]);
+      const __m512 sc = _mm512_set1_ps(w.absmax[(f0 + c) >> w.block_shift]);
       for (int i = 0; i < M; ++i) {
         const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + c / 2),
                                          _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + c / 2)));
-        acc[i] = _mm512_fmadd_ps(t, sc, acc[i]);
+        acc[i][chain] = _mm512_fmadd_ps(t, sc, acc[i][chain]);
       }
     }
-    for (int i = 0; i < M; ++i) y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < M; ++i) {
+      __m512 sum = acc[i][0];
+      for (int c2 = 1; c2 < C; ++c2) sum = _mm512_add_ps(sum, acc[i][c2]);
+      y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(sum);
+    }
   }
 }
 
@@ -322,6 +354,20 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
+double fma_probe(int64_t iters) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.1f * static_cast<float>(i));
+  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+  for (int64_t r = 0; r < iters; ++r) {
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  }
+  __m512 sum = a[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, a[i]);
+  volatile float sink = _mm512_reduce_add_ps(sum);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 32;
+}
+
 KernelTable make_avx512() {
   KernelTable t;
   t.isa = 2;  // Q4_ISA_AVX512
@@ -336,6 +382,7 @@ KernelTable make_avx512() {
   t.nvfp4_quantize = nvfp4_quantize;
   t.nvfp4_dequantize = nvfp4_dequantize;
   t.amax = amax;
+  t.fma_probe = fma_probe;
   return t;
 }
 

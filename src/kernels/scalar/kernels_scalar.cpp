@@ -48,7 +48,7 @@ void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64
       const int64_t f = j * k + kk;
       const uint8_t byte = w.q[f >> 1];
       const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
-      const float wv = w.lut[code] * w.absmax[f / w.blocksize];
+      const float wv = w.lut[code] * w.absmax[f >> w.block_shift];
       for (int32_t i = 0; i < m; ++i) acc[i] += x[i * ldx + kk] * wv;
     }
     for (int32_t i = 0; i < m; ++i) y[i * ldy + (j - n0)] = acc[i];
@@ -84,7 +84,7 @@ void nf4_panel_nr(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int
         const int64_t f = (n0 + r) * k + k0 + kk;
         const uint8_t byte = w.q[f >> 1];
         const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
-        v = w.lut[code] * w.absmax[f / w.blocksize];
+        v = w.lut[code] * w.absmax[f >> w.block_shift];
       }
       panel[kk * nr + r] = v;
     }
@@ -165,6 +165,17 @@ void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int
   }
 }
 
+double fma_probe(int64_t iters) {
+  float a[12];
+  for (int i = 0; i < 12; ++i) a[i] = 0.1f * static_cast<float>(i);
+  for (int64_t r = 0; r < iters; ++r) {
+    for (float& v : a) v = v * 0.999f + 0.001f;
+  }
+  volatile float sink = a[0] + a[11];
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 2;
+}
+
 KernelTable make_scalar() {
   KernelTable t;
   t.isa = 0;  // Q4_ISA_SCALAR
@@ -179,6 +190,7 @@ KernelTable make_scalar() {
   t.nvfp4_quantize = scalar::nvfp4_quantize;
   t.nvfp4_dequantize = scalar::nvfp4_dequantize;
   t.amax = scalar::amax;
+  t.fma_probe = fma_probe;
   return t;
 }
 

@@ -1,0 +1,186 @@
+#include "core/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cpu_features.h"
+#include "common/error.h"
+#include "kernels/dispatch.h"
+
+namespace q4::tuner {
+namespace {
+
+constexpr double kMargin = 0.03;  // tuned blocking must be >= 3 % faster
+constexpr int64_t kKc[] = {64, 96, 128, 160, 192, 256};
+constexpr int64_t kMc[] = {32, 48, 64, 96, 128};
+
+std::once_flag g_load_once;
+
+void copy_text(char* dst, size_t cap, const std::string& src) {
+  const size_t n = std::min(src.size(), cap - 1);
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+double median_ms(const kern::KernelTable& kt, const std::vector<float>& a, const std::vector<float>& b,
+                 std::vector<float>& c, int64_t dim, int32_t runs, const kern::GemmBlocking& blk) {
+  std::vector<double> t;
+  for (int32_t r = -1; r < runs; ++r) {  // r = -1: warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    kern::gemm_f32(kt, a.data(), dim, dim, b.data(), dim, c.data(), 0, blk);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r >= 0) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json::object();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return nlohmann::json::object();
+  return j;
+}
+
+void make_dirs(const std::string& path) {
+  for (size_t pos = 1; (pos = path.find('/', pos)) != std::string::npos; ++pos) {
+    const std::string dir = path.substr(0, pos);
+    ::mkdir(dir.c_str(), 0755);  // existing directories are fine
+  }
+}
+
+// Atomic replace: write a temporary file beside it, then rename.
+bool write_cache(const std::string& path, const nlohmann::json& j) {
+  make_dirs(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << j.dump(2) << '\n';
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+std::string cpu_signature() {
+  const CpuInfo& c = cpu_info();
+  std::ostringstream s;
+  s << c.vendor << '|' << c.brand << '|' << std::hex << c.features << std::dec << '|' << c.num_cpus;
+  return s.str();
+}
+
+std::string cache_path() {
+  if (const char* f = std::getenv("NVFP4_TUNING_FILE"); f != nullptr && *f != '\0') return f;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return std::string(x) + "/nvfp4/matmul_tuning.json";
+  }
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    return std::string(h) + "/.cache/nvfp4/matmul_tuning.json";
+  }
+  return "";
+}
+
+void ensure_loaded() {
+  std::call_once(g_load_once, [] {
+    try {
+      const char* off = std::getenv("Q4_TUNING");
+      if (off != nullptr && std::strcmp(off, "off") == 0) return;
+      const std::string path = cache_path();
+      if (path.empty()) return;
+      const nlohmann::json j = read_cache(path);
+      const auto entries = j.find("entries");
+      if (entries == j.end() || !entries->is_object()) return;
+      const auto e = entries->find(cpu_signature());
+      if (e == entries->end() || !e->is_object()) return;
+      const int64_t kc = e->value("kc", int64_t{0});
+      const int64_t mc = e->value("mc", int64_t{0});
+      if (kc >= 16 && kc <= 4096 && mc >= 1 && mc <= 4096) {
+        kern::set_gemm_blocking(kern::GemmBlocking{kc, mc});
+        log_message(Q4_LOG_INFO, "matmul tuning loaded from " + path);
+      }
+    } catch (...) {
+      log_message(Q4_LOG_WARN, "matmul tuning file ignored (unreadable or malformed)");
+    }
+  });
+}
+
+void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
+  if (dim < 16 || dim > 8192) fail(Q4_ERR_INVALID_ARGUMENT, "dim", "expected 16..8192, got " + std::to_string(dim));
+  if (runs < 1 || runs > 1000) fail(Q4_ERR_INVALID_ARGUMENT, "runs", "expected 1..1000, got " + std::to_string(runs));
+  ensure_loaded();
+  const kern::KernelTable& kt = kern::active_table();
+  const int64_t d = dim;
+  std::vector<float> a(static_cast<size_t>(d * d)), b(static_cast<size_t>(d * d)), c(static_cast<size_t>(d * d));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : a) v = u(rng);
+  for (float& v : b) v = u(rng);
+
+  const kern::GemmBlocking defaults{};
+  const double default_ms = median_ms(kt, a, b, c, d, runs, defaults);
+  kern::GemmBlocking best = defaults;
+  double best_ms = default_ms;
+  int32_t candidates = 0;
+  for (int64_t kc : kKc) {
+    for (int64_t mc : kMc) {
+      ++candidates;
+      const kern::GemmBlocking cand{kc, mc};
+      const double ms = median_ms(kt, a, b, c, d, runs, cand);
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = cand;
+      }
+    }
+  }
+  const bool adopted = best_ms <= default_ms * (1.0 - kMargin);
+  kern::set_gemm_blocking(adopted ? best : defaults);
+
+  bool persisted = false;
+  const std::string path = cache_path();
+  if (persist && !path.empty()) {
+    nlohmann::json j = read_cache(path);
+    j["version"] = 1;
+    if (!j.contains("entries") || !j["entries"].is_object()) j["entries"] = nlohmann::json::object();
+    const kern::GemmBlocking keep = adopted ? best : defaults;
+    j["entries"][cpu_signature()] = {{"kc", keep.kc},           {"mc", keep.mc},
+                                     {"dim", dim},              {"default_ms", default_ms},
+                                     {"best_ms", best_ms},      {"adopted", adopted},
+                                     {"isa", isa_name(kt.isa)}};
+    persisted = write_cache(path, j);
+  }
+
+  Q4_tune_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = out->struct_size;
+  r.dim = dim;
+  r.runs = runs;
+  r.candidates = candidates;
+  r.kc_default = static_cast<int32_t>(defaults.kc);
+  r.mc_default = static_cast<int32_t>(defaults.mc);
+  r.kc_best = static_cast<int32_t>(best.kc);
+  r.mc_best = static_cast<int32_t>(best.mc);
+  r.default_ms = default_ms;
+  r.best_ms = best_ms;
+  r.adopted = adopted ? 1 : 0;
+  r.persisted = persisted ? 1 : 0;
+  copy_text(r.cache_path, sizeof r.cache_path, path);
+  copy_text(r.cpu_signature, sizeof r.cpu_signature, cpu_signature());
+  std::memcpy(out, &r, sizeof r);
+}
+
+}  // namespace q4::tuner
