@@ -3,6 +3,10 @@
 # quiet; uses sudo only when not already root.
 set -euo pipefail
 packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils)
+# --cross: the aarch64 cross toolchain and qemu-user for the NEON tests.
+if [ "${1:-}" = "--cross" ]; then
+  packages=(g++-aarch64-linux-gnu qemu-user)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

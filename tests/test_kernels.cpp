@@ -233,3 +233,61 @@ TEST_CASE("forcing an ISA through the cap selects that table", "[kernels]") {
     CHECK(Q4_last_isa_used() == isa);
   }
 }
+
+TEST_CASE("fast math mode stays within its documented int8-activation bound", "[kernels][fast]") {
+  // |y_fast - y| <= sum_b (amax_b(x)/127/2) * sum_{k in b} |w_k| + fp32 rounding.
+  const int64_t n = 23, k = 96;
+  Tensor w = t::random_float({n, k}, t::f32(), 31);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+  float g = 0;
+  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+  Tensor nq({n * k / 2}, t::u8()), am({n * k / 32}, t::f32());
+  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 32, nullptr) == Q4_OK);
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = 32;
+  st.absmax = am.t();
+  Q4_op_options fast;
+  Q4_op_options_init(&fast);
+  fast.math_mode = Q4_MATH_FAST;
+  for (int64_t m : {1, 5, 12}) {
+    Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(40 + m));
+    for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {
+      auto wv = [&](int64_t j, int64_t kk) { return fmt_i == 0 ? nvfp4_w(wq, ws, k, j, kk, g) : nf4_w(nq, am, j * k + kk, 32); };
+      Tensor y({m, n}, t::f32());
+      if (fmt_i == 0) {
+        REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_OK);
+      } else {
+        REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, y.t(), &fast) == Q4_OK);
+      }
+      size_t bad = 0;
+      double worst_rel = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double exact = 0, mag = 0, bound = 0;
+          for (int64_t b = 0; b < k / 16; ++b) {
+            double amax = 0, wsum = 0;
+            for (int64_t kk = b * 16; kk < b * 16 + 16; ++kk) {
+              amax = std::max(amax, std::fabs(static_cast<double>(x.get(i * k + kk))));
+              wsum += std::fabs(wv(j, kk));
+              exact += x.get(i * k + kk) * wv(j, kk);
+              mag += std::fabs(x.get(i * k + kk) * wv(j, kk));
+            }
+            bound += amax / 127.0 / 2.0 * wsum * (1 + 1e-6);
+          }
+          bound += (static_cast<double>(k) + 16) * std::ldexp(1.0, -24) * (mag + bound);
+          const double err = std::fabs(y.get(i * n + j) - exact);
+          if (err > bound) ++bad;
+          worst_rel = std::max(worst_rel, err / (mag + 1e-30));
+        }
+      }
+      INFO("format " << fmt_i << " m=" << m << " worst |err|/sum|xw| = " << worst_rel);
+      CHECK(bad == 0);
+      CHECK(worst_rel < 0.02);
+    }
+  }
+  // Fast math needs a kernel path.
+  fast.compute_path = Q4_PATH_DEQUANT_MATMUL_ONLY;
+  Tensor x({1, k}, t::f32()), y({1, n}, t::f32());
+  CHECK(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_ERR_UNSUPPORTED);
+}

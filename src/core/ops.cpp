@@ -86,10 +86,12 @@ void require_same_leading(const TensorRef& out, const TensorRef& x) {
   }
 }
 
-void require_exact_math(const ResolvedOptions& o) {
-  if (o.math_mode == Q4_MATH_FAST) {
+// Fast math runs the fused int8-activation kernels; the dequant-matmul
+// backend computes in fp32 only.
+void check_math_mode(const ResolvedOptions& o, CpuPath path) {
+  if (o.math_mode == Q4_MATH_FAST && path == CpuPath::DequantMatmul) {
     fail(Q4_ERR_UNSUPPORTED, "opts->math_mode",
-         "fast (int8-activation) math is not available in this build; use Q4_MATH_EXACT");
+         "fast (int8-activation) math needs a kernel backend, not dequant-matmul");
   }
 }
 
@@ -414,7 +416,7 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
   const ResolvedOptions o = resolve_options(opts);
   tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);
-  require_exact_math(o);
+  check_math_mode(o, path);
   const TensorRef x = check_tensor(x_t, "x");
   require_float(x);
   require_min_ndim(x, 1);
@@ -447,6 +449,8 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
     std::vector<float> w(static_cast<size_t>(n * k));
     kern::dequantize_nvfp4(kt, wq.data, w_ls.p, g, n, k, w.data(), threads);
     kern::gemm_f32(kt, xv.p, m, k, w.data(), n, r.p, threads, kern::gemm_blocking());
+  } else if (o.math_mode == Q4_MATH_FAST) {
+    kern::linear_nvfp4_fast(xv.p, m, kern::NvWeights{wq.data, w_ls.p, g, k}, n, r.p, threads);
   } else {
     kern::linear_nvfp4(kt, xv.p, m, kern::NvWeights{wq.data, w_ls.p, g, k}, n, r.p, threads);
   }
@@ -516,7 +520,7 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w
   const ResolvedOptions o = resolve_options(opts);
   tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NF4);
-  require_exact_math(o);
+  check_math_mode(o, path);
   const TensorRef x = check_tensor(x_t, "x");
   require_float(x);
   require_min_ndim(x, 1);
@@ -555,7 +559,11 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w
     int32_t shift = 0;
     while ((int64_t{1} << shift) < st.stats.blocksize) ++shift;
     const kern::Nf4Weights w{wq.data, absmax.data(), lut, k, st.stats.blocksize, shift};
-    kern::linear_nf4(kt, xv.p, m, w, n, r.p, threads);
+    if (o.math_mode == Q4_MATH_FAST) {
+      kern::linear_nf4_fast(xv.p, m, w, n, r.p, threads);
+    } else {
+      kern::linear_nf4(kt, xv.p, m, w, n, r.p, threads);
+    }
   }
   finish(r, n, 1.0f, bias.get(), threads);
 }

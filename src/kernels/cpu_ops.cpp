@@ -1,6 +1,7 @@
 #include "kernels/cpu_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "formats/codec.h"
 
 namespace q4::kern {
 namespace {
@@ -58,7 +60,96 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
   });
 }
 
+// Per-block int8 activations: xq [m, k] and xs [m, k/16] (k % 16 == 0 is
+// not required: a short last block is allowed).
+struct QuantizedActivations {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  int64_t blocks_per_row = 0;
+};
+
+QuantizedActivations quantize_activations(const float* x, int64_t m, int64_t k, int32_t threads) {
+  QuantizedActivations a;
+  a.blocks_per_row = (k + 15) / 16;
+  a.q.resize(static_cast<size_t>(m * k));
+  a.scale.resize(static_cast<size_t>(m * a.blocks_per_row));
+  parallel_for(m, threads, [&](int64_t i) {
+    for (int64_t b = 0; b < a.blocks_per_row; ++b) {
+      const int64_t k0 = b * 16, k1 = std::min(k, k0 + 16);
+      float amax = 0.0f;
+      for (int64_t kk = k0; kk < k1; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      const float scale = amax / 127.0f;
+      a.scale[static_cast<size_t>(i * a.blocks_per_row + b)] = scale;
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        const float v = scale > 0.0f ? x[i * k + kk] / scale : 0.0f;
+        const int32_t r = static_cast<int32_t>(v + (v < 0.0f ? -0.5f : 0.5f));
+        a.q[static_cast<size_t>(i * k + kk)] = static_cast<int8_t>(std::max(-127, std::min(127, r)));
+      }
+    }
+  });
+  return a;
+}
+
 }  // namespace
+
+void linear_nvfp4_fast(const float* x, int64_t m, const NvWeights& w, int64_t n, float* y, int32_t threads) {
+  const int64_t k = w.k;
+  const QuantizedActivations a = quantize_activations(x, m, k, threads);
+  const int64_t chunk = gemv_chunk(n, threads);
+  parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+    const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+    std::vector<int8_t> wrow(static_cast<size_t>(k));
+    for (int64_t j = n0; j < n1; ++j) {
+      const uint8_t* q = w.q + j * (k / 2);
+      for (int64_t kk = 0; kk < k; kk += 2) {
+        wrow[static_cast<size_t>(kk)] = static_cast<int8_t>(fmt::e2m1_decode_x2(q[kk / 2] & 0xfu));
+        wrow[static_cast<size_t>(kk + 1)] = static_cast<int8_t>(fmt::e2m1_decode_x2(q[kk / 2] >> 4));
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        const int8_t* xq = a.q.data() + i * k;
+        const float* xs = a.scale.data() + i * a.blocks_per_row;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < k / 16; ++b) {
+          int32_t dot = 0;
+          for (int e = 0; e < 16; ++e) dot += int32_t{xq[b * 16 + e]} * wrow[static_cast<size_t>(b * 16 + e)];
+          acc += static_cast<float>(dot) * (xs[b] * fmt::e4m3_decode(w.s[j * (k / 16) + b]));
+        }
+        y[i * n + j] = acc * (0.5f * w.g);  // e2m1 x2 -> e2m1
+      }
+    }
+  });
+}
+
+void linear_nf4_fast(const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y, int32_t threads) {
+  const int64_t k = w.k;
+  const QuantizedActivations a = quantize_activations(x, m, k, threads);
+  const int64_t chunk = gemv_chunk(n, threads);
+  parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+    const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+    std::vector<float> wrow(static_cast<size_t>(k));
+    for (int64_t j = n0; j < n1; ++j) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const int64_t f = j * k + kk;
+        const uint8_t byte = w.q[f >> 1];
+        const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
+        wrow[static_cast<size_t>(kk)] = w.lut[code] * w.absmax[f >> w.block_shift];
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        const int8_t* xq = a.q.data() + i * k;
+        const float* xs = a.scale.data() + i * a.blocks_per_row;
+        float acc = 0.0f;
+        for (int64_t b = 0; b < a.blocks_per_row; ++b) {
+          float part = 0.0f;
+          for (int64_t kk = b * 16; kk < std::min(k, b * 16 + 16); ++kk) {
+            part += static_cast<float>(xq[kk]) * wrow[static_cast<size_t>(kk)];
+          }
+          acc += part * xs[b];
+        }
+        y[i * n + j] = acc;
+      }
+    }
+  });
+}
 
 GemmBlocking gemm_blocking() {
   GemmBlocking b;

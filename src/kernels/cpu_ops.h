@@ -29,6 +29,14 @@ void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weigh
 void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
               int32_t threads, const GemmBlocking& blocking);
 
+// Fast math mode: activations quantized on the fly to int8 per block of 16
+// (scale amax/127, round half away from zero), then integer dot products
+// with the E2M1 weights (NVFP4) or int8 x fp32-codebook products (NF4).
+// Error: |y - y_exact| <= sum_b (xs_b / 2) * sum_{k in b} |w_k| (+ fp32
+// rounding), xs_b = amax_b(x) / 127.
+void linear_nvfp4_fast(const float* x, int64_t m, const NvWeights& w, int64_t n, float* y, int32_t threads);
+void linear_nf4_fast(const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y, int32_t threads);
+
 void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                     uint8_t* s, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
