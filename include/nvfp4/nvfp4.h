@@ -14,5 +14,6 @@
 #include "nvfp4/q4_base.h"
 #include "nvfp4/ops.h"
 #include "nvfp4/schema.h"
+#include "nvfp4/session.h"
 
 #endif /* NVFP4_NVFP4_H_ */
