@@ -1,8 +1,11 @@
 #include "common/tensor.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
 #include "formats/codec.h"
 
 namespace q4 {
@@ -244,21 +247,36 @@ void require_no_overlap(const TensorRef& out, std::initializer_list<const Tensor
 
 namespace {
 
-// Index of the first NaN/Inf among n elements of `width` bytes whose
-// exponent bits are `mask`, or -1. Scans chunks with a branch-free
-// (vectorizable) reduction, then locates the element in the bad chunk.
+// Number of elements in [p, p+len) whose exponent bits are all ones: a
+// branch-free count the compiler vectorizes (pcmpeq + add).
+template <class U>
+uint32_t count_non_finite(const uint8_t* p, int64_t len, U mask) {
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    U w;
+    std::memcpy(&w, p + i * static_cast<int64_t>(sizeof(U)), sizeof(U));
+    bad += (w & mask) == mask ? 1u : 0u;
+  }
+  return bad;
+}
+
+// Index of the first NaN/Inf among n elements, or -1. Chunks are scanned in
+// parallel; only a chunk with a hit is searched element by element.
 template <class U>
 int64_t first_non_finite(const uint8_t* data, int64_t n, U mask) {
-  constexpr int64_t kChunk = 2048;
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t len = n - c0 < kChunk ? n - c0 : kChunk;
-    U words[kChunk];
-    std::memcpy(words, data + c0 * static_cast<int64_t>(sizeof(U)), static_cast<size_t>(len) * sizeof(U));
-    bool any = false;
-    for (int64_t i = 0; i < len; ++i) any |= (words[i] & mask) == mask;
-    if (!any) continue;
-    for (int64_t i = 0; i < len; ++i) {
-      if ((words[i] & mask) == mask) return c0 + i;
+  constexpr int64_t kChunk = 1 << 15;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<uint32_t> bad(static_cast<size_t>(chunks), 0);
+  parallel_for(chunks, 0, [&](int64_t c) {
+    const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+    bad[static_cast<size_t>(c)] = count_non_finite<U>(data + i0 * static_cast<int64_t>(sizeof(U)), len, mask);
+  });
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (bad[static_cast<size_t>(c)] == 0) continue;
+    for (int64_t i = c * kChunk; i < n; ++i) {
+      U w;
+      std::memcpy(&w, data + i * static_cast<int64_t>(sizeof(U)), sizeof(U));
+      if ((w & mask) == mask) return i;
     }
   }
   return -1;

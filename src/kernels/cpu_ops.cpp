@@ -42,6 +42,19 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
   const int64_t kc = std::max<int64_t>(16, b.kc / 16 * 16);
   const int64_t mc = std::max<int64_t>(kt.micro_mr, b.mc);
   const int64_t nblocks = (n + nr - 1) / nr;
+  // Rows of X a power-of-two size apart map to the same L1 sets (4K
+  // aliasing) and evict each other inside the micro-kernel; copy X once with
+  // its rows padded by a cache line.
+  std::vector<float> padded;
+  int64_t ldx = k;
+  if (m > kt.micro_mr && (k * 4) % 4096 == 0) {
+    ldx = k + 16;
+    padded.resize(static_cast<size_t>(m * ldx));
+    parallel_for(m, threads, [&](int64_t i) {
+      std::copy(x + i * k, x + i * k + k, padded.data() + i * ldx);
+    });
+    x = padded.data();
+  }
   parallel_for(nblocks, threads, [&](int64_t t) {
     const int64_t n0 = t * nr;
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
@@ -53,7 +66,7 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
         pack(n0, rows, k0, kcur, panel.get());
         for (int64_t i = i0; i < i1; i += kt.micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.micro_mr, i1 - i));
-          kt.gemm_micro(x + i * k + k0, k, mr, panel.get(), kcur, y + i * n + n0, n, rows, k0 > 0);
+          kt.gemm_micro(x + i * ldx + k0, ldx, mr, panel.get(), kcur, y + i * n + n0, n, rows, k0 > 0);
         }
       }
     }

@@ -289,41 +289,102 @@ void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int
   }
 }
 
-// Bit-exact NVFP4 quantization: the block scale comes from the shared
-// scalar codec; the division is IEEE (correctly rounded) like the reference;
-// the E2M1 rounding is the same comparisons as fmt::e2m1_encode.
+// E4M3 encoding of 16 non-negative values (finite or +Inf; no NaN), the
+// same integer round-to-nearest-even as fmt::e4m3_encode.
+inline __m512i e4m3_encode16_nonneg(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i exp = _mm512_srli_epi32(u, 23);
+  const __m512i man = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffff));
+  // Normal E4M3 (biased fp32 exponent >= 121): keep 3 mantissa bits.
+  const __m512i full =
+      _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(exp, _mm512_set1_epi32(120)), 3), _mm512_srli_epi32(man, 20));
+  const __m512i rem_n = _mm512_and_si512(man, _mm512_set1_epi32(0xfffff));
+  const __mmask16 up_n = _mm512_cmpgt_epu32_mask(rem_n, _mm512_set1_epi32(0x80000)) |
+                         (_mm512_cmpeq_epi32_mask(rem_n, _mm512_set1_epi32(0x80000)) &
+                          _mm512_test_epi32_mask(full, one));
+  __m512i code_n = _mm512_mask_add_epi32(full, up_n, full, one);
+  code_n = _mm512_min_epu32(code_n, _mm512_set1_epi32(0x7e));
+  // Subnormal E4M3: sig * 2^(e - 150) in units of 2^-9, shift = 141 - e.
+  const __mmask16 has_exp = _mm512_test_epi32_mask(exp, exp);
+  const __m512i sig = _mm512_mask_or_epi32(man, has_exp, man, _mm512_set1_epi32(0x800000));
+  const __m512i e = _mm512_max_epu32(exp, one);
+  const __m512i shift = _mm512_sub_epi32(_mm512_set1_epi32(141), e);
+  const __m512i kept = _mm512_srlv_epi32(sig, shift);  // 0 for shift >= 32
+  const __m512i rem_s = _mm512_and_si512(sig, _mm512_sub_epi32(_mm512_sllv_epi32(one, shift), one));
+  const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one));
+  const __mmask16 in_range = _mm512_cmple_epu32_mask(shift, _mm512_set1_epi32(32));
+  const __mmask16 up_s = in_range & (_mm512_cmpgt_epu32_mask(rem_s, half) |
+                                     (_mm512_cmpeq_epi32_mask(rem_s, half) & _mm512_test_epi32_mask(kept, one)));
+  const __m512i code_s = _mm512_mask_add_epi32(kept, up_s, kept, one);
+  const __mmask16 normal = _mm512_cmpge_epu32_mask(exp, _mm512_set1_epi32(121));
+  __m512i code = _mm512_mask_blend_epi32(normal, code_s, code_n);
+  const __mmask16 is_inf = _mm512_cmpeq_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_blend_epi32(is_inf, code, _mm512_set1_epi32(0x7e));
+}
+
+// Codes of one 16-element block (x / d already known > 0) packed into 8 bytes.
+inline void encode_block(__m512 v, float d, uint8_t* dst) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512 yv = _mm512_div_ps(v, _mm512_set1_ps(d));  // IEEE division, as the reference
+  const __m512 ay = _mm512_and_ps(yv, abs_mask);
+  __m512i mag = _mm512_setzero_si512();
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.25f), _CMP_GT_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.75f), _CMP_GE_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.25f), _CMP_GT_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.75f), _CMP_GE_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag, one);
+  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag, one);
+  const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(yv), 31);
+  const __m512i codes = _mm512_or_si512(mag, _mm512_slli_epi32(sign, 3));
+  const __m128i b8 = _mm512_cvtepi32_epi8(codes);  // 16 codes, one per byte
+  const __m128i packed16 = _mm_or_si128(_mm_and_si128(b8, _mm_set1_epi16(0x000f)),
+                                        _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi16(0x00f0)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(packed16, packed16));
+}
+
+// Bit-exact NVFP4 quantization. Block scales are computed 16 blocks at a
+// time in vectors with the same integer E4M3 rounding as the codec; the
+// element division is IEEE (correctly rounded) like the reference; the
+// E2M1 rounding is the same comparisons as fmt::e2m1_encode.
 void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
   const int64_t nblocks = rows * (k / 16);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512i one = _mm512_set1_epi32(1);
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const __m512 v = _mm512_loadu_ps(x + b * 16);
-    const __m512 a = _mm512_and_ps(v, abs_mask);
-    const float bmax = _mm512_reduce_max_ps(a);
+  const __m512 six_g = _mm512_set1_ps(fmt::kE2M1Max * g);
+  const __m512 gv = _mm512_set1_ps(g);
+  int64_t b0 = 0;
+  for (; b0 + 16 <= nblocks; b0 += 16) {
+    alignas(64) float amax[16];
+    for (int i = 0; i < 16; ++i) amax[i] = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + (b0 + i) * 16), abs_mask));
+    const __m512 av = _mm512_load_ps(amax);
+    __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
+    // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+    const __mmask16 bump = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ) & _mm512_testn_epi32_mask(code, code);
+    code = _mm512_mask_mov_epi32(code, bump, _mm512_set1_epi32(1));
+    alignas(64) float dv[16];
+    _mm512_store_ps(dv, _mm512_mul_ps(e4m3_decode16(code), gv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(s + b0), _mm512_cvtepi32_epi8(code));
+    for (int i = 0; i < 16; ++i) {
+      uint8_t* dst = q + (b0 + i) * 8;
+      if (dv[i] == 0.0f) {
+        std::memset(dst, 0, 8);
+      } else {
+        encode_block(_mm512_loadu_ps(x + (b0 + i) * 16), dv[i], dst);
+      }
+    }
+  }
+  for (int64_t b = b0; b < nblocks; ++b) {  // tail blocks: the scalar codec
+    const float bmax = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + b * 16), abs_mask));
     const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
     const float d = fmt::nvfp4_block_divisor(code, g);
     s[b] = static_cast<uint8_t>(code);
     if (d == 0.0f) {
       std::memset(q + b * 8, 0, 8);
-      continue;
+    } else {
+      encode_block(_mm512_loadu_ps(x + b * 16), d, q + b * 8);
     }
-    const __m512 yv = _mm512_div_ps(v, _mm512_set1_ps(d));
-    const __m512 ay = _mm512_and_ps(yv, abs_mask);
-    __m512i mag = _mm512_setzero_si512();
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.25f), _CMP_GT_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.75f), _CMP_GE_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.25f), _CMP_GT_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.75f), _CMP_GE_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag, one);
-    mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag, one);
-    const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(yv), 31);
-    const __m512i codes = _mm512_or_si512(mag, _mm512_slli_epi32(sign, 3));
-    const __m128i b8 = _mm512_cvtepi32_epi8(codes);  // 16 codes, one per byte
-    const __m128i packed16 = _mm_or_si128(_mm_and_si128(b8, _mm_set1_epi16(0x000f)),
-                                          _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi16(0x00f0)));
-    const __m128i packed = _mm_packus_epi16(packed16, packed16);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + b * 8), packed);
   }
 }
 
