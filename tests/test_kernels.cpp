@@ -291,3 +291,21 @@ TEST_CASE("fast math mode stays within its documented int8-activation bound", "[
   Tensor x({1, k}, t::f32()), y({1, n}, t::f32());
   CHECK(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_ERR_UNSUPPORTED);
 }
+
+TEST_CASE("fast mode: a NaN activation gives NaN outputs, never undefined behaviour", "[kernels][fast]") {
+  // Found by fuzz_api: the int8 activation quantizer converted NaN to int.
+  const int64_t n = 4, k = 32;
+  Tensor w = t::random_float({n, k}, t::f32(), 3);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+  float g = 0;
+  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+  Tensor x = t::random_float({2, k}, t::f32(), 4);
+  x.set(5, std::nanf(""));
+  x.set(k + 7, INFINITY);
+  Q4_op_options fast;
+  Q4_op_options_init(&fast);
+  fast.math_mode = Q4_MATH_FAST;
+  Tensor y({2, n}, t::f32());
+  REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_OK);
+  for (int64_t i = 0; i < 2 * n; ++i) CHECK(std::isnan(y.get(i)));
+}

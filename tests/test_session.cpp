@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -410,7 +411,11 @@ TEST_CASE("1 writer, 8 readers: every snapshot is internally consistent", "[sess
       }
     });
   }
-  for (uint64_t round = 1; round <= 300; ++round) {
+  // Keep committing until the readers have seen many versions (threads may
+  // start late on a loaded machine); bounded by a deadline.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (uint64_t round = 1; round <= 300 || (snapshots.load() < 200 && std::chrono::steady_clock::now() < deadline);
+       ++round) {
     DLTensor view{};
     int32_t st;
     while ((st = Q4_mutable_begin_write(m, Q4_WRITE_DISCARD, &view)) == Q4_ERR_BUSY) std::this_thread::yield();

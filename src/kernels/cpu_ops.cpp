@@ -4,6 +4,7 @@
 #include <cmath>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <new>
 #include <vector>
@@ -90,13 +91,23 @@ QuantizedActivations quantize_activations(const float* x, int64_t m, int64_t k, 
     for (int64_t b = 0; b < a.blocks_per_row; ++b) {
       const int64_t k0 = b * 16, k1 = std::min(k, k0 + 16);
       float amax = 0.0f;
-      for (int64_t kk = k0; kk < k1; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
-      const float scale = amax / 127.0f;
+      bool finite = true;
+      for (int64_t kk = k0; kk < k1; ++kk) {
+        finite = finite && std::isfinite(x[i * k + kk]);
+        amax = std::max(amax, std::fabs(x[i * k + kk]));
+      }
+      // A NaN/Inf activation makes its block's scale NaN, so the outputs it
+      // feeds become NaN as in exact mode (and no float->int conversion of a
+      // non-finite value happens).
+      const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
       a.scale[static_cast<size_t>(i * a.blocks_per_row + b)] = scale;
       for (int64_t kk = k0; kk < k1; ++kk) {
-        const float v = scale > 0.0f ? x[i * k + kk] / scale : 0.0f;
-        const int32_t r = static_cast<int32_t>(v + (v < 0.0f ? -0.5f : 0.5f));
-        a.q[static_cast<size_t>(i * k + kk)] = static_cast<int8_t>(std::max(-127, std::min(127, r)));
+        int8_t code = 0;
+        if (finite && scale > 0.0f) {
+          const float v = std::min(127.0f, std::max(-127.0f, x[i * k + kk] / scale));
+          code = static_cast<int8_t>(static_cast<int32_t>(v + (v < 0.0f ? -0.5f : 0.5f)));
+        }
+        a.q[static_cast<size_t>(i * k + kk)] = code;
       }
     }
   });

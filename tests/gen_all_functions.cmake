@@ -1,0 +1,22 @@
+# Generates a C program that takes the address of every function declared
+# with Q4_API in the public headers (so the test fails to link when a
+# declared function is not exported).
+file(GLOB headers "${SRC}/include/nvfp4/*.h")
+set(names "")
+foreach(h IN LISTS headers)
+  file(READ "${h}" text)
+  string(REGEX MATCHALL "Q4_API[ \t\n]+(const[ \t\n]+)?[A-Za-z0-9_]+[ \t\n*]+[A-Za-z0-9_]+[ \t\n]*\\(" decls "${text}")
+  foreach(d IN LISTS decls)
+    string(REGEX REPLACE ".*[ \t\n*]([A-Za-z0-9_]+)[ \t\n]*\\($" "\\1" name "${d}")
+    list(APPEND names "${name}")
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES names)
+list(SORT names)
+set(body "/* Generated from include/nvfp4/*.h: the address of every declared function. */\n#include <stdio.h>\n#include <nvfp4/nvfp4.h>\n\ntypedef void (*fn)(void);\nstatic const volatile fn all[] = {\n")
+foreach(n IN LISTS names)
+  string(APPEND body "  (fn)${n},\n")
+endforeach()
+list(LENGTH names count)
+string(APPEND body "};\n\nint main(void) {\n  size_t i, n = sizeof all / sizeof all[0];\n  for (i = 0; i < n; ++i) {\n    if (all[i] == 0) return 1;\n  }\n  printf(\"%u public functions resolved\\n\", (unsigned)n);\n  return n == ${count} ? 0 : 1;\n}\n")
+file(WRITE "${OUT}" "${body}")
