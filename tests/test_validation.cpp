@@ -388,3 +388,28 @@ TEST_CASE("last error is per thread", "[validation]") {
   CHECK(other.empty());
   CHECK(!std::string(Q4_last_error()).empty());
 }
+
+TEST_CASE("empty tensors with huge leading dimensions return at once", "[validation]") {
+  // Found by fuzz_api (timeout): [2^40, 0] is a valid, empty tensor; no
+  // driver may loop over its 2^40 empty rows.
+  int64_t xs[2] = {int64_t{1} << 40, 0}, qs[1] = {0}, ss[1] = {0};
+  float dummy = 0;
+  uint8_t byte = 0;
+  DLTensor x{&dummy, {kDLCPU, 0}, 2, t::f32(), xs, nullptr, 0};
+  DLTensor q{&byte, {kDLCPU, 0}, 1, t::u8(), qs, nullptr, 0};
+  DLTensor s{&byte + 0, {kDLCPU, 0}, 1, t::u8(), ss, nullptr, 0};
+  float g = 0;
+  CHECK(NVFP4_quantize(&x, &q, &s, Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
+  CHECK(g == 1.0f);
+  CHECK(NVFP4_dequantize(&q, &s, Q4_SCALE_LINEAR, 1.0f, &x, nullptr) == Q4_OK);
+  Q4_session* session = nullptr;
+  REQUIRE(Q4_session_create(nullptr, &session) == Q4_OK);
+  Q4_weight_bundle b;
+  Q4_weight_bundle_init(&b);
+  b.source = Q4_WEIGHT_FLOAT;
+  b.weight = &x;
+  Q4_linear* l = nullptr;
+  CHECK(Q4_linear_create(session, &b, &l) == Q4_OK);
+  Q4_linear_destroy(l);
+  Q4_session_destroy(session);
+}

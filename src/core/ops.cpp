@@ -87,6 +87,7 @@ void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, 
   require_scale_bytes(s);
   require_nbytes(s, scale_bytes(rows, k, layout, "scale"), scale_why(rows, k, layout));
   require_no_overlap(out, {&q, &s});
+  if (out.numel == 0) return;  // validated; nothing to compute
   const LinearScales ls = linear_scales(s, layout, rows, k);
   F32Result r = f32_result(out);
   kern::dequantize_nvfp4(kern::active_table(), q.data, ls.p, g, rows, k, r.p, o.num_threads);
@@ -136,6 +137,7 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
   require_nbytes(bs, scale_bytes(n, k, layout, "b_scale"), scale_why(n, k, layout));
   const Bias bias = parse_bias(bias_t, n);
   require_no_overlap(out, {&aq, &as, &bq, &bs, bias.present ? &bias.ref : nullptr});
+  if (out.numel == 0) return;  // validated; nothing to compute
 
   // Block scales only (global scales are folded into alpha). A is decoded
   // once to fp32 (its values e2m1*s are exact), B stays packed.
@@ -184,6 +186,7 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
   require_nbytes(ws, scale_bytes(n, k, layout, "w_scale"), scale_why(n, k, layout));
   const Bias bias = parse_bias(bias_t, n);
   require_no_overlap(out, {&x, &wq, &ws, bias.present ? &bias.ref : nullptr});
+  if (out.numel == 0) return;  // validated; nothing to compute
 
   const int32_t threads = o.num_threads;
   const kern::KernelTable& kt = kern::active_table();
@@ -285,6 +288,7 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w
   const Bias bias = parse_bias(bias_t, n);
   require_out_clear_of_nf4(out, wq, st);
   require_no_overlap(out, {&x, bias.present ? &bias.ref : nullptr});
+  if (out.numel == 0) return;  // validated; nothing to compute
 
   const int32_t threads = o.num_threads;
   const kern::KernelTable& kt = kern::active_table();

@@ -48,6 +48,7 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
   // its rows padded by a cache line.
   std::vector<float> padded;
   int64_t ldx = k;
+  if (m == 0 || n == 0 || k == 0) return;
   if (m > kt.micro_mr && (k * 4) % 4096 == 0) {
     ldx = k + 16;
     padded.resize(static_cast<size_t>(m * ldx));
@@ -229,6 +230,7 @@ void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const
 
 void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                     uint8_t* s, int32_t threads) {
+  if (rows == 0 || k == 0) return;  // nothing to do (and no empty rows to loop over)
   // Chunks of whole rows, at least 64 KiB of input each.
   const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
@@ -239,6 +241,7 @@ void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t
 
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                       float* out, int32_t threads) {
+  if (rows == 0 || k == 0) return;
   const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
