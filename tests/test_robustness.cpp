@@ -1,0 +1,162 @@
+// Numerical robustness: signed zeros, subnormals, every rounding boundary,
+// all-zero blocks, one huge value, extreme global scales, NaN/Inf, and
+// products that overflow fp16 outputs — each with an expected result.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "formats/codec.h"
+#include "test_util.h"
+
+using t::Tensor;
+
+namespace {
+
+struct Quantized {
+  Tensor q, s;
+  float g = 0;
+};
+
+Quantized quantize(Tensor& x, float given) {
+  const int64_t rows = x.shape[0], k = x.shape[1];
+  Quantized r{Tensor({rows, k / 2}, t::u8()), Tensor({rows, k / 16}, t::u8()), 0};
+  REQUIRE(NVFP4_quantize(x.t(), r.q.t(), r.s.t(), Q4_SCALE_LINEAR, given, &r.g, nullptr) == Q4_OK);
+  return r;
+}
+
+uint32_t code_at(const Tensor& q, int64_t i) { return (i & 1) ? q.data()[i / 2] >> 4 : q.data()[i / 2] & 0xf; }
+
+}  // namespace
+
+TEST_CASE("signed zeros and all-zero blocks", "[robustness]") {
+  Tensor x({1, 32}, t::f32());
+  for (int i = 0; i < 16; ++i) x.set(i, i % 2 ? -0.0f : 0.0f);
+  for (int i = 16; i < 32; ++i) x.set(i, i == 20 ? -0.0f : 1.0f);
+  Quantized r = quantize(x, 0.0f);
+  CHECK(r.s.data()[0] == 0);  // all-zero block: scale 0, codes 0 (sign of -0 dropped: d == 0)
+  for (int i = 0; i < 16; ++i) CHECK(code_at(r.q, i) == 0);
+  CHECK(code_at(r.q, 20) == 0x8);  // -0 in a non-zero block keeps its sign bit
+  Tensor y({1, 32}, t::f32());
+  REQUIRE(NVFP4_dequantize(r.q.t(), r.s.t(), 0, r.g, y.t(), nullptr) == Q4_OK);
+  CHECK(std::signbit(y.get(20)));
+  CHECK(y.get(0) == 0.0f);
+  // An all-zero tensor: g = 1 by definition.
+  Tensor z({2, 16}, t::f32());
+  z.fill(0);
+  CHECK(quantize(z, 0.0f).g == 1.0f);
+}
+
+TEST_CASE("subnormal inputs and the smallest block scale", "[robustness]") {
+  Tensor x({1, 16}, t::f32());
+  for (int i = 0; i < 16; ++i) x.set(i, std::ldexp(1.0f, -140) * static_cast<float>(i + 1));  // fp32 subnormals
+  // g = 1: amax/6 underflows E4M3, so the scale is bumped to 2^-9 (code 1).
+  Quantized r = quantize(x, 1.0f);
+  CHECK(r.s.data()[0] == 0x01);
+  for (int i = 0; i < 16; ++i) CHECK(code_at(r.q, i) == 0);  // all round to 0 at that scale
+  // With the computed g the block is representable.
+  Quantized c = quantize(x, 0.0f);
+  CHECK(c.g > 0.0f);
+  CHECK(code_at(c.q, 15) == 0x7);  // the block maximum maps to 6
+}
+
+TEST_CASE("every E2M1 rounding boundary inside a block", "[robustness]") {
+  // Block amax 6 with g = 1/448 gives d = 1 exactly, so codes are e2m1(x).
+  const float values[16] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f,
+                            -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, -5.0f, 0.2500001f};
+  const uint32_t expect[16] = {0x7, 0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x8, 0xA, 0xA, 0xC, 0xC, 0xE, 0xE, 0x1};
+  Tensor x({1, 16}, t::f32());
+  for (int i = 0; i < 16; ++i) x.set(i, values[i]);
+  Quantized r = quantize(x, 1.0f / 448.0f);
+  CHECK(r.s.data()[0] == 0x7e);
+  for (int i = 0; i < 16; ++i) {
+    INFO("x = " << values[i]);
+    CHECK(code_at(r.q, i) == expect[i]);
+  }
+}
+
+TEST_CASE("E4M3 scale boundaries: ties to even and saturation", "[robustness]") {
+  // s = e4m3(amax / (6 g)); pick amax so that amax/(6g) hits exact ties.
+  struct Case {
+    float ratio;  // amax / (6 g)
+    uint32_t code;
+  };
+  const Case cases[] = {{448.0f, 0x7e}, {1000.0f, 0x7e}, {17.0f, 0x58}, {18.0f, 0x59}, {1.0625f, 0x38},
+                        {1.1875f, 0x3a}, {std::ldexp(1.0f, -10), 0x01}};
+  for (const Case& c : cases) {
+    Tensor x({1, 16}, t::f32());
+    x.fill(0);
+    x.set(3, c.ratio * 6.0f);  // g = 1
+    Quantized r = quantize(x, 1.0f);
+    INFO("ratio " << c.ratio);
+    CHECK(r.s.data()[0] == c.code);
+  }
+}
+
+TEST_CASE("one huge value and extreme global scales", "[robustness]") {
+  Tensor x({1, 32}, t::f32());
+  for (int i = 0; i < 32; ++i) x.set(i, 1.0f);
+  x.set(7, 3.0e38f);  // near FLT_MAX
+  Quantized r = quantize(x, 0.0f);
+  CHECK(std::isfinite(r.g));
+  CHECK(code_at(r.q, 7) == 0x7);
+  CHECK(code_at(r.q, 6) == 0x0);  // dwarfed within its block
+  // E4M3 spans 2^-9..448 (about 2^18): with g set by the huge value, the
+  // other block's scale is bumped to 2^-9 and its values still round to 0.
+  CHECK(r.s.data()[1] == 0x01);
+  CHECK(code_at(r.q, 20) == 0x0);
+  Tensor y({1, 32}, t::f32());
+  REQUIRE(NVFP4_dequantize(r.q.t(), r.s.t(), 0, r.g, y.t(), nullptr) == Q4_OK);
+  CHECK(std::isfinite(y.get(7)));
+  CHECK(std::fabs(y.get(7) - 3.0e38f) / 3.0e38f < 0.2);
+  // A very large given g: 6*g overflows to Inf, every scale is bumped to
+  // 2^-9, the ones round to 0 and the huge value saturates at 6.
+  Quantized big = quantize(x, 1.0e38f);
+  for (int i = 0; i < 32; ++i) CHECK(code_at(big.q, i) == (i == 7 ? 0x7u : 0x0u));
+  CHECK(big.s.data()[0] == 0x01);
+  // A very small given g: scales saturate at 448 and codes at +-6.
+  Quantized small = quantize(x, 1.0e-30f);
+  CHECK(small.s.data()[0] == 0x7e);
+  CHECK(code_at(small.q, 0) == 0x7);
+}
+
+TEST_CASE("NaN and Inf are rejected with their index, in every float dtype", "[robustness]") {
+  for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY}) {
+      Tensor x({2, 16}, dt);
+      for (int i = 0; i < 32; ++i) x.set(i, 0.5f);
+      x.set(19, bad);
+      Tensor q({2, 8}, t::u8()), s({2, 1}, t::u8());
+      const auto q0 = q.snapshot();
+      CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), 0, 0.0f, nullptr, nullptr) == Q4_ERR_NON_FINITE);
+      CHECK(std::string(Q4_last_error()).find("flat index 19") != std::string::npos);
+      CHECK(q.snapshot() == q0);
+      Tensor a2({1}, t::f32());
+      Tensor qn({16}, t::u8());
+      CHECK(NF4_quantize(x.t(), qn.t(), a2.t(), 32, nullptr) == Q4_ERR_NON_FINITE);
+    }
+  }
+}
+
+TEST_CASE("products that overflow fp16 outputs saturate to Inf (documented)", "[robustness]") {
+  // 6 * 448 * 64 = 172032 > 65504: the fp32 result is finite, the fp16
+  // output is +Inf (IEEE conversion; not an error).
+  const int64_t n = 1, k = 64;
+  Tensor w({n, k}, t::f32());
+  for (int i = 0; i < k; ++i) w.set(i, 6.0f * 448.0f);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, nullptr) == Q4_OK);
+  Tensor x({1, k}, t::f32());
+  for (int i = 0; i < k; ++i) x.set(i, 1.0f);
+  Tensor y16({1, n}, t::f16()), y32({1, n}, t::f32());
+  REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, y16.t(), nullptr) == Q4_OK);
+  REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, y32.t(), nullptr) == Q4_OK);
+  CHECK(y32.get(0) == 172032.0f);
+  CHECK(std::isinf(y16.get(0)));
+  CHECK(y16.get(0) > 0);
+  // bf16 holds it (rounded).
+  Tensor yb({1, n}, t::bf16());
+  REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, yb.t(), nullptr) == Q4_OK);
+  CHECK(yb.get(0) == q4::fmt::bf16_to_f32(q4::fmt::f32_to_bf16(172032.0f)));
+}
