@@ -15,5 +15,6 @@
 #include "nvfp4/ops.h"
 #include "nvfp4/schema.h"
 #include "nvfp4/session.h"
+#include "nvfp4/cuda.h"
 
 #endif /* NVFP4_NVFP4_H_ */

@@ -6,8 +6,10 @@
 #include "common/error.h"
 #include "common/cpu_features.h"
 #include "kernels/dispatch.h"
+#include "core/cuda_backend.h"
 #include "core/ops.h"
 #include "core/schema.h"
+#include "cuda/seams.h"
 #include "core/tuner.h"
 #include "nvfp4/nvfp4.h"
 
@@ -91,12 +93,23 @@ Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps) {
     c.isa_best = q4::best_isa();
     c.isa_active = q4::active_isa();
     c.num_cpus = cpu.num_cpus;
-    c.cuda_state = Q4_CUDA_NOT_BUILT;
+    const q4::cuda::PluginState& cu = q4::cuda::plugin();
+    c.cuda_state = q4::cuda::cuda_state();
+    c.cuda_runtime_version = cu.probe.runtime_version;
+    c.cuda_driver_version = cu.probe.driver_version;
+    c.cuda_device_count = cu.loaded ? cu.probe.device_count : 0;
+    for (int32_t d = 0; d < c.cuda_device_count; ++d) {
+      const auto& a = cu.probe.devices[d];
+      const q4::cuda::DeviceCaps dc =
+          q4::cuda::interpret_caps(a.cc_major, a.cc_minor, a.managed_memory, a.concurrent_managed_access,
+                                   a.pageable_memory_access, cu.probe.compiled_archs);
+      if (dc.zero_copy) c.managed_memory = 1;
+      if (dc.fp4_tensor_cores) c.fp4_tensor_cores = 1;
+    }
     copy_text(c.cpu_vendor, sizeof c.cpu_vendor, cpu.vendor);
     copy_text(c.cpu_brand, sizeof c.cpu_brand, cpu.brand);
-    copy_text(c.cuda_archs, sizeof c.cuda_archs, "");
-    copy_text(c.native_load_state, sizeof c.native_load_state,
-              "CUDA backend not built into this library");
+    copy_text(c.cuda_archs, sizeof c.cuda_archs, cu.probe.compiled_archs);
+    copy_text(c.native_load_state, sizeof c.native_load_state, cu.load_state);
     std::memcpy(caps, &c, sizeof c);
     return Q4_OK;
   });
@@ -270,6 +283,53 @@ Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count,
                "holds " + std::to_string(capacity) + " entries, " + std::to_string(d.linears.size()) +
                    " linears found");
     }
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_can_use_managed(int32_t device, int32_t* can_use) {
+  return api_call("NVFP4_can_use_managed", [&] {
+    if (can_use == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "can_use", "output pointer is NULL");
+    *can_use = q4::cuda::can_use_managed(device);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_is_managed_tensor(const DLTensor* t, int32_t* is_managed) {
+  return api_call("NVFP4_is_managed_tensor", [&] {
+    if (is_managed == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "is_managed", "output pointer is NULL");
+    *is_managed = 0;
+    *is_managed = q4::cuda::is_managed(t);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_to_managed(const DLTensor* src, int32_t device, uint32_t flags, DLManagedTensorVersioned** out) {
+  return api_call("NVFP4_to_managed", [&] {
+    if (out == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "out", "output pointer is NULL");
+    *out = nullptr;
+    *out = q4::cuda::to_managed(src, device, flags);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_managed_prefetch(const DLTensor* t, int32_t device, void* stream) {
+  return api_call("NVFP4_managed_prefetch", [&] {
+    q4::cuda::managed_prefetch(t, device, stream);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t NVFP4_memory_info(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
+  return api_call("NVFP4_memory_info", [&] {
+    q4::cuda::memory_info(device, free_bytes, total_bytes);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_cuda_synchronize(int32_t device, void* stream) {
+  return api_call("Q4_cuda_synchronize", [&] {
+    q4::cuda::synchronize(device, stream);
     return Q4_OK;
   });
 }

@@ -98,7 +98,15 @@ std::string TensorRef::shape_text() const {
   return s + "]";
 }
 
-TensorRef check_tensor(const DLTensor* t, const char* name) {
+namespace {
+TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda);
+}  // namespace
+
+TensorRef check_tensor(const DLTensor* t, const char* name) { return check_tensor_impl(t, name, false); }
+TensorRef check_tensor_gpu(const DLTensor* t, const char* name) { return check_tensor_impl(t, name, true); }
+
+namespace {
+TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda) {
   if (t == nullptr) fail(Q4_ERR_NULL_POINTER, name, "tensor pointer is NULL");
   TensorRef r;
   r.name = name;
@@ -114,7 +122,7 @@ TensorRef check_tensor(const DLTensor* t, const char* name) {
     fail(Q4_ERR_DTYPE, name, "unsupported dtype " + dtype_text(t->dtype));
   }
   const int32_t dev = t->device.device_type;
-  if (dev != kDLCPU && dev != kDLCUDAHost && dev != kDLCUDAManaged) {
+  if (dev != kDLCPU && dev != kDLCUDAHost && dev != kDLCUDAManaged && !(allow_cuda && dev == kDLCUDA)) {
     fail(Q4_ERR_DEVICE, name,
          std::string("expected a CPU-accessible device (kDLCPU, kDLCUDAHost, kDLCUDAManaged), "
                      "got ") +
@@ -176,6 +184,7 @@ TensorRef check_tensor(const DLTensor* t, const char* name) {
   r.data = reinterpret_cast<uint8_t*>(start);
   return r;
 }
+}  // namespace
 
 void require_float(const TensorRef& t) {
   if (!is_float_activation(t.type)) {

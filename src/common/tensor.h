@@ -48,6 +48,9 @@ struct TensorRef {
 // CUDAHost, CUDAManaged), compact strides, size overflow, alignment to the
 // element size. Throws q4::Error naming `name`.
 TensorRef check_tensor(const DLTensor* t, const char* name);
+// The same checks for the CUDA backend: also accepts kDLCUDA (the data is
+// then never dereferenced on the host).
+TensorRef check_tensor_gpu(const DLTensor* t, const char* name);
 
 // Requirements on a parsed tensor, each throwing a specific status.
 void require_float(const TensorRef& t);                    // F32/F16/BF16

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/tensor.h"
+#include "core/cuda_backend.h"
 #include "core/op_helpers.h"
 #include "core/options.h"
 #include "core/tuner.h"
@@ -35,6 +36,7 @@ void require_out_clear_of_nf4(const TensorRef& out, const TensorRef& q, const Nf
 
 void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout, float g,
                     float* g_out, const Q4_op_options* opts) {
+  if (cuda::any_on_device({x_t, q_t, s_t})) return cuda::nvfp4_quantize(x_t, q_t, s_t, layout, g, g_out, opts);
   const ResolvedOptions o = resolve_options(opts);
   const TensorRef x = check_tensor(x_t, "x");
   require_float(x);
@@ -71,6 +73,7 @@ void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t l
 
 void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, float g,
                       DLTensor* out_t, const Q4_op_options* opts) {
+  if (cuda::any_on_device({q_t, s_t, out_t})) return cuda::nvfp4_dequantize(q_t, s_t, layout, g, out_t, opts);
   const ResolvedOptions o = resolve_options(opts);
   const TensorRef out = check_tensor(out_t, "out");
   require_float(out);
@@ -97,6 +100,9 @@ void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, 
 void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
                      const DLTensor* bs_t, int32_t layout, float alpha, const DLTensor* bias_t,
                      DLTensor* out_t, const Q4_op_options* opts) {
+  if (cuda::any_on_device({aq_t, as_t, bq_t, bs_t, bias_t, out_t})) {
+    return cuda::nvfp4_scaled_mm(aq_t, as_t, bq_t, bs_t, layout, alpha, bias_t, out_t, opts);
+  }
   const ResolvedOptions o = resolve_options(opts);
   tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);
@@ -162,6 +168,9 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
 
 void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout,
                   float g, const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+  if (cuda::any_on_device({x_t, wq_t, ws_t, bias_t, out_t})) {
+    return cuda::nvfp4_linear(x_t, wq_t, ws_t, layout, g, bias_t, out_t, opts);
+  }
   const ResolvedOptions o = resolve_options(opts);
   tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);

@@ -18,7 +18,15 @@ void require_range(int32_t v, int32_t lo, int32_t hi, const char* field) {
 
 }  // namespace
 
-ResolvedOptions resolve_options(const Q4_op_options* opts) {
+namespace {
+ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda);
+}  // namespace
+
+ResolvedOptions resolve_options(const Q4_op_options* opts) { return resolve(opts, false); }
+ResolvedOptions resolve_options_allow_cuda(const Q4_op_options* opts) { return resolve(opts, true); }
+
+namespace {
+ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda) {
   ResolvedOptions r;
   if (opts == nullptr) return r;
   constexpr uint32_t kMinSize = offsetof(Q4_op_options, reserved);
@@ -41,9 +49,9 @@ ResolvedOptions resolve_options(const Q4_op_options* opts) {
       if (v != 0) fail(Q4_ERR_INVALID_ARGUMENT, "opts->reserved", "reserved fields must be 0");
     }
   }
-  if (opts->target == Q4_TARGET_CUDA) {
+  if (opts->target == Q4_TARGET_CUDA && !allow_cuda) {
     fail(Q4_ERR_NOT_AVAILABLE, "opts->target",
-         "CUDA target requested, but this build has no CUDA backend loaded");
+         "CUDA target requested for host tensors; the CUDA backend runs on kDLCUDA tensors (see NVFP4_to_managed)");
   }
   r.compute_path = opts->compute_path;
   r.backend = opts->backend;
@@ -53,6 +61,7 @@ ResolvedOptions resolve_options(const Q4_op_options* opts) {
   r.stream = opts->stream;
   return r;
 }
+}  // namespace
 
 CpuPath choose_cpu_path(const ResolvedOptions& o, int32_t format) {
   const int32_t own_kernel = format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL;

@@ -26,6 +26,8 @@ struct ResolvedOptions {
 // fields zero. A CUDA target is Q4_ERR_NOT_AVAILABLE until the CUDA backend
 // is loaded.
 ResolvedOptions resolve_options(const Q4_op_options* opts);
+// The same for calls on CUDA tensors (a CUDA target is then fine).
+ResolvedOptions resolve_options_allow_cuda(const Q4_op_options* opts);
 
 // Picks the CPU path of a product of `format` (Q4_FORMAT_NVFP4/NF4) under the
 // options: a forced backend the format cannot run is Q4_ERR_UNSUPPORTED.

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
+#include "core/cuda_backend.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
 #include "core/tuner.h"
@@ -77,7 +78,7 @@ const char* um_name(int32_t um) {
   }
 }
 
-const char* kNativeLoadState = "CUDA backend not built into this library (CPU only)";
+
 
 template <class T>
 void require_struct_size(const T* p, const char* name, size_t min_size) {
@@ -177,7 +178,7 @@ std::string session_diagnostics(const Q4_session& s) {
   j["isa"] = isa_name(active_isa());
   j["threads"] = s.settings.ops.num_threads > 0 ? s.settings.ops.num_threads : default_num_threads();
   j["mathMode"] = s.settings.ops.math_mode == Q4_MATH_FAST ? "fast" : "exact";
-  j["nativeLoadState"] = kNativeLoadState;
+  j["nativeLoadState"] = cuda::plugin().load_state;
   j["unifiedMemory"] = {{"policy", um_name(s.settings.unified_memory)},
                         {"active", false},
                         {"reason", s.settings.unified_memory_reason}};
@@ -514,7 +515,7 @@ std::string linear_diagnostics(const Q4_linear& l) {
   j["backend"] = backend_name(l.backend_used);
   j["computePath"] = path_name(l.settings.ops.compute_path);
   j["fallbackReason"] = l.fallback_reason;
-  j["nativeLoadState"] = kNativeLoadState;
+  j["nativeLoadState"] = cuda::plugin().load_state;
   j["isa"] = isa_name(active_isa());
   j["device"] = "cpu";
   j["unifiedMemory"] = {{"policy", um_name(l.settings.unified_memory)},

@@ -162,7 +162,7 @@ void nvfp4_linear(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, ScaleVie
 
 void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax) {
   const int64_t nblocks = (n + blocksize - 1) / blocksize;
-  std::memset(q, 0, static_cast<size_t>((n + 1) / 2));
+  if (n > 0) std::memset(q, 0, static_cast<size_t>((n + 1) / 2));  // (q may be NULL when n == 0)
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t lo = b * blocksize;
     const int64_t hi = std::min(n, lo + blocksize);
@@ -272,7 +272,7 @@ void matmul_nt_f32(const float* a, int64_t m, int64_t k, const float* b, int64_t
 
 void swizzle(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled) {
   const int64_t total = fmt::swizzled_rows(rows) * fmt::swizzled_cols(cols);
-  std::memset(swizzled, 0, static_cast<size_t>(total));
+  if (total > 0) std::memset(swizzled, 0, static_cast<size_t>(total));  // (NULL allowed when empty)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) swizzled[fmt::swizzle_offset(r, c, cols)] = linear[r * cols + c];
   }
