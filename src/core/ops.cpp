@@ -56,6 +56,10 @@ void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t l
   require_no_overlap(s, {&x});
   require_finite(x);
 
+  if (x.numel == 0) {  // nothing to quantize (the swizzled buffer is then empty too)
+    if (g_out != nullptr) *g_out = g > 0.0f ? g : 1.0f;
+    return;
+  }
   const int32_t threads = o.num_threads;
   const kern::KernelTable& kt = kern::active_table();
   const F32View xv = f32_view(x, threads);

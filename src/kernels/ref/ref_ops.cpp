@@ -273,12 +273,14 @@ void matmul_nt_f32(const float* a, int64_t m, int64_t k, const float* b, int64_t
 void swizzle(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled) {
   const int64_t total = fmt::swizzled_rows(rows) * fmt::swizzled_cols(cols);
   if (total > 0) std::memset(swizzled, 0, static_cast<size_t>(total));  // (NULL allowed when empty)
+  if (cols == 0) return;  // no scales: never walk the (possibly huge) empty rows
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) swizzled[fmt::swizzle_offset(r, c, cols)] = linear[r * cols + c];
   }
 }
 
 void unswizzle(const uint8_t* swizzled, int64_t rows, int64_t cols, uint8_t* linear) {
+  if (cols == 0) return;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) linear[r * cols + c] = swizzled[fmt::swizzle_offset(r, c, cols)];
   }
