@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need. Idempotent and
 # quiet; uses sudo only when not already root.
 set -euo pipefail
-packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils valgrind abigail-tools python3-numpy)
+packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils valgrind abigail-tools python3-numpy libcli11-dev)
 # --cross: the aarch64 cross toolchain and qemu-user for the NEON tests.
 if [ "${1:-}" = "--cross" ]; then
   packages=(g++-aarch64-linux-gnu qemu-user)

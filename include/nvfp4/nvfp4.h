@@ -16,5 +16,6 @@
 #include "nvfp4/schema.h"
 #include "nvfp4/session.h"
 #include "nvfp4/cuda.h"
+#include "nvfp4/checkpoint.h"
 
 #endif /* NVFP4_NVFP4_H_ */

@@ -1,0 +1,249 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace q4::io {
+namespace {
+
+constexpr int64_t kMaxHeader = 100 * 1000 * 1000;  // 100 MB, as the reference implementation
+
+struct DtypeName {
+  const char* name;
+  int32_t dtype;
+  int64_t bits;
+};
+
+constexpr DtypeName kDtypes[] = {
+    {"F64", Q4_DTYPE_F64, 64},   {"F32", Q4_DTYPE_F32, 32},     {"F16", Q4_DTYPE_F16, 16},
+    {"BF16", Q4_DTYPE_BF16, 16}, {"I64", Q4_DTYPE_I64, 64},     {"I32", Q4_DTYPE_I32, 32},
+    {"I16", Q4_DTYPE_I16, 16},   {"I8", Q4_DTYPE_I8, 8},        {"U64", Q4_DTYPE_U64, 64},
+    {"U32", Q4_DTYPE_U32, 32},   {"U16", Q4_DTYPE_U16, 16},     {"U8", Q4_DTYPE_U8, 8},
+    {"BOOL", Q4_DTYPE_BOOL, 8},  {"F8_E4M3", Q4_DTYPE_F8_E4M3, 8}, {"F8_E5M2", Q4_DTYPE_F8_E5M2, 8},
+    {"F4", Q4_DTYPE_F4, 4},
+};
+
+[[noreturn]] void bad(const std::string& what) { fail(Q4_ERR_FORMAT, "", "malformed safetensors: " + what); }
+
+}  // namespace
+
+int64_t dtype_bits(int32_t dtype) {
+  for (const DtypeName& d : kDtypes) {
+    if (d.dtype == dtype) return d.bits;
+  }
+  return 0;
+}
+
+int32_t dtype_from_string(const std::string& s) {
+  for (const DtypeName& d : kDtypes) {
+    if (s == d.name) return d.dtype;
+  }
+  return Q4_DTYPE_UNKNOWN;
+}
+
+const char* dtype_to_string(int32_t dtype) {
+  for (const DtypeName& d : kDtypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "unknown";
+}
+
+Parsed parse(const uint8_t* bytes, int64_t size) {
+  if (size < 8) bad("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | bytes[i];  // little endian
+  if (hlen > static_cast<uint64_t>(kMaxHeader)) bad("header length " + std::to_string(hlen) + " exceeds 100 MB");
+  if (static_cast<int64_t>(hlen) > size - 8) {
+    bad("header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(size) + " bytes)");
+  }
+  Parsed p;
+  p.data_start = 8 + static_cast<int64_t>(hlen);
+  const char* text = reinterpret_cast<const char*>(bytes + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, text + hlen);  // validates UTF-8
+  } catch (const nlohmann::json::exception& e) {
+    bad(std::string("header is not valid UTF-8 JSON (") + e.what() + ")");
+  }
+  if (!header.is_object()) bad("header is not a JSON object");
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) bad("__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) bad("__metadata__ value of '" + m.key() + "' is not a string");
+        p.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object()) bad("entry '" + key + "' is not an object");
+    TensorEntry t;
+    t.name = key;
+    const auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string()) bad("entry '" + key + "' has no dtype string");
+    t.dtype = dtype_from_string(dt->get<std::string>());
+    if (t.dtype == Q4_DTYPE_UNKNOWN) bad("entry '" + key + "' has unsupported dtype '" + dt->get<std::string>() + "'");
+    const auto sh = v.find("shape");
+    if (sh == v.end() || !sh->is_array()) bad("entry '" + key + "' has no shape array");
+    if (sh->size() > 16) bad("entry '" + key + "' has more than 16 dimensions");
+    int64_t numel = 1;
+    for (const auto& d : *sh) {
+      if (!d.is_number_unsigned()) bad("entry '" + key + "' has a shape dimension that is not a non-negative integer");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > (uint64_t{1} << 62)) bad("entry '" + key + "' has a dimension too large");
+      int64_t r = 0;
+      if (__builtin_mul_overflow(numel, static_cast<int64_t>(dim), &r) || r > (int64_t{1} << 62)) {
+        bad("entry '" + key + "': element count overflows");
+      }
+      numel = r;
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const auto off = v.find("data_offsets");
+    if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned()) {
+      bad("entry '" + key + "' has no data_offsets [begin, end] of non-negative integers");
+    }
+    const uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
+    if (b > e) bad("entry '" + key + "' has data_offsets begin > end");
+    if (e > static_cast<uint64_t>(size - p.data_start)) bad("entry '" + key + "' data runs past the end of the file");
+    t.begin = static_cast<int64_t>(b);
+    t.end = static_cast<int64_t>(e);
+    const int64_t bits = dtype_bits(t.dtype);
+    int64_t total_bits = 0;
+    if (__builtin_mul_overflow(numel, bits, &total_bits)) bad("entry '" + key + "': byte size overflows");
+    if (total_bits % 8 != 0) bad("entry '" + key + "': " + std::to_string(numel) + " 4-bit elements do not fill whole bytes");
+    if (total_bits / 8 != t.end - t.begin) {
+      bad("entry '" + key + "' holds " + std::to_string(t.end - t.begin) + " bytes, its dtype and shape need " +
+          std::to_string(total_bits / 8));
+    }
+    p.tensors.push_back(std::move(t));
+  }
+  // The data section is covered exactly: no holes, no overlaps, no tail.
+  std::sort(p.tensors.begin(), p.tensors.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  int64_t expect = 0;
+  for (const TensorEntry& t : p.tensors) {
+    if (t.begin != expect) {
+      bad(t.begin < expect ? "tensor '" + t.name + "' overlaps the previous tensor"
+                           : "hole of " + std::to_string(t.begin - expect) + " bytes before tensor '" + t.name + "'");
+    }
+    expect = t.end;
+  }
+  if (expect != size - p.data_start) {
+    bad("the data section has " + std::to_string(size - p.data_start) + " bytes, the tensors cover " +
+        std::to_string(expect));
+  }
+  return p;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(Q4_ERR_IO, "path", "cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(Q4_ERR_IO, "path", "'" + path + "' is not a regular file");
+  }
+  size_ = static_cast<int64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      fail(Q4_ERR_IO, "path", "cannot map '" + path + "': " + std::strerror(errno));
+    }
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
+}
+
+void Writer::add(const std::string& name, int32_t dtype, std::vector<int64_t> shape, const void* data, int64_t nbytes) {
+  if (name.empty() || name == "__metadata__") fail(Q4_ERR_INVALID_ARGUMENT, "name", "invalid tensor name '" + name + "'");
+  for (const Item& i : items_) {
+    if (i.name == name) fail(Q4_ERR_INVALID_ARGUMENT, "name", "duplicate tensor name '" + name + "'");
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) fail(Q4_ERR_SHAPE, "shape", "negative dimension in '" + name + "'");
+    numel = checked_mul(numel, d, "shape");
+  }
+  const int64_t bits = dtype_bits(dtype);
+  if (bits == 0) fail(Q4_ERR_DTYPE, "dtype", "unknown dtype for '" + name + "'");
+  if (checked_mul(numel, bits, "shape") != checked_mul(nbytes, 8, "nbytes")) {
+    fail(Q4_ERR_SHAPE, "nbytes", "'" + name + "': " + std::to_string(nbytes) + " bytes do not match dtype and shape");
+  }
+  Item it{name, dtype, std::move(shape), {}};
+  if (nbytes > 0) it.bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
+  items_.push_back(std::move(it));
+}
+
+void Writer::add_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+
+void Writer::write(const std::string& path) const {
+  nlohmann::ordered_json header;
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  // Wider elements first: with an 8-byte padded header every tensor then
+  // starts aligned to its element size (the format forbids holes).
+  std::vector<const Item*> order;
+  for (const Item& i : items_) order.push_back(&i);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Item* a, const Item* b) { return dtype_bits(a->dtype) > dtype_bits(b->dtype); });
+  int64_t offset = 0;
+  for (const Item* ip : order) {
+    const Item& i = *ip;
+    const int64_t end = offset + static_cast<int64_t>(i.bytes.size());
+    header[i.name] = {{"dtype", dtype_to_string(i.dtype)}, {"shape", i.shape}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text.push_back(' ');  // data section 8-byte aligned
+  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  std::string tmpl = (dir.empty() ? std::string("/") : dir) + "/.nvfp4-tmp-XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) fail(Q4_ERR_IO, "path", "cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
+  ::fchmod(fd, 0644);  // mkstemp creates 0600
+  auto write_all = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  };
+  uint8_t len[8];
+  uint64_t h = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(h >> (8 * i));
+  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
+  for (const Item* i : order) ok = ok && (i->bytes.empty() || write_all(i->bytes.data(), i->bytes.size()));
+  ok = ok && ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok || std::rename(name.data(), path.c_str()) != 0) {
+    const int err = ok ? errno : saved;
+    ::unlink(name.data());
+    fail(Q4_ERR_IO, "path", "cannot write '" + path + "': " + std::strerror(err));
+  }
+}
+
+}  // namespace q4::io

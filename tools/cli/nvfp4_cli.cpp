@@ -1,0 +1,606 @@
+// nvfp4 — command-line tool over the public C API: inspect, quantize and
+// verify 4-bit safetensors checkpoints; generate a test checkpoint; forward
+// to the benchmark; self-test; capabilities.
+//
+// Exit codes: 0 ok, 1 error, 2 usage. Messages go to stderr and name the
+// file and tensor.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fnmatch.h>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nvfp4/nvfp4.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct CliError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(int32_t status, const std::string& context) {
+  if (status != Q4_OK) throw CliError(context + ": " + Q4_status_string(status) + ": " + Q4_last_error());
+}
+
+DLTensor host(const void* data, int64_t* shape, int32_t ndim, DLDataType dt) {
+  DLTensor t{};
+  t.data = const_cast<void*>(data);
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+
+const DLDataType kF32{kDLFloat, 32, 1}, kU8{kDLUInt, 8, 1};
+
+float bf16_to_f32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+                   : (e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(m + 1024), static_cast<int>(e) - 25));
+  return (h & 0x8000) ? -v : v;
+}
+
+// Any float tensor of the checkpoint as fp32 values.
+std::vector<float> to_f32(const DLTensor& t, int64_t numel) {
+  std::vector<float> out(static_cast<size_t>(numel));
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  for (int64_t i = 0; i < numel; ++i) {
+    if (t.dtype.code == kDLFloat && t.dtype.bits == 32) {
+      std::memcpy(&out[i], p + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      out[i] = t.dtype.code == kDLBfloat ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+double rel_rms(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    r += static_cast<double>(a[i]) * a[i];
+  }
+  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
+}
+
+struct Checkpoint {
+  Q4_checkpoint* c = nullptr;
+  std::string path;
+  explicit Checkpoint(const std::string& p) : path(p) { check(Q4_checkpoint_open(p.c_str(), &c), p); }
+  ~Checkpoint() { Q4_checkpoint_close(c); }
+  size_t count() const {
+    size_t n = 0;
+    check(Q4_checkpoint_count(c, &n), path);
+    return n;
+  }
+  Q4_tensor_desc desc(size_t i, int64_t* nbytes = nullptr) const {
+    Q4_tensor_desc d{};
+    check(Q4_checkpoint_tensor_info(c, i, &d, nbytes), path);
+    return d;
+  }
+  DLTensor view(size_t i) const {
+    DLTensor v{};
+    check(Q4_checkpoint_tensor(c, i, &v), path);
+    return v;
+  }
+  std::vector<Q4_tensor_desc> descs() const {
+    std::vector<Q4_tensor_desc> d;
+    for (size_t i = 0; i < count(); ++i) d.push_back(desc(i));
+    return d;
+  }
+};
+
+class Progress {
+ public:
+  explicit Progress(size_t total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {}
+  void step(size_t done, const std::string& what) const {
+    if (!tty_) return;
+    const int width = 30, filled = static_cast<int>(width * done / std::max<size_t>(total_, 1));
+    std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s", filled, "##############################", width - filled, "",
+                 done, total_, what.c_str());
+    if (done == total_) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  size_t total_;
+  bool tty_;
+};
+
+// ---------------------------------------------------------------------------
+int cmd_info() {
+  Q4_capabilities c{};
+  c.struct_size = sizeof c;
+  check(Q4_get_capabilities(&c), "capabilities");
+  json j;
+  j["version"] = Q4_version_string();
+  j["abi"] = Q4_abi_version();
+  j["cpu"] = {{"vendor", c.cpu_vendor}, {"brand", c.cpu_brand}, {"cpus", c.num_cpus},
+              {"isa_active", Q4_isa_name(c.isa_active)}, {"isa_best", Q4_isa_name(c.isa_best)}};
+  j["cuda"] = {{"state", c.cuda_state}, {"devices", c.cuda_device_count}, {"runtime", c.cuda_runtime_version},
+               {"driver", c.cuda_driver_version}, {"managed_memory", c.managed_memory != 0},
+               {"fp4_tensor_cores", c.fp4_tensor_cores != 0}, {"archs", c.cuda_archs},
+               {"native_load_state", c.native_load_state}};
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+int cmd_generate(const std::string& out, int layers, int64_t dim, uint32_t seed) {
+  if (layers < 1 || dim < 16 || dim % 64 != 0) throw CliError("generate: need --layers >= 1 and --dim a multiple of 64");
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  Q4_checkpoint_writer* w = nullptr;
+  check(Q4_checkpoint_writer_create(&w), "writer");
+  const DLDataType bf16{kDLBfloat, 16, 1};
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint16_t> data(static_cast<size_t>(n));
+    for (auto& v : data) v = f32_to_bf16(nd(rng));
+    DLTensor t = host(data.data(), shape.data(), static_cast<int32_t>(shape.size()), bf16);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), Q4_DTYPE_BF16, &t), out + ": " + name);
+  };
+  const int64_t vocab = 512;
+  add("model.embed_tokens.weight", {vocab, dim});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    add(p + ".input_layernorm.weight", {dim});
+    add(p + ".self_attn.q_proj.weight", {dim, dim});
+    add(p + ".self_attn.q_proj.bias", {dim});
+    add(p + ".mlp.up_proj.weight", {2 * dim, dim});
+    add(p + ".mlp.down_proj.weight", {dim, 2 * dim});
+  }
+  add("lm_head.weight", {vocab, dim});
+  check(Q4_checkpoint_writer_metadata(w, "format", "pt"), out);
+  check(Q4_checkpoint_writer_commit(w, out.c_str()), out);
+  Q4_checkpoint_writer_destroy(w);
+  std::printf("wrote %s: %d layers, dim %lld, bf16\n", out.c_str(), layers, static_cast<long long>(dim));
+  return 0;
+}
+
+std::vector<Q4_linear_schema> linears_of(const std::vector<Q4_tensor_desc>& descs, Q4_schema_summary* summary,
+                                         std::string* problem) {
+  summary->struct_size = sizeof *summary;
+  const int32_t st = Q4_detect_schema(descs.data(), descs.size(), summary);
+  if (st != Q4_OK) *problem = Q4_last_error();
+  size_t n = 0;
+  Q4_detect_linears(descs.data(), descs.size(), nullptr, 0, &n);
+  std::vector<Q4_linear_schema> out(n);
+  for (auto& l : out) l.struct_size = sizeof l;
+  Q4_detect_linears(descs.data(), descs.size(), out.data(), out.size(), &n);
+  return out;
+}
+
+int cmd_inspect(const std::string& path, bool as_json) {
+  Checkpoint c(path);
+  const auto descs = c.descs();
+  json j;
+  j["file"] = path;
+  json tensors = json::array();
+  int64_t total = 0;
+  for (size_t i = 0; i < descs.size(); ++i) {
+    int64_t nbytes = 0;
+    c.desc(i, &nbytes);
+    total += nbytes;
+    std::vector<int64_t> shape(descs[i].shape, descs[i].shape + descs[i].ndim);
+    tensors.push_back({{"name", descs[i].name}, {"dtype", Q4_dtype_name(descs[i].dtype)}, {"shape", shape}, {"bytes", nbytes}});
+  }
+  Q4_schema_summary s{};
+  std::string problem;
+  const auto linears = linears_of(descs, &s, &problem);
+  json layers = json::array();
+  for (const auto& l : linears) {
+    layers.push_back({{"prefix", std::string(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len))},
+                      {"format", Q4_format_name(l.format)},
+                      {"schema", Q4_schema_name(l.family)}});
+  }
+  j["tensors"] = tensors;
+  j["linears"] = layers;
+  j["totals"] = {{"tensors", descs.size()}, {"bytes", total}, {"linears", s.num_linears},
+                 {"format", Q4_format_name(s.format)}, {"schema", Q4_schema_name(s.family)},
+                 {"incomplete", s.num_incomplete}};
+  if (!problem.empty()) j["problem"] = problem;
+  if (as_json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s: %zu tensors, %.2f MiB\n", path.c_str(), descs.size(), static_cast<double>(total) / 1048576.0);
+  for (const auto& t : tensors) {
+    std::printf("  %-56s %-8s %-18s %10lld B\n", t["name"].get<std::string>().c_str(),
+                t["dtype"].get<std::string>().c_str(), t["shape"].dump().c_str(),
+                static_cast<long long>(t["bytes"].get<int64_t>()));
+  }
+  std::printf("4-bit linears: %d (%s, %s)\n", s.num_linears, Q4_format_name(s.format), Q4_schema_name(s.family));
+  for (const auto& l : layers) {
+    std::printf("  %-48s %-6s %s\n", l["prefix"].get<std::string>().c_str(), l["format"].get<std::string>().c_str(),
+                l["schema"].get<std::string>().c_str());
+  }
+  if (!problem.empty()) std::printf("problem: %s\n", problem.c_str());
+  return 0;
+}
+
+struct QuantizeOptions {
+  std::string format = "nvfp4";
+  std::string layout;
+  int blocksize = 64;
+  bool double_quant = false;
+  std::vector<std::string> exclude = {"*embed*", "*lm_head*", "*norm*"};
+};
+
+bool is_linear_weight(const Q4_tensor_desc& d, const QuantizeOptions& o) {
+  const std::string name = d.name;
+  if (d.ndim != 2 || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return false;
+  if (d.dtype != Q4_DTYPE_F32 && d.dtype != Q4_DTYPE_F16 && d.dtype != Q4_DTYPE_BF16) return false;
+  for (const std::string& p : o.exclude) {
+    if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return false;
+  }
+  return o.format != "nvfp4" || d.shape[1] % 16 == 0;
+}
+
+int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions o) {
+  if (o.format != "nvfp4" && o.format != "nf4") throw CliError("--format must be nvfp4 or nf4");
+  if (o.layout.empty()) o.layout = o.format == "nf4" ? "bnb" : "modelopt";
+  const bool nvfp4 = o.format == "nvfp4";
+  if (nvfp4 && o.layout != "modelopt" && o.layout != "compressed-tensors" && o.layout != "legacy") {
+    throw CliError("--layout for nvfp4 must be modelopt, compressed-tensors or legacy");
+  }
+  if (!nvfp4 && o.layout != "bnb") throw CliError("--layout for nf4 must be bnb");
+  Checkpoint c(in);
+  const auto descs = c.descs();
+  Q4_checkpoint_writer* w = nullptr;
+  check(Q4_checkpoint_writer_create(&w), "writer");
+  std::unique_ptr<Q4_checkpoint_writer, int32_t (*)(Q4_checkpoint_writer*)> guard(w, Q4_checkpoint_writer_destroy);
+  auto put = [&](const std::string& name, int32_t dtype, const void* data, std::vector<int64_t> shape, DLDataType dt) {
+    DLTensor t = host(data, shape.data(), static_cast<int32_t>(shape.size()), dt);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), dtype, &t), out + ": " + name);
+  };
+  Progress progress(descs.size());
+  json summary = json::array();
+  int quantized = 0;
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const Q4_tensor_desc& d = descs[i];
+    const std::string name = d.name;
+    const DLTensor v = c.view(i);
+    progress.step(i + 1, name);
+    if (!is_linear_weight(d, o)) {  // copied as it is
+      check(Q4_checkpoint_writer_add(w, name.c_str(), d.dtype, &v), out + ": " + name);
+      continue;
+    }
+    const std::string prefix = name.substr(0, name.size() - 7);
+    const int64_t n = d.shape[0], k = d.shape[1];
+    const std::vector<float> orig = to_f32(v, n * k);
+    std::vector<float> back(static_cast<size_t>(n * k));
+    int64_t fshape[2] = {n, k};
+    DLTensor tback = host(back.data(), fshape, 2, kF32);
+    if (nvfp4) {
+      std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * k / 16));
+      int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
+      DLTensor tq = host(q.data(), qs, 2, kU8), ts = host(s.data(), ss, 2, kU8);
+      float g = 0;
+      check(NVFP4_quantize(&v, &tq, &ts, Q4_SCALE_LINEAR, o.layout == "legacy" ? 1.0f : 0.0f, &g, nullptr),
+            in + ": " + name);
+      check(NVFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, g, &tback, nullptr), name);
+      const DLDataType e4m3{kDLFloat8_e4m3fn, 8, 1};
+      if (o.layout == "modelopt") {
+        put(prefix + ".weight", Q4_DTYPE_U8, q.data(), {n, k / 2}, kU8);
+        put(prefix + ".weight_scale", Q4_DTYPE_F8_E4M3, s.data(), {n, k / 16}, e4m3);
+        put(prefix + ".weight_scale_2", Q4_DTYPE_F32, &g, {}, kF32);
+      } else if (o.layout == "compressed-tensors") {
+        const float inv = 1.0f / g;  // compressed-tensors stores the inverse
+        put(prefix + ".weight_packed", Q4_DTYPE_U8, q.data(), {n, k / 2}, kU8);
+        put(prefix + ".weight_scale", Q4_DTYPE_F8_E4M3, s.data(), {n, k / 16}, e4m3);
+        put(prefix + ".weight_global_scale", Q4_DTYPE_F32, &inv, {1}, kF32);
+      } else {
+        put(prefix + ".weight.qdata", Q4_DTYPE_U8, q.data(), {n, k / 2}, kU8);
+        put(prefix + ".weight.scale", Q4_DTYPE_F8_E4M3, s.data(), {n, k / 16}, e4m3);
+      }
+    } else {
+      const int64_t numel = n * k, bs = o.blocksize, nblocks = (numel + bs - 1) / bs;
+      std::vector<uint8_t> q(static_cast<size_t>((numel + 1) / 2));
+      std::vector<float> absmax(static_cast<size_t>(nblocks));
+      int64_t qs[2] = {(numel + 1) / 2, 1}, as[1] = {nblocks};
+      DLTensor tq = host(q.data(), qs, 2, kU8), ta = host(absmax.data(), as, 1, kF32);
+      check(NF4_quantize(&v, &tq, &ta, static_cast<int32_t>(bs), nullptr), in + ": " + name);
+      NF4_state st{};
+      st.struct_size = sizeof st;
+      st.blocksize = static_cast<int32_t>(bs);
+      st.absmax = &ta;
+      json qstate = {{"quant_type", "nf4"}, {"blocksize", bs}, {"shape", {n, k}},
+                     {"dtype", d.dtype == Q4_DTYPE_BF16 ? "bfloat16" : (d.dtype == Q4_DTYPE_F16 ? "float16" : "float32")}};
+      std::vector<uint8_t> qabs(static_cast<size_t>(nblocks));
+      std::vector<float> nested((static_cast<size_t>(nblocks) + 255) / 256), map(256);
+      int64_t ns[1] = {static_cast<int64_t>(nested.size())}, ms[1] = {256}, qas[1] = {nblocks};
+      DLTensor tqa = host(qabs.data(), qas, 1, kU8), tna = host(nested.data(), ns, 1, kF32), tm = host(map.data(), ms, 1, kF32);
+      float offset = 0;
+      if (o.double_quant) {
+        check(NF4_double_quantize(&ta, &tqa, &tna, &tm, &offset, nullptr), name);
+        st.absmax = &tqa;
+        st.nested_absmax = &tna;
+        st.nested_quant_map = &tm;
+        st.nested_offset = offset;
+        qstate["nested_blocksize"] = 256;
+        qstate["nested_offset"] = offset;
+        qstate["nested_dtype"] = "float32";
+      }
+      check(NF4_dequantize(&tq, &st, &tback, nullptr), name);
+      float codebook[16];
+      for (int cidx = 0; cidx < 16; ++cidx) {
+        // The NF4 values, read back through the library (one element per code).
+        uint8_t byte = static_cast<uint8_t>(cidx << 4);
+        float one = 1.0f, val = 0;
+        int64_t s1[1] = {1}, b1[1] = {1};
+        DLTensor tb = host(&byte, b1, 1, kU8), tabs = host(&one, s1, 1, kF32), tv = host(&val, s1, 1, kF32);
+        NF4_state cs{};
+        cs.struct_size = sizeof cs;
+        cs.blocksize = 64;
+        cs.absmax = &tabs;
+        check(NF4_dequantize(&tb, &cs, &tv, nullptr), "codebook");
+        codebook[cidx] = val;
+      }
+      put(prefix + ".weight", Q4_DTYPE_U8, q.data(), {(numel + 1) / 2, 1}, kU8);
+      if (o.double_quant) {
+        put(prefix + ".weight.absmax", Q4_DTYPE_U8, qabs.data(), {nblocks}, kU8);
+        put(prefix + ".weight.nested_absmax", Q4_DTYPE_F32, nested.data(), {static_cast<int64_t>(nested.size())}, kF32);
+        put(prefix + ".weight.nested_quant_map", Q4_DTYPE_F32, map.data(), {256}, kF32);
+      } else {
+        put(prefix + ".weight.absmax", Q4_DTYPE_F32, absmax.data(), {nblocks}, kF32);
+      }
+      put(prefix + ".weight.quant_map", Q4_DTYPE_F32, codebook, {16}, kF32);
+      const std::string qs_text = qstate.dump();
+      put(prefix + ".weight.quant_state.bitsandbytes__nf4", Q4_DTYPE_U8, qs_text.data(),
+          {static_cast<int64_t>(qs_text.size())}, kU8);
+    }
+    const double err = rel_rms(orig, back);
+    summary.push_back({{"layer", prefix}, {"shape", {n, k}}, {"rel_rms_error", err}});
+    ++quantized;
+  }
+  json config = {{"quant_method", nvfp4 ? (o.layout == "modelopt" ? "modelopt" : (o.layout == "compressed-tensors"
+                                                                                       ? "compressed-tensors"
+                                                                                       : "nvfp4-legacy"))
+                                        : "bitsandbytes"},
+                 {"format", o.format},
+                 {"layout", o.layout},
+                 {"producer", std::string("libNVFP4 ") + Q4_version_string()}};
+  if (!nvfp4) config["bnb_4bit_blocksize"] = o.blocksize, config["bnb_4bit_use_double_quant"] = o.double_quant;
+  check(Q4_checkpoint_writer_metadata(w, "quantization_config", config.dump().c_str()), out);
+  check(Q4_checkpoint_writer_commit(w, out.c_str()), out);
+  std::printf("quantized %d linear weights of %s to %s (%s layout) -> %s\n", quantized, in.c_str(), o.format.c_str(),
+              o.layout.c_str(), out.c_str());
+  std::printf("  %-48s %-16s %s\n", "layer", "shape", "rel RMS error");
+  for (const auto& s : summary) {
+    std::printf("  %-48s %-16s %.4f\n", s["layer"].get<std::string>().c_str(), s["shape"].dump().c_str(),
+                s["rel_rms_error"].get<double>());
+  }
+  return 0;
+}
+
+// Dequantized weight of one linear from the checkpoint's own tensors (an
+// independent path: stateless dequantize with the schema's conventions).
+std::vector<float> dequantized_weight(const Checkpoint& c, const std::vector<Q4_tensor_desc>& descs,
+                                      const Q4_linear_schema& l, int64_t n, int64_t k) {
+  std::vector<float> w(static_cast<size_t>(n * k));
+  int64_t ws[2] = {n, k};
+  DLTensor tw = host(w.data(), ws, 2, kF32);
+  const DLTensor q = c.view(static_cast<size_t>(l.roles[Q4_ROLE_WEIGHT]));
+  if (l.format == Q4_FORMAT_NVFP4) {
+    const DLTensor s = c.view(static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
+    float g = 1.0f;
+    if (l.roles[Q4_ROLE_GLOBAL_SCALE] >= 0) {
+      std::memcpy(&g, c.view(static_cast<size_t>(l.roles[Q4_ROLE_GLOBAL_SCALE])).data, 4);
+      if (l.global_scale_inverted) g = 1.0f / g;
+    }
+    check(NVFP4_dequantize(&q, &s, Q4_SCALE_LINEAR, g, &tw, nullptr), "dequantize");
+  } else {
+    const DLTensor qs = c.view(static_cast<size_t>(l.roles[Q4_ROLE_QUANT_STATE]));
+    int64_t len = 0;
+    c.desc(static_cast<size_t>(l.roles[Q4_ROLE_QUANT_STATE]), &len);
+    const json j = json::parse(static_cast<const char*>(qs.data), static_cast<const char*>(qs.data) + len);
+    DLTensor absmax = c.view(static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
+    DLTensor qmap = c.view(static_cast<size_t>(l.roles[Q4_ROLE_QUANT_MAP]));
+    NF4_state st{};
+    st.struct_size = sizeof st;
+    st.blocksize = j.value("blocksize", 64);
+    st.absmax = &absmax;
+    st.quant_map = &qmap;
+    DLTensor na{}, nm{};
+    if (l.roles[Q4_ROLE_NESTED_ABSMAX] >= 0) {
+      na = c.view(static_cast<size_t>(l.roles[Q4_ROLE_NESTED_ABSMAX]));
+      nm = c.view(static_cast<size_t>(l.roles[Q4_ROLE_NESTED_QUANT_MAP]));
+      st.nested_absmax = &na;
+      st.nested_quant_map = &nm;
+      st.nested_offset = j.value("nested_offset", 0.0f);
+      st.nested_blocksize = j.value("nested_blocksize", 256);
+    }
+    check(NF4_dequantize(&q, &st, &tw, nullptr), "dequantize");
+  }
+  (void)descs;
+  return w;
+}
+
+int cmd_verify(const std::string& path, double tolerance) {
+  Checkpoint c(path);
+  const auto descs = c.descs();
+  Q4_schema_summary s{};
+  std::string problem;
+  const auto linears = linears_of(descs, &s, &problem);
+  if (!problem.empty()) throw CliError(path + ": " + problem);
+  if (linears.empty()) throw CliError(path + ": no 4-bit linear found");
+  Q4_session* session = nullptr;
+  check(Q4_session_create(nullptr, &session), "session");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  double worst = 0;
+  std::printf("%s: %zu linears (%s, %s)\n", path.c_str(), linears.size(), Q4_format_name(s.format),
+              Q4_schema_name(s.family));
+  for (const auto& l : linears) {
+    const std::string prefix(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len));
+    Q4_linear* lin = nullptr;
+    check(Q4_checkpoint_linear_create(session, c.c, prefix.c_str(), &lin), path + ": " + prefix);
+    Q4_linear_info info{};
+    info.struct_size = sizeof info;
+    Q4_linear_info_get(lin, &info);
+    const int64_t n = info.out_features, k = info.in_features, m = 4;
+    std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
+    for (float& v : x) v = nd(rng);
+    int64_t xs[2] = {m, k}, ys[2] = {m, n};
+    DLTensor tx = host(x.data(), xs, 2, kF32), ty = host(y.data(), ys, 2, kF32);
+    check(Q4_linear_forward(lin, &tx, &ty), path + ": " + prefix);
+    const std::vector<float> w = dequantized_weight(c, descs, l, n, k);
+    std::vector<double> bias(static_cast<size_t>(n), 0.0);
+    if (l.roles[Q4_ROLE_BIAS] >= 0) {
+      const DLTensor b = c.view(static_cast<size_t>(l.roles[Q4_ROLE_BIAS]));
+      const std::vector<float> bf = to_f32(b, n);
+      for (int64_t j = 0; j < n; ++j) bias[static_cast<size_t>(j)] = bf[static_cast<size_t>(j)];
+    }
+    double max_err = 0, max_ref = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = bias[static_cast<size_t>(j)];
+        for (int64_t kk = 0; kk < k; ++kk) ref += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
+        max_err = std::max(max_err, std::fabs(ref - y[i * n + j]));
+        max_ref = std::max(max_ref, std::fabs(ref));
+      }
+    }
+    const double rel = max_err / std::max(max_ref, 1e-30);
+    worst = std::max(worst, rel);
+    std::printf("  %-48s [%lld, %lld] max |y - y_ref| / max |y_ref| = %.2e\n", prefix.c_str(),
+                static_cast<long long>(n), static_cast<long long>(k), rel);
+    Q4_linear_destroy(lin);
+  }
+  Q4_session_destroy(session);
+  std::printf("worst relative error %.2e (tolerance %.0e): %s\n", worst, tolerance, worst <= tolerance ? "ok" : "FAILED");
+  return worst <= tolerance ? 0 : 1;
+}
+
+int cmd_selftest() {
+  // Quantize -> dequantize -> linear on generated data against fp64.
+  const int64_t n = 64, k = 256, m = 3;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(n * k), x(m * k), wd(n * k), y(m * n);
+  for (float& v : w) v = nd(rng);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint8_t> q(n * k / 2), s(n * k / 16);
+  int64_t ws[2] = {n, k}, qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, xs[2] = {m, k}, ys[2] = {m, n};
+  DLTensor tw = host(w.data(), ws, 2, kF32), tq = host(q.data(), qs, 2, kU8), ts = host(s.data(), ss, 2, kU8);
+  DLTensor twd = host(wd.data(), ws, 2, kF32), tx = host(x.data(), xs, 2, kF32), ty = host(y.data(), ys, 2, kF32);
+  float g = 0;
+  check(NVFP4_quantize(&tw, &tq, &ts, Q4_SCALE_LINEAR, 0.0f, &g, nullptr), "quantize");
+  check(NVFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, g, &twd, nullptr), "dequantize");
+  check(NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, g, nullptr, &ty, nullptr), "linear");
+  const double err = rel_rms(w, wd);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int64_t kk = 0; kk < k; ++kk) ref += static_cast<double>(x[i * k + kk]) * wd[j * k + kk];
+      worst = std::max(worst, std::fabs(ref - y[i * n + j]) / (1 + std::fabs(ref)));
+    }
+  }
+  const bool ok = err < 0.12 && worst < 1e-4;
+  std::printf("selftest: weight rel-RMS %.4f, linear max rel error %.1e, ISA %s: %s\n", err, worst,
+              Q4_isa_name(Q4_last_isa_used()), ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+int cmd_bench(const std::string& self, const std::vector<std::string>& args) {
+  const std::string dir = self.find('/') == std::string::npos ? "." : self.substr(0, self.rfind('/'));
+  const std::string bench = dir + "/nvfp4-bench";
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(bench.c_str()));
+  std::vector<std::string> a = args.empty() ? std::vector<std::string>{"--quick"} : args;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  execv(bench.c_str(), argv.data());
+  throw CliError("cannot run " + bench + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nvfp4: inspect, quantize and verify 4-bit (NVFP4 / NF4) safetensors checkpoints"};
+  app.require_subcommand(1);
+  std::string in, out, file;
+  bool as_json = false;
+  QuantizeOptions qo;
+  int layers = 2;
+  int64_t dim = 256;
+  uint32_t seed = 1;
+  double tolerance = 1e-4;
+  std::vector<std::string> bench_args;
+
+  auto* info = app.add_subcommand("info", "capabilities: CPU ISA, CUDA plugin state");
+  auto* selftest = app.add_subcommand("selftest", "quick end-to-end check of this machine");
+  auto* generate = app.add_subcommand("generate", "write a small random bf16 checkpoint (test data)");
+  generate->add_option("OUT", out, "output .safetensors")->required();
+  generate->add_option("--layers", layers, "decoder layers");
+  generate->add_option("--dim", dim, "hidden size (multiple of 64)");
+  generate->add_option("--seed", seed, "random seed");
+  auto* inspect = app.add_subcommand("inspect", "list tensors, detect the 4-bit schema per layer");
+  inspect->add_option("FILE", file, "a .safetensors file")->required();
+  inspect->add_flag("--json", as_json, "machine-readable output");
+  auto* quantize = app.add_subcommand("quantize", "quantize every linear weight of a float checkpoint");
+  quantize->add_option("IN", in, "float .safetensors (fp32/fp16/bf16)")->required();
+  quantize->add_option("OUT", out, "output .safetensors")->required();
+  quantize->add_option("--format", qo.format, "nvfp4 or nf4")->check(CLI::IsMember({"nvfp4", "nf4"}));
+  quantize->add_option("--layout", qo.layout, "modelopt|compressed-tensors|legacy (nvfp4), bnb (nf4)")
+      ->check(CLI::IsMember({"modelopt", "compressed-tensors", "legacy", "bnb"}));
+  quantize->add_option("--blocksize", qo.blocksize, "NF4 block size")
+      ->check(CLI::IsMember({32, 64, 128, 256, 512, 1024, 2048, 4096}));
+  quantize->add_flag("--double-quant", qo.double_quant, "NF4: double-quantize the absmax statistics");
+  quantize->add_option("--exclude", qo.exclude, "glob patterns of weights to keep in float (default: *embed* *lm_head* *norm*)");
+  auto* verify = app.add_subcommand("verify", "load every 4-bit linear, forward random input, compare with the dequantized reference");
+  verify->add_option("FILE", file, "a 4-bit .safetensors file")->required();
+  verify->add_option("--tolerance", tolerance, "maximum relative error");
+  auto* bench = app.add_subcommand("bench", "run the benchmark program's main cases (nvfp4-bench --quick)");
+  bench->add_option("ARGS", bench_args, "arguments for nvfp4-bench");
+  bench->allow_extras();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (info->parsed()) return cmd_info();
+    if (selftest->parsed()) return cmd_selftest();
+    if (generate->parsed()) return cmd_generate(out, layers, dim, seed);
+    if (inspect->parsed()) return cmd_inspect(file, as_json);
+    if (quantize->parsed()) return cmd_quantize(in, out, qo);
+    if (verify->parsed()) return cmd_verify(file, tolerance);
+    if (bench->parsed()) {
+      for (const auto& e : bench->remaining()) bench_args.push_back(e);
+      return cmd_bench(argv[0], bench_args);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvfp4: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
