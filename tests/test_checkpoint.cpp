@@ -1,0 +1,188 @@
+// Safetensors reader/writer and layer loading (SPEC §1.6): every malformed
+// header class is rejected with Q4_ERR_FORMAT and a specific message; the
+// writer round-trips; linears load from each family with the right global
+// scale convention.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "test_util.h"
+
+using t::Tensor;
+
+namespace {
+
+std::string temp_path(const std::string& stem) {
+  return "/tmp/nvfp4-test-" + std::to_string(::getpid()) + "-" + stem + ".safetensors";
+}
+
+std::vector<uint8_t> image(const std::string& header, size_t data_bytes, bool fix_length = true, uint64_t len = 0) {
+  std::vector<uint8_t> out(8);
+  const uint64_t n = fix_length ? header.size() : len;
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
+  out.insert(out.end(), header.begin(), header.end());
+  out.resize(out.size() + data_bytes, 0x3c);
+  return out;
+}
+
+int32_t open_bytes(const std::vector<uint8_t>& bytes, std::string* message) {
+  const std::string path = temp_path("malformed");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  Q4_checkpoint* c = nullptr;
+  const int32_t st = Q4_checkpoint_open(path.c_str(), &c);
+  *message = Q4_last_error();
+  Q4_checkpoint_close(c);
+  std::remove(path.c_str());
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("the safetensors reader rejects every malformed header class", "[checkpoint]") {
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    const char* needle;
+  };
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const Case cases[] = {
+      {"shorter than 8 bytes", {1, 2, 3}, "shorter than the 8-byte"},
+      {"header length past the end", image(ok, 8, false, 4096), "runs past the end"},
+      {"header length over 100 MB", image(ok, 8, false, 200000000), "exceeds 100 MB"},
+      {"not JSON", image("{\"a\":", 0), "not valid UTF-8 JSON"},
+      {"invalid UTF-8", image("{\"\xff\xfe\":{}}", 0), "not valid UTF-8 JSON"},
+      {"not an object", image("[1,2]", 0), "not a JSON object"},
+      {"entry not an object", image(R"({"a":3})", 0), "is not an object"},
+      {"unknown dtype", image(R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1), "unsupported dtype 'Q7'"},
+      {"negative dimension", image(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1), "non-negative integer"},
+      {"shape not integers", image(R"({"a":{"dtype":"U8","shape":["2"],"data_offsets":[0,2]}})", 2), "non-negative integer"},
+      {"missing offsets", image(R"({"a":{"dtype":"U8","shape":[2]}})", 2), "data_offsets"},
+      {"begin > end", image(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 2), "begin > end"},
+      {"size mismatch", image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12"},
+      {"past the end", image(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", 8), "past the end"},
+      {"hole", image(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4), "hole of 2 bytes"},
+      {"overlap", image(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4), "overlaps"},
+      {"trailing bytes", image(ok, 12), "cover 8"},
+      {"metadata not strings", image(R"({"__metadata__":{"k":1}})", 0), "is not a string"},
+      {"odd F4 count", image(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole bytes"},
+      {"element count overflow", image(R"({"a":{"dtype":"U8","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0), "overflow"},
+  };
+  for (const Case& c : cases) {
+    std::string msg;
+    INFO(c.what << ": " << msg);
+    const int32_t st = open_bytes(c.bytes, &msg);
+    INFO(msg);
+    CHECK(st == Q4_ERR_FORMAT);
+    CHECK(msg.find(c.needle) != std::string::npos);
+  }
+  std::string msg;
+  CHECK(open_bytes(image(ok, 8), &msg) == Q4_OK);
+  Q4_checkpoint* c = nullptr;
+  CHECK(Q4_checkpoint_open("/nonexistent/file.safetensors", &c) == Q4_ERR_IO);
+  CHECK(std::string(Q4_last_error()).find("/nonexistent/file.safetensors") != std::string::npos);
+  CHECK(Q4_checkpoint_open(nullptr, &c) == Q4_ERR_NULL_POINTER);
+}
+
+TEST_CASE("writer round trip: dtypes, shapes, metadata, alignment", "[checkpoint]") {
+  Tensor f = t::random_float({3, 5}, t::f32(), 1);
+  Tensor h = t::random_float({7}, t::bf16(), 2);
+  Tensor b({5}, t::u8());
+  for (int i = 0; i < 5; ++i) b.data()[i] = static_cast<uint8_t>(i * 50);
+  Q4_checkpoint_writer* w = nullptr;
+  REQUIRE(Q4_checkpoint_writer_create(&w) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(w, "bytes", Q4_DTYPE_U8, b.t()) == Q4_OK);  // odd size, added first
+  REQUIRE(Q4_checkpoint_writer_add(w, "half", Q4_DTYPE_BF16, h.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(w, "float", Q4_DTYPE_F32, f.t()) == Q4_OK);
+  CHECK(Q4_checkpoint_writer_add(w, "float", Q4_DTYPE_F32, f.t()) == Q4_ERR_INVALID_ARGUMENT);  // duplicate
+  CHECK(Q4_checkpoint_writer_add(w, "bad", Q4_DTYPE_F16, f.t()) == Q4_ERR_DTYPE);               // size mismatch
+  REQUIRE(Q4_checkpoint_writer_metadata(w, "format", "pt") == Q4_OK);
+  const std::string path = temp_path("roundtrip");
+  REQUIRE(Q4_checkpoint_writer_commit(w, path.c_str()) == Q4_OK);
+  Q4_checkpoint_writer_destroy(w);
+  CHECK(Q4_checkpoint_writer_commit(nullptr, path.c_str()) == Q4_ERR_NULL_POINTER);
+
+  Q4_checkpoint* c = nullptr;
+  REQUIRE(Q4_checkpoint_open(path.c_str(), &c) == Q4_OK);
+  size_t n = 0;
+  REQUIRE(Q4_checkpoint_count(c, &n) == Q4_OK);
+  CHECK(n == 3);
+  size_t idx = 0;
+  REQUIRE(Q4_checkpoint_find(c, "float", &idx) == Q4_OK);
+  DLTensor v{};
+  REQUIRE(Q4_checkpoint_tensor(c, idx, &v) == Q4_OK);
+  CHECK(v.ndim == 2);
+  CHECK(v.shape[1] == 5);
+  CHECK(reinterpret_cast<uintptr_t>(v.data) % 4 == 0);  // wider dtypes first keeps alignment
+  CHECK(std::memcmp(v.data, f.data(), f.bytes) == 0);
+  REQUIRE(Q4_checkpoint_find(c, "half", &idx) == Q4_OK);
+  REQUIRE(Q4_checkpoint_tensor(c, idx, &v) == Q4_OK);
+  CHECK(v.dtype.code == kDLBfloat);
+  CHECK(std::memcmp(v.data, h.data(), h.bytes) == 0);
+  CHECK(Q4_checkpoint_find(c, "missing", &idx) == Q4_ERR_NOT_FOUND);
+  size_t needed = 0;
+  char buf[16];
+  REQUIRE(Q4_checkpoint_metadata(c, "format", buf, sizeof buf, &needed) == Q4_OK);
+  CHECK(std::string(buf) == "pt");
+  CHECK(Q4_checkpoint_metadata(c, "other", buf, sizeof buf, &needed) == Q4_ERR_NOT_FOUND);
+  Q4_checkpoint_close(c);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("linears load from each family with its global-scale convention", "[checkpoint]") {
+  const int64_t n = 32, k = 64;
+  Tensor w = t::random_float({n, k}, t::f32(), 5);
+  Tensor q({n, k / 2}, t::u8()), s({n, k / 16}, t::e4m3());
+  float g = 0;
+  REQUIRE(NVFP4_quantize(w.t(), q.t(), s.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+  Tensor x = t::random_float({2, k}, t::f32(), 6);
+  Tensor ref({2, n}, t::f32());
+  REQUIRE(NVFP4_linear(x.t(), q.t(), s.t(), 0, g, nullptr, ref.t(), nullptr) == Q4_OK);
+  Tensor gs({}, t::f32());
+  gs.set(0, g);
+  Tensor inv({1}, t::f32());
+  inv.set(0, 1.0f / g);
+  struct Family {
+    const char* weight;
+    const char* scale;
+    const char* global;
+    Tensor* global_t;
+  };
+  Family fams[] = {{"l.weight", "l.weight_scale", "l.weight_scale_2", &gs},
+                   {"l.weight_packed", "l.weight_scale", "l.weight_global_scale", &inv}};
+  Q4_session* session = nullptr;
+  REQUIRE(Q4_session_create(nullptr, &session) == Q4_OK);
+  for (const Family& fam : fams) {
+    Q4_checkpoint_writer* wr = nullptr;
+    REQUIRE(Q4_checkpoint_writer_create(&wr) == Q4_OK);
+    REQUIRE(Q4_checkpoint_writer_add(wr, fam.weight, Q4_DTYPE_U8, q.t()) == Q4_OK);
+    REQUIRE(Q4_checkpoint_writer_add(wr, fam.scale, Q4_DTYPE_F8_E4M3, s.t()) == Q4_OK);
+    REQUIRE(Q4_checkpoint_writer_add(wr, fam.global, Q4_DTYPE_F32, fam.global_t->t()) == Q4_OK);
+    const std::string path = temp_path("family");
+    REQUIRE(Q4_checkpoint_writer_commit(wr, path.c_str()) == Q4_OK);
+    Q4_checkpoint_writer_destroy(wr);
+    Q4_checkpoint* c = nullptr;
+    REQUIRE(Q4_checkpoint_open(path.c_str(), &c) == Q4_OK);
+    Q4_schema_summary sum{};
+    sum.struct_size = sizeof sum;
+    REQUIRE(Q4_checkpoint_detect(c, &sum) == Q4_OK);
+    CHECK(sum.num_linears == 1);
+    Q4_linear* l = nullptr;
+    REQUIRE(Q4_checkpoint_linear_create(session, c, "l", &l) == Q4_OK);
+    Tensor y({2, n}, t::f32());
+    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+    for (int64_t i = 0; i < 2 * n; ++i) CHECK(std::fabs(y.get(i) - ref.get(i)) <= 1e-5f * (1 + std::fabs(ref.get(i))));
+    CHECK(Q4_checkpoint_linear_create(session, c, "nope", &l) == Q4_ERR_NOT_FOUND);
+    Q4_linear_destroy(l);
+    Q4_checkpoint_close(c);
+    std::remove(path.c_str());
+  }
+  Q4_session_destroy(session);
+}
