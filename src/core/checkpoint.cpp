@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -88,6 +89,22 @@ DLTensor aligned_view(const Q4_checkpoint& c, size_t i, std::vector<std::vector<
     v.data = p;
   }
   return v;
+}
+
+// A quant_state field, type-checked (a wrong type is a schema error).
+template <class T>
+T json_field(const nlohmann::json& j, const char* key, T fallback, const std::string& prefix) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_number()) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not a number");
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not an integer");
+    const int64_t v = it->get<int64_t>();
+    if (v < -(int64_t{1} << 30) || v > (int64_t{1} << 30)) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" out of range");
+    return static_cast<T>(v);
+  } else {
+    return it->get<T>();
+  }
 }
 
 float read_scalar_f32(const Q4_checkpoint& c, size_t i, const char* what) {
@@ -207,7 +224,7 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
     }
     b.out_features = static_cast<int64_t>(std::min<uint64_t>(j["shape"][0].get<uint64_t>(), uint64_t{1} << 40));
     b.in_features = static_cast<int64_t>(std::min<uint64_t>(j["shape"][1].get<uint64_t>(), uint64_t{1} << 40));
-    st.blocksize = j.value("blocksize", 64);
+    st.blocksize = json_field<int32_t>(j, "blocksize", 64, l.prefix);
     absmax = aligned_view(c, static_cast<size_t>(l.roles[Q4_ROLE_SCALE]), keep);
     st.absmax = &absmax;
     quant_map = aligned_view(c, static_cast<size_t>(l.roles[Q4_ROLE_QUANT_MAP]), keep);
@@ -217,8 +234,8 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
       nested_map = aligned_view(c, static_cast<size_t>(l.roles[Q4_ROLE_NESTED_QUANT_MAP]), keep);
       st.nested_absmax = &nested_absmax;
       st.nested_quant_map = &nested_map;
-      st.nested_offset = j.value("nested_offset", 0.0f);
-      st.nested_blocksize = j.value("nested_blocksize", 256);
+      st.nested_offset = json_field<float>(j, "nested_offset", 0.0f, l.prefix);
+      st.nested_blocksize = json_field<int32_t>(j, "nested_blocksize", 256, l.prefix);
     }
     b.nf4 = &st;
   }
