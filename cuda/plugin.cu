@@ -195,6 +195,41 @@ __global__ void nf4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const 
   }
 }
 
+// One thread per NF4 block: absmax, then x * (1/absmax) coded with the
+// bitsandbytes thresholds (shared codec). Element 2j is the high nibble.
+__global__ void nf4_quantize_kernel(const void* x, int32_t type, int64_t n, int64_t bs, uint8_t* q, float* absmax) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t nblocks = (n + bs - 1) / bs;
+  if (b >= nblocks) return;
+  const int64_t lo = b * bs, hi = lo + bs < n ? lo + bs : n;
+  float m = 0.0f;
+  for (int64_t i = lo; i < hi; ++i) m = fmaxf(m, fabsf(load_f(x, type, i)));
+  absmax[b] = m;
+  const float inv = m > 0.0f ? 1.0f / m : 0.0f;
+  // bs is even (>= 32), so every byte of the block belongs to it.
+  for (int64_t i = lo; i < hi; i += 2) {
+    uint32_t c0 = 7u, c1 = 7u;
+    if (m > 0.0f) {
+      c0 = q4::fmt::nf4_encode(fminf(1.0f, fmaxf(-1.0f, load_f(x, type, i) * inv)));
+      if (i + 1 < hi) c1 = q4::fmt::nf4_encode(fminf(1.0f, fmaxf(-1.0f, load_f(x, type, i + 1) * inv)));
+    }
+    if (i + 1 >= hi) c1 = 0u;  // padding nibble of an odd count
+    q[i >> 1] = static_cast<uint8_t>((c0 << 4) | c1);
+  }
+}
+
+__constant__ float kNf4Lut[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                  -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                  0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
+                                  0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+                                  0.7229568362236023f, 1.0f};
+
+const float* default_lut() {
+  void* p = nullptr;
+  cudaGetSymbolAddress(&p, kNf4Lut);
+  return static_cast<const float*>(p);
+}
+
 __global__ void to_f32_kernel(const void* x, int32_t type, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -638,10 +673,40 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
   return Q4_OK;
 }
 
+int32_t plugin_nf4_quantize(int32_t device, const void* x, int32_t x_type, int64_t n, int64_t bs, uint8_t* q,
+                            float* absmax, int64_t* bad_index, void* stream_p) {
+  DeviceState* ds = nullptr;
+  if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
+  cudaStream_t stream = as_stream(stream_p);
+  *bad_index = -1;
+  if (n == 0) return Q4_OK;
+  DeviceBuffer red;
+  if (const int32_t st = alloc(red, 16, stream); st != Q4_OK) return st;
+  auto* amax_bits = static_cast<unsigned int*>(red.p);
+  auto* first_bad = reinterpret_cast<unsigned long long*>(static_cast<char*>(red.p) + 8);
+  const unsigned long long none = ~0ull;
+  CK(cudaMemcpyAsync(first_bad, &none, 8, cudaMemcpyHostToDevice, stream));
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch(n, ds->sm_count);
+  amax_finite_kernel<<<l.blocks, l.threads, 0, stream>>>(x, x_type, n, amax_bits, first_bad);
+  CK(cudaGetLastError());
+  unsigned long long host_bad = 0;
+  CK(cudaMemcpyAsync(&host_bad, first_bad, 8, cudaMemcpyDeviceToHost, stream));
+  CK(cudaStreamSynchronize(stream));
+  if (host_bad != none) {
+    *bad_index = static_cast<int64_t>(host_bad);
+    return fail(Q4_ERR_NON_FINITE, "non-finite value at flat index " + std::to_string(host_bad));
+  }
+  const q4::cuda::Launch lb = q4::cuda::blocks_launch((n + bs - 1) / bs, 128);
+  nf4_quantize_kernel<<<lb.blocks, lb.threads, 0, stream>>>(x, x_type, n, bs, q, absmax);
+  CK(cudaGetLastError());
+  return Q4_OK;
+}
+
 int32_t plugin_nf4_dequantize(int32_t device, const uint8_t* q, const float* absmax, const float* lut, int64_t bs,
                               int64_t n, void* out, int32_t out_type, void* stream_p) {
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
+  if (lut == nullptr) lut = default_lut();
   if (n == 0) return Q4_OK;
   const q4::cuda::Launch l = q4::cuda::elementwise_launch(n, ds->sm_count);
   nf4_dequantize_kernel<<<l.blocks, l.threads, 0, as_stream(stream_p)>>>(q, absmax, lut, bs, n, out, out_type);
@@ -655,6 +720,7 @@ int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
   cudaStream_t stream = as_stream(stream_p);
+  if (lut == nullptr) lut = default_lut();
   if (m == 0 || n == 0) return Q4_OK;
   if (m <= 8) {
     const q4::cuda::Launch l = q4::cuda::gemv_launch(n);
@@ -717,6 +783,7 @@ extern "C" __attribute__((visibility("default"))) int32_t nvfp4_cuda_plugin_entr
   t.nvfp4_scaled_mm = plugin_nvfp4_scaled_mm;
   t.nf4_dequantize = plugin_nf4_dequantize;
   t.nf4_linear = plugin_nf4_linear;
+  t.nf4_quantize = plugin_nf4_quantize;
   *table = t;
   return Q4_OK;
 }

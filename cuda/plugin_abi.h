@@ -78,12 +78,16 @@ typedef struct nvfp4_cuda_plugin_v1 {
                              const uint8_t* bs, int32_t layout, int64_t m, int64_t n, int64_t k, float alpha,
                              const void* bias, int32_t bias_type, void* out, int32_t out_type,
                              int32_t allow_fallback, int32_t* used_fallback, void* stream);
-  /* NF4 (absmax already resolved to fp32 per block; lut = 16 values). */
+  /* NF4 (absmax already resolved to fp32 per block; lut = 16 device values,
+   or NULL for the NF4 codebook). */
   int32_t (*nf4_dequantize)(int32_t device, const uint8_t* q, const float* absmax, const float* lut,
                             int64_t blocksize, int64_t n, void* out, int32_t out_type, void* stream);
   int32_t (*nf4_linear)(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k, const uint8_t* wq,
                         const float* absmax, const float* lut, int64_t blocksize, int64_t n, const void* bias,
                         int32_t bias_type, void* out, int32_t out_type, void* stream);
+  /* NF4 quantize (bitsandbytes semantics); *bad_index = first NaN/Inf. */
+  int32_t (*nf4_quantize)(int32_t device, const void* x, int32_t x_type, int64_t n, int64_t blocksize, uint8_t* q,
+                          float* absmax, int64_t* bad_index, void* stream);
 } nvfp4_cuda_plugin_v1;
 
 typedef int32_t (*nvfp4_cuda_plugin_entry_fn)(uint32_t core_abi, nvfp4_cuda_plugin_v1* table);

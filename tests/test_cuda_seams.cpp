@@ -115,6 +115,16 @@ TEST_CASE("CUDA entry points without a usable device return clear statuses", "[c
   s.dl.device = DLDevice{kDLCUDA, 0};
   CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr) == Q4_ERR_NOT_AVAILABLE);
   CHECK(std::string(Q4_last_error()).find("CUDA") != std::string::npos);
+  t::Tensor am({1}, t::f32());
+  am.dl.device = DLDevice{kDLCUDA, 0};
+  t::Tensor q64({32}, t::u8());
+  q64.dl.device = DLDevice{kDLCUDA, 0};
+  CHECK(NF4_quantize(x.t(), q64.t(), am.t(), 64, nullptr) == Q4_ERR_NOT_AVAILABLE);
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = 64;
+  st.absmax = am.t();
+  CHECK(NF4_dequantize(q64.t(), &st, x.t(), nullptr) == Q4_ERR_NOT_AVAILABLE);
   // Bad arguments are still reported first, and as what they are.
   t::Tensor bad({2, 24}, t::f32());
   bad.dl.device = DLDevice{kDLCUDA, 0};

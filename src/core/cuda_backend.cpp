@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -281,6 +282,124 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
                                      elem_code(out), allow_fallback, &used_fallback, o.stream),
                p);
   if (used_fallback) log_message(Q4_LOG_INFO, std::string("NVFP4_scaled_mm fell back to dequant-matmul: ") + p.api.last_error());
+}
+
+bool state_on_device(const NF4_state* st) {
+  if (st == nullptr) return false;
+  return any_on_device({st->absmax, st->quant_map, st->nested_absmax, st->nested_quant_map});
+}
+
+namespace {
+
+// NF4 statistics on the device: fp32 absmax (double-quantized statistics
+// must be resolved on the host first) and an optional 16-entry codebook.
+struct DeviceNf4 {
+  TensorRef absmax, quant_map;
+  bool has_map = false;
+  int64_t blocksize = 64;
+};
+
+DeviceNf4 parse_device_state(const NF4_state* st, int64_t n) {
+  if (st == nullptr) fail(Q4_ERR_NULL_POINTER, "state", "NF4_state pointer is NULL");
+  if (st->struct_size < offsetof(NF4_state, reserved)) fail(Q4_ERR_INVALID_ARGUMENT, "state->struct_size", "too small");
+  DeviceNf4 d;
+  d.blocksize = core::require_blocksize(st->blocksize, "state->blocksize");
+  if (st->nested_absmax != nullptr) {
+    fail(Q4_ERR_UNSUPPORTED, "state->nested_absmax",
+         "double-quantized NF4 statistics on CUDA tensors: resolve them first (Q4_linear_create does)");
+  }
+  d.absmax = check_tensor_gpu(st->absmax, "state->absmax");
+  require_type(d.absmax, ElemType::F32);
+  require_numel(d.absmax, (n + d.blocksize - 1) / d.blocksize, "one absmax per block");
+  if (st->quant_map != nullptr) {
+    d.quant_map = check_tensor_gpu(st->quant_map, "state->quant_map");
+    require_type(d.quant_map, ElemType::F32);
+    require_numel(d.quant_map, 16, "16-entry codebook");
+    d.has_map = true;
+  }
+  return d;
+}
+
+}  // namespace
+
+void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* a_t, int32_t blocksize, const Q4_op_options* opts) {
+  void* stream = nullptr;
+  parse_threads_stream(opts, &stream);
+  const int64_t bs = core::require_blocksize(blocksize == 0 ? 64 : blocksize, "blocksize");
+  const TensorRef x = check_tensor_gpu(x_t, "x");
+  require_float(x);
+  const int64_t n = x.numel;
+  const TensorRef q = check_tensor_gpu(q_t, "qdata");
+  require_packed_bytes(q);
+  require_nbytes(q, (n + 1) / 2, "ceil(n/2) packed bytes");
+  const TensorRef a = check_tensor_gpu(a_t, "absmax");
+  require_type(a, ElemType::F32);
+  require_numel(a, (n + bs - 1) / bs, "ceil(n/blocksize) blocks");
+  require_no_overlap(q, {&x, &a});
+  require_no_overlap(a, {&x});
+  const int32_t device = common_device({&x, &q, &a});
+  const PluginState& p = loaded_api();
+  int64_t bad = -1;
+  const int32_t rc = p.api.nf4_quantize(device, x.data, elem_code(x), n, bs, q.data, reinterpret_cast<float*>(a.data),
+                                        &bad, stream);
+  if (rc == Q4_ERR_NON_FINITE) fail(rc, "x", "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  check_status(rc, p);
+}
+
+void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t, const Q4_op_options* opts) {
+  void* stream = nullptr;
+  parse_threads_stream(opts, &stream);
+  const TensorRef out = check_tensor_gpu(out_t, "out");
+  require_float(out);
+  const int64_t n = out.numel;
+  const TensorRef q = check_tensor_gpu(q_t, "qdata");
+  require_packed_bytes(q);
+  require_nbytes(q, (n + 1) / 2, "ceil(n/2) packed bytes");
+  const DeviceNf4 st = parse_device_state(state, n);
+  require_no_overlap(out, {&q, &st.absmax, st.has_map ? &st.quant_map : nullptr});
+  const int32_t device = common_device({&out, &q, &st.absmax, st.has_map ? &st.quant_map : nullptr});
+  const PluginState& p = loaded_api();
+  check_status(p.api.nf4_dequantize(device, q.data, reinterpret_cast<const float*>(st.absmax.data),
+                                    st.has_map ? reinterpret_cast<const float*>(st.quant_map.data) : nullptr,
+                                    st.blocksize, n, out.data, elem_code(out), stream),
+               p);
+}
+
+void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* state, const DLTensor* bias_t,
+                   DLTensor* out_t, const Q4_op_options* opts) {
+  void* stream = nullptr;
+  parse_threads_stream(opts, &stream);
+  const TensorRef x = check_tensor_gpu(x_t, "x");
+  require_float(x);
+  require_min_ndim(x, 1);
+  const int64_t k = x.last_dim(), m = x.leading();
+  const TensorRef out = check_tensor_gpu(out_t, "out");
+  require_float(out);
+  core::require_same_leading(out, x);
+  const int64_t n = out.last_dim();
+  const int64_t wn = checked_mul(n, k, "w_qdata");
+  const TensorRef wq = check_tensor_gpu(wq_t, "w_qdata");
+  require_packed_bytes(wq);
+  require_nbytes(wq, (wn + 1) / 2, "ceil(N*K/2) packed bytes");
+  const DeviceNf4 st = parse_device_state(state, wn);
+  TensorRef bias;
+  bool has_bias = false;
+  if (bias_t != nullptr) {
+    bias = check_tensor_gpu(bias_t, "bias");
+    require_float(bias);
+    require_numel(bias, n, "one per output feature N");
+    has_bias = true;
+  }
+  require_no_overlap(out, {&x, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
+  const int32_t device =
+      common_device({&x, &out, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
+  const PluginState& p = loaded_api();
+  check_status(p.api.nf4_linear(device, x.data, elem_code(x), m, k, wq.data,
+                                reinterpret_cast<const float*>(st.absmax.data),
+                                st.has_map ? reinterpret_cast<const float*>(st.quant_map.data) : nullptr, st.blocksize,
+                                n, has_bias ? bias.data : nullptr, has_bias ? elem_code(bias) : 0, out.data,
+                                elem_code(out), stream),
+               p);
 }
 
 int32_t can_use_managed(int32_t device) {

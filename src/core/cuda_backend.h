@@ -40,6 +40,13 @@ void nvfp4_linear(const DLTensor* x, const DLTensor* wq, const DLTensor* ws, int
 void nvfp4_scaled_mm(const DLTensor* aq, const DLTensor* as, const DLTensor* bq, const DLTensor* bs,
                      int32_t layout, float alpha, const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 
+void nf4_quantize(const DLTensor* x, DLTensor* q, DLTensor* absmax, int32_t blocksize, const Q4_op_options* opts);
+void nf4_dequantize(const DLTensor* q, const NF4_state* state, DLTensor* out, const Q4_op_options* opts);
+void nf4_scaled_mm(const DLTensor* x, const DLTensor* wq, const NF4_state* state, const DLTensor* bias, DLTensor* out,
+                   const Q4_op_options* opts);
+// True when an NF4 state references CUDA device memory.
+bool state_on_device(const NF4_state* state);
+
 // Unified-memory helpers behind the public NVFP4_* functions.
 int32_t can_use_managed(int32_t device);
 int32_t is_managed(const DLTensor* t);

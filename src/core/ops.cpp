@@ -222,6 +222,7 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
 
 void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t, int32_t blocksize,
                   const Q4_op_options* opts) {
+  if (cuda::any_on_device({x_t, q_t, absmax_t})) return cuda::nf4_quantize(x_t, q_t, absmax_t, blocksize, opts);
   resolve_options(opts);
   const int64_t bs = require_blocksize(blocksize == 0 ? 64 : blocksize, "blocksize");
   const TensorRef x = check_tensor(x_t, "x");
@@ -266,6 +267,9 @@ void nf4_double_quantize(const DLTensor* absmax_t, DLTensor* qabsmax_t, DLTensor
 
 void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t,
                     const Q4_op_options* opts) {
+  if (cuda::any_on_device({q_t, out_t}) || cuda::state_on_device(state)) {
+    return cuda::nf4_dequantize(q_t, state, out_t, opts);
+  }
   resolve_options(opts);
   const TensorRef out = check_tensor(out_t, "out");
   require_float(out);
@@ -280,6 +284,9 @@ void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t
 
 void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w_state,
                    const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+  if (cuda::any_on_device({x_t, wq_t, bias_t, out_t}) || cuda::state_on_device(w_state)) {
+    return cuda::nf4_scaled_mm(x_t, wq_t, w_state, bias_t, out_t, opts);
+  }
   const ResolvedOptions o = resolve_options(opts);
   tuner::ensure_loaded();
   const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NF4);
