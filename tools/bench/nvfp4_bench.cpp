@@ -40,6 +40,7 @@ struct Options {
   int64_t working_set_mb = 0;
   std::string only;
   bool tune = false;
+  std::string device = "cpu";
   int dim = 512;
   int runs = 3;
 };
@@ -194,9 +195,104 @@ int run_tuner(const Options& o) {
   return 0;
 }
 
+// A managed (GPU-visible) copy of a host buffer, viewed as a CUDA tensor.
+struct DeviceCopy {
+  DLManagedTensorVersioned* m = nullptr;
+  DeviceCopy(void* data, int64_t* shape, int32_t ndim, DLDataType dt) {
+    DLTensor t = tensor(data, shape, ndim, dt.code, dt.bits);
+    if (NVFP4_to_managed(&t, 0, Q4_MANAGED_PREFETCH, &m) != Q4_OK) {
+      std::fprintf(stderr, "NVFP4_to_managed: %s\n", Q4_last_error());
+      std::exit(1);
+    }
+  }
+  ~DeviceCopy() { m->deleter(m); }
+  DLTensor* t() { return &m->dl_tensor; }
+};
+
+// GPU figures: GEMV/GEMM (NVFP4 weight-only, W4A4 scaled_mm, NF4) and
+// quantize throughput, timed with Q4_cuda_synchronize around each run.
+int run_cuda(const Options& o) {
+  Q4_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  Q4_get_capabilities(&caps);
+  json out;
+  out["device"] = "cuda";
+  if (caps.cuda_state != Q4_CUDA_READY) {
+    out["skipped"] = std::string("no usable CUDA device: ") + caps.native_load_state;
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  out["native_load_state"] = caps.native_load_state;
+  const int reps = o.quick ? 3 : o.reps;
+  const DLDataType f32{kDLFloat, 32, 1}, u8{kDLUInt, 8, 1};
+  auto timed = [&](const std::function<void()>& fn) {
+    return median_ms(reps, [&](int) {
+      fn();
+      Q4_cuda_synchronize(0, nullptr);
+    });
+  };
+  json results = json::array();
+  const int64_t n = 4096, k = 4096;
+  Nvfp4Weight w = make_nvfp4(n, k, 1);
+  Nf4Weight nf = make_nf4(n, k, 2);
+  int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
+  DeviceCopy dq(w.q.data(), qs, 2, u8), ds(w.s.data(), ss, 2, u8), dnq(nf.q.data(), nq, 1, u8),
+      dna(nf.absmax.data(), na, 1, f32);
+  for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}, int64_t{512}}) {
+    std::vector<float> x = random_vec(m * k, 3, 1.0f), y(static_cast<size_t>(m * n));
+    int64_t xs[2] = {m, k}, ys[2] = {m, n};
+    DeviceCopy dx(x.data(), xs, 2, f32), dy(y.data(), ys, 2, f32);
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    const double wbytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
+    double ms = timed([&] { NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr); });
+    results.push_back(result(m == 1 ? "gemv" : "gemm", "nvfp4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
+    NF4_state st{};
+    st.struct_size = sizeof st;
+    st.blocksize = 64;
+    st.absmax = dna.t();
+    ms = timed([&] { NF4_scaled_mm(dx.t(), dnq.t(), &st, nullptr, dy.t(), nullptr); });
+    results.push_back(result(m == 1 ? "gemv" : "gemm", "nf4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
+    Nvfp4Weight a = make_nvfp4(m, k, 4);
+    int64_t aqs[2] = {m, k / 2}, ass[2] = {m, k / 16};
+    DeviceCopy daq(a.q.data(), aqs, 2, u8), das(a.s.data(), ass, 2, u8);
+    ms = timed([&] {
+      NVFP4_scaled_mm(daq.t(), das.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, a.g * w.g, nullptr, dy.t(), nullptr);
+    });
+    results.push_back(result("scaled_mm", "nvfp4-w4a4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
+  }
+  {
+    const int64_t rows = 16384;
+    std::vector<float> f = random_vec(rows * k, 5, 1.0f);
+    std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * k / 16));
+    int64_t fs[2] = {rows, k}, qqs[2] = {rows, k / 2}, sss[2] = {rows, k / 16};
+    DeviceCopy df(f.data(), fs, 2, f32), dqq(q.data(), qqs, 2, u8), dss(s.data(), sss, 2, u8);
+    float g = 0;
+    const double ms = timed([&] { NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); });
+    results.push_back(result("quantize", "nvfp4", "cuda", rows, 0, k, ms,
+                             static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 16), 0, 0, 0));
+  }
+  for (auto& r : results) r["isa"] = "cuda";
+  out["results"] = results;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The benchmark links the core objects itself, so the plugin is not next
+  // to "the core library": point the loader at the build or install tree.
+  if (std::getenv("NVFP4_CUDA_PLUGIN") == nullptr) {
+    const std::string self = argv[0];
+    const std::string dir = self.find('/') == std::string::npos ? "." : self.substr(0, self.rfind('/'));
+    for (const std::string& cand : {dir + "/../libNVFP4_cuda.so", dir + "/../lib/libNVFP4_cuda.so"}) {
+      if (FILE* f = std::fopen(cand.c_str(), "rb")) {
+        std::fclose(f);
+        setenv("NVFP4_CUDA_PLUGIN", cand.c_str(), 0);
+        break;
+      }
+    }
+  }
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -213,16 +309,22 @@ int main(int argc, char** argv) {
     else if (a == "--working-set") o.working_set_mb = std::atoll(next("--working-set").c_str());
     else if (a == "--only") o.only = next("--only");
     else if (a == "--tune-matmul") o.tune = true;
+    else if (a == "--device") o.device = next("--device");
     else if (a == "--dim") o.dim = std::atoi(next("--dim").c_str());
     else if (a == "--runs") o.runs = std::atoi(next("--runs").c_str());
     else {
       std::fprintf(stderr,
                    "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-                   "[--only gemv|gemm|quant|f32|dram]\n       nvfp4-bench --tune-matmul [--dim N] [--runs R]\n");
+                   "[--only gemv|gemm|quant|f32|dram] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul [--dim N] [--runs R]\n");
       return 2;
     }
   }
   if (o.tune) return run_tuner(o);
+  if (o.device == "cuda") return run_cuda(o);
+  if (o.device != "cpu") {
+    std::fprintf(stderr, "--device must be cpu or cuda\n");
+    return 2;
+  }
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   Q4_op_options opts;
