@@ -36,26 +36,29 @@ int32_t fail(int32_t status, const std::string& msg) {
 }
 
 int32_t fail_cuda(cudaError_t e, const char* what) {
-  return fail(Q4_ERR_CUDA, std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  return fail(Q4_ERR_CUDA,
+              std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 int32_t fail_lt(cublasStatus_t s, const char* what) {
   return fail(Q4_ERR_CUDA, std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s)));
 }
 
-#define CK(expr)                                  \
-  do {                                            \
-    const cudaError_t e_ = (expr);                \
+#define CK(expr)                                        \
+  do {                                                  \
+    const cudaError_t e_ = (expr);                      \
     if (e_ != cudaSuccess) return fail_cuda(e_, #expr); \
   } while (0)
 
-#define LT(expr)                                           \
-  do {                                                     \
-    const cublasStatus_t s_ = (expr);                      \
+#define LT(expr)                                                \
+  do {                                                          \
+    const cublasStatus_t s_ = (expr);                           \
     if (s_ != CUBLAS_STATUS_SUCCESS) return fail_lt(s_, #expr); \
   } while (0)
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 // ---------------------------------------------------------------------------
 // Element access
@@ -102,8 +105,8 @@ __global__ void amax_finite_kernel(const void* x, int32_t type, int64_t n, unsig
 }
 
 // One thread per 16-element block: the SPEC 1.3 reference, via the shared codec.
-__global__ void nvfp4_quantize_kernel(const void* x, int32_t type, int64_t rows, int64_t k, float g, uint8_t* q,
-                                      uint8_t* s, int32_t layout) {
+__global__ void nvfp4_quantize_kernel(const void* x, int32_t type, int64_t rows, int64_t k, float g,
+                                      uint8_t* q, uint8_t* s, int32_t layout) {
   const int64_t cols = k / 16;
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= rows * cols) return;
@@ -124,8 +127,8 @@ __global__ void nvfp4_quantize_kernel(const void* x, int32_t type, int64_t rows,
   }
 }
 
-__global__ void nvfp4_dequantize_kernel(const uint8_t* q, const uint8_t* s, int32_t layout, float g, int64_t rows,
-                                        int64_t k, void* out, int32_t type) {
+__global__ void nvfp4_dequantize_kernel(const uint8_t* q, const uint8_t* s, int32_t layout, float g,
+                                        int64_t rows, int64_t k, void* out, int32_t type) {
   const int64_t cols = k / 16;
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= rows * cols) return;
@@ -140,9 +143,9 @@ __global__ void nvfp4_dequantize_kernel(const uint8_t* q, const uint8_t* s, int3
 // Weight-only GEMV (M <= 8): one warp per output feature, weights decoded in
 // registers, fp32 accumulation, warp-shuffle reduction.
 template <int M>
-__global__ void nvfp4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const uint8_t* wq, const uint8_t* ws,
-                                  int32_t layout, float g, int64_t n, const void* bias, int32_t bias_type, void* out,
-                                  int32_t out_type) {
+__global__ void nvfp4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const uint8_t* wq,
+                                  const uint8_t* ws, int32_t layout, float g, int64_t n, const void* bias,
+                                  int32_t bias_type, void* out, int32_t out_type) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j >= n) return;
@@ -154,7 +157,8 @@ __global__ void nvfp4_gemv_kernel(const void* x, int32_t x_type, int64_t k, cons
     const uint32_t sc = ws[scale_index(j, e / 16, cols, layout)];
     const float w0 = q4::fmt::nvfp4_decode_element(byte & 0xfu, sc, g);
     const float w1 = q4::fmt::nvfp4_decode_element(byte >> 4, sc, g);
-    for (int i = 0; i < M; ++i) acc[i] += load_f(x, x_type, i * k + e) * w0 + load_f(x, x_type, i * k + e + 1) * w1;
+    for (int i = 0; i < M; ++i)
+      acc[i] += load_f(x, x_type, i * k + e) * w0 + load_f(x, x_type, i * k + e + 1) * w1;
   }
   for (int i = 0; i < M; ++i) {
     float v = acc[i];
@@ -163,8 +167,8 @@ __global__ void nvfp4_gemv_kernel(const void* x, int32_t x_type, int64_t k, cons
   }
 }
 
-__global__ void nf4_dequantize_kernel(const uint8_t* q, const float* absmax, const float* lut, int64_t bs, int64_t n,
-                                      void* out, int32_t type) {
+__global__ void nf4_dequantize_kernel(const uint8_t* q, const float* absmax, const float* lut, int64_t bs,
+                                      int64_t n, void* out, int32_t type) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint8_t byte = q[i >> 1];
@@ -174,9 +178,9 @@ __global__ void nf4_dequantize_kernel(const uint8_t* q, const float* absmax, con
 }
 
 template <int M>
-__global__ void nf4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const uint8_t* wq, const float* absmax,
-                                const float* lut, int64_t bs, int64_t n, const void* bias, int32_t bias_type, void* out,
-                                int32_t out_type) {
+__global__ void nf4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const uint8_t* wq,
+                                const float* absmax, const float* lut, int64_t bs, int64_t n,
+                                const void* bias, int32_t bias_type, void* out, int32_t out_type) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j >= n) return;
@@ -197,7 +201,8 @@ __global__ void nf4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const 
 
 // One thread per NF4 block: absmax, then x * (1/absmax) coded with the
 // bitsandbytes thresholds (shared codec). Element 2j is the high nibble.
-__global__ void nf4_quantize_kernel(const void* x, int32_t type, int64_t n, int64_t bs, uint8_t* q, float* absmax) {
+__global__ void nf4_quantize_kernel(const void* x, int32_t type, int64_t n, int64_t bs, uint8_t* q,
+                                    float* absmax) {
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t nblocks = (n + bs - 1) / bs;
   if (b >= nblocks) return;
@@ -218,11 +223,22 @@ __global__ void nf4_quantize_kernel(const void* x, int32_t type, int64_t n, int6
   }
 }
 
-__constant__ float kNf4Lut[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-                                  -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-                                  0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
-                                  0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-                                  0.7229568362236023f, 1.0f};
+__constant__ float kNf4Lut[16] = {-1.0f,
+                                  -0.6961928009986877f,
+                                  -0.5250730514526367f,
+                                  -0.39491748809814453f,
+                                  -0.28444138169288635f,
+                                  -0.18477343022823334f,
+                                  -0.09105003625154495f,
+                                  0.0f,
+                                  0.07958029955625534f,
+                                  0.16093020141124725f,
+                                  0.24611230194568634f,
+                                  0.33791524171829224f,
+                                  0.44070982933044434f,
+                                  0.5626170039176941f,
+                                  0.7229568362236023f,
+                                  1.0f};
 
 const float* default_lut() {
   void* p = nullptr;
@@ -270,7 +286,8 @@ std::mutex g_mutex;
 DeviceState g_devices[NVFP4_CUDA_MAX_DEVICES];
 
 int32_t device_state(int32_t device, DeviceState** out) {
-  if (device < 0 || device >= NVFP4_CUDA_MAX_DEVICES) return fail(Q4_ERR_INVALID_ARGUMENT, "device ordinal out of range");
+  if (device < 0 || device >= NVFP4_CUDA_MAX_DEVICES)
+    return fail(Q4_ERR_INVALID_ARGUMENT, "device ordinal out of range");
   CK(cudaSetDevice(device));
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceState& s = g_devices[device];
@@ -297,10 +314,9 @@ int32_t alloc(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
   return Q4_OK;
 }
 
-
 // fp32 GEMM, row-major Y[M,N] = X[M,K] . W[N,K]^T, through cuBLASLt (TN).
-int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const float* x, const float* w, float* y,
-                    cudaStream_t stream) {
+int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const float* x, const float* w,
+                    float* y, cudaStream_t stream) {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   const q4::cuda::LtGemmParams p = q4::cuda::lt_fp4_gemm_params(M, N, K);
@@ -325,7 +341,9 @@ int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const floa
 // ---------------------------------------------------------------------------
 // Table entries
 // ---------------------------------------------------------------------------
-const char* plugin_last_error() { return t_error.c_str(); }
+const char* plugin_last_error() {
+  return t_error.c_str();
+}
 
 int32_t plugin_probe(nvfp4_cuda_probe* out) {
   std::memset(out, 0, sizeof *out);
@@ -473,8 +491,8 @@ int32_t plugin_nvfp4_quantize(int32_t device, const void* x, int32_t x_type, int
   const float used = g > 0.0f ? g : q4::fmt::nvfp4_global_scale_from_amax(amax);
   *g_used = used;
   if (layout == Q4_SCALE_SWIZZLED) {
-    CK(cudaMemsetAsync(s, 0, static_cast<size_t>(q4::fmt::swizzled_rows(rows) * q4::fmt::swizzled_cols(k / 16)),
-                       stream));
+    CK(cudaMemsetAsync(
+        s, 0, static_cast<size_t>(q4::fmt::swizzled_rows(rows) * q4::fmt::swizzled_cols(k / 16)), stream));
   }
   const int64_t nblocks = rows * (k / 16);
   if (nblocks > 0) {
@@ -491,7 +509,8 @@ int32_t plugin_nvfp4_dequantize(int32_t device, const uint8_t* q, const uint8_t*
   const int64_t nblocks = rows * (k / 16);
   if (nblocks == 0) return Q4_OK;
   const q4::cuda::Launch l = q4::cuda::blocks_launch(nblocks);
-  nvfp4_dequantize_kernel<<<l.blocks, l.threads, 0, as_stream(stream_p)>>>(q, s, layout, g, rows, k, out, out_type);
+  nvfp4_dequantize_kernel<<<l.blocks, l.threads, 0, as_stream(stream_p)>>>(q, s, layout, g, rows, k, out,
+                                                                           out_type);
   CK(cudaGetLastError());
   return Q4_OK;
 }
@@ -499,22 +518,39 @@ int32_t plugin_nvfp4_dequantize(int32_t device, const uint8_t* q, const uint8_t*
 template <class Launcher>
 int32_t gemv_dispatch(int64_t m, Launcher&& launch) {
   switch (m) {
-    case 1: launch(std::integral_constant<int, 1>{}); break;
-    case 2: launch(std::integral_constant<int, 2>{}); break;
-    case 3: launch(std::integral_constant<int, 3>{}); break;
-    case 4: launch(std::integral_constant<int, 4>{}); break;
-    case 5: launch(std::integral_constant<int, 5>{}); break;
-    case 6: launch(std::integral_constant<int, 6>{}); break;
-    case 7: launch(std::integral_constant<int, 7>{}); break;
-    default: launch(std::integral_constant<int, 8>{}); break;
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      launch(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      launch(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      launch(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      launch(std::integral_constant<int, 7>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 8>{});
+      break;
   }
   CK(cudaGetLastError());
   return Q4_OK;
 }
 
-int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k, const uint8_t* wq,
-                            const uint8_t* ws, int32_t layout, float g, int64_t n, const void* bias, int32_t bias_type,
-                            void* out, int32_t out_type, void* stream_p) {
+int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k,
+                            const uint8_t* wq, const uint8_t* ws, int32_t layout, float g, int64_t n,
+                            const void* bias, int32_t bias_type, void* out, int32_t out_type,
+                            void* stream_p) {
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
   cudaStream_t stream = as_stream(stream_p);
@@ -522,8 +558,8 @@ int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64
   if (m <= 8) {
     const q4::cuda::Launch l = q4::cuda::gemv_launch(n);
     return gemv_dispatch(m, [&](auto mm) {
-      nvfp4_gemv_kernel<decltype(mm)::value><<<l.blocks, l.threads, 0, stream>>>(x, x_type, k, wq, ws, layout, g, n, bias,
-                                                                                 bias_type, out, out_type);
+      nvfp4_gemv_kernel<decltype(mm)::value><<<l.blocks, l.threads, 0, stream>>>(
+          x, x_type, k, wq, ws, layout, g, n, bias, bias_type, out, out_type);
     });
   }
   // Large M: dequantize W once to fp32, then the cuBLASLt fp32 GEMM.
@@ -531,7 +567,8 @@ int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64
   if (int32_t st = alloc(w32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
   if (int32_t st = alloc(y32, static_cast<size_t>(m * n) * 4, stream); st != Q4_OK) return st;
   const q4::cuda::Launch lb = q4::cuda::blocks_launch(n * (k / 16));
-  nvfp4_dequantize_kernel<<<lb.blocks, lb.threads, 0, stream>>>(wq, ws, layout, g, n, k, w32.p, NVFP4_CUDA_F32);
+  nvfp4_dequantize_kernel<<<lb.blocks, lb.threads, 0, stream>>>(wq, ws, layout, g, n, k, w32.p,
+                                                                NVFP4_CUDA_F32);
   CK(cudaGetLastError());
   const float* xf = static_cast<const float*>(x);
   if (x_type != NVFP4_CUDA_F32) {
@@ -541,13 +578,14 @@ int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64
     CK(cudaGetLastError());
     xf = static_cast<const float*>(x32.p);
   }
-  if (int32_t st = lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
+  if (int32_t st =
+          lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
       st != Q4_OK) {
     return st;
   }
   const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds->sm_count);
-  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias, bias_type,
-                                                        out, out_type);
+  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias,
+                                                        bias_type, out, out_type);
   CK(cudaGetLastError());
   return Q4_OK;
 }
@@ -557,8 +595,8 @@ int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64
 // follow-up kernel. Zero heuristic results -> UNSUPPORTED, or with
 // allow_fallback the dequantize + fp32 GEMM path (reported in used_fallback).
 int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t* as, const uint8_t* bq,
-                               const uint8_t* bs, int32_t layout, int64_t m, int64_t n, int64_t k, float alpha,
-                               const void* bias, int32_t bias_type, void* out, int32_t out_type,
+                               const uint8_t* bs, int32_t layout, int64_t m, int64_t n, int64_t k,
+                               float alpha, const void* bias, int32_t bias_type, void* out, int32_t out_type,
                                int32_t allow_fallback, int32_t* used_fallback, void* stream_p) {
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
@@ -596,8 +634,10 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
     LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
-    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_sw, sizeof b_sw));  // A = W
-    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_sw, sizeof a_sw));  // B = X
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_sw,
+                                      sizeof b_sw));  // A = W
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_sw,
+                                      sizeof a_sw));  // B = X
     LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_4F_E2M1, p.a_rows, p.a_cols, p.lda));
     LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_4F_E2M1, p.b_rows, p.b_cols, p.ldb));
     LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, p.c_rows, p.c_cols, p.ldc));
@@ -615,11 +655,12 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
     if (!have_algo) {
       cublasLtMatmulPreference_t pref = nullptr;
       LT(cublasLtMatmulPreferenceCreate(&pref));
-      LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ds->workspace_bytes,
-                                              sizeof ds->workspace_bytes));
+      LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                              &ds->workspace_bytes, sizeof ds->workspace_bytes));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ds->lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
+      const cublasStatus_t hs =
+          cublasLtMatmulAlgoGetHeuristic(ds->lt, desc, la, lb, lc, lc, pref, 1, &result, &found);
       cublasLtMatmulPreferenceDestroy(pref);
       if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
         algo = result.algo;
@@ -632,8 +673,8 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
     }
     if (have_algo) {
       const float zero = 0.0f;
-      const cublasStatus_t st = cublasLtMatmul(ds->lt, desc, &alpha, bq, la, aq, lb, &zero, y32.p, lc, y32.p, lc, &algo,
-                                               ds->workspace, ds->workspace_bytes, stream);
+      const cublasStatus_t st = cublasLtMatmul(ds->lt, desc, &alpha, bq, la, aq, lb, &zero, y32.p, lc, y32.p,
+                                               lc, &algo, ds->workspace, ds->workspace_bytes, stream);
       if (st == CUBLAS_STATUS_SUCCESS) {
         done = true;
       } else {
@@ -653,12 +694,14 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
     if (int32_t st = alloc(a32, static_cast<size_t>(m * k) * 4, stream); st != Q4_OK) return st;
     if (int32_t st = alloc(b32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
     const q4::cuda::Launch la1 = q4::cuda::blocks_launch(m * (k / 16));
-    nvfp4_dequantize_kernel<<<la1.blocks, la1.threads, 0, stream>>>(aq, as, layout, 1.0f, m, k, a32.p, NVFP4_CUDA_F32);
+    nvfp4_dequantize_kernel<<<la1.blocks, la1.threads, 0, stream>>>(aq, as, layout, 1.0f, m, k, a32.p,
+                                                                    NVFP4_CUDA_F32);
     const q4::cuda::Launch lb1 = q4::cuda::blocks_launch(n * (k / 16));
-    nvfp4_dequantize_kernel<<<lb1.blocks, lb1.threads, 0, stream>>>(bq, bs, layout, 1.0f, n, k, b32.p, NVFP4_CUDA_F32);
+    nvfp4_dequantize_kernel<<<lb1.blocks, lb1.threads, 0, stream>>>(bq, bs, layout, 1.0f, n, k, b32.p,
+                                                                    NVFP4_CUDA_F32);
     CK(cudaGetLastError());
-    if (int32_t st = lt_gemm_f32(*ds, m, n, k, static_cast<const float*>(a32.p), static_cast<const float*>(b32.p),
-                                 static_cast<float*>(y32.p), stream);
+    if (int32_t st = lt_gemm_f32(*ds, m, n, k, static_cast<const float*>(a32.p),
+                                 static_cast<const float*>(b32.p), static_cast<float*>(y32.p), stream);
         st != Q4_OK) {
       return st;
     }
@@ -667,8 +710,8 @@ int32_t plugin_nvfp4_scaled_mm(int32_t device, const uint8_t* aq, const uint8_t*
     t_error = why;  // the reason, for the caller's fallbackReason
   }
   const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds->sm_count);
-  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, epilogue_alpha, bias,
-                                                        bias_type, out, out_type);
+  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n,
+                                                        epilogue_alpha, bias, bias_type, out, out_type);
   CK(cudaGetLastError());
   return Q4_OK;
 }
@@ -702,21 +745,22 @@ int32_t plugin_nf4_quantize(int32_t device, const void* x, int32_t x_type, int64
   return Q4_OK;
 }
 
-int32_t plugin_nf4_dequantize(int32_t device, const uint8_t* q, const float* absmax, const float* lut, int64_t bs,
-                              int64_t n, void* out, int32_t out_type, void* stream_p) {
+int32_t plugin_nf4_dequantize(int32_t device, const uint8_t* q, const float* absmax, const float* lut,
+                              int64_t bs, int64_t n, void* out, int32_t out_type, void* stream_p) {
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
   if (lut == nullptr) lut = default_lut();
   if (n == 0) return Q4_OK;
   const q4::cuda::Launch l = q4::cuda::elementwise_launch(n, ds->sm_count);
-  nf4_dequantize_kernel<<<l.blocks, l.threads, 0, as_stream(stream_p)>>>(q, absmax, lut, bs, n, out, out_type);
+  nf4_dequantize_kernel<<<l.blocks, l.threads, 0, as_stream(stream_p)>>>(q, absmax, lut, bs, n, out,
+                                                                         out_type);
   CK(cudaGetLastError());
   return Q4_OK;
 }
 
-int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k, const uint8_t* wq,
-                          const float* absmax, const float* lut, int64_t bs, int64_t n, const void* bias,
-                          int32_t bias_type, void* out, int32_t out_type, void* stream_p) {
+int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k,
+                          const uint8_t* wq, const float* absmax, const float* lut, int64_t bs, int64_t n,
+                          const void* bias, int32_t bias_type, void* out, int32_t out_type, void* stream_p) {
   DeviceState* ds = nullptr;
   if (const int32_t st = device_state(device, &ds); st != Q4_OK) return st;
   cudaStream_t stream = as_stream(stream_p);
@@ -725,15 +769,16 @@ int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t
   if (m <= 8) {
     const q4::cuda::Launch l = q4::cuda::gemv_launch(n);
     return gemv_dispatch(m, [&](auto mm) {
-      nf4_gemv_kernel<decltype(mm)::value><<<l.blocks, l.threads, 0, stream>>>(x, x_type, k, wq, absmax, lut, bs, n,
-                                                                               bias, bias_type, out, out_type);
+      nf4_gemv_kernel<decltype(mm)::value><<<l.blocks, l.threads, 0, stream>>>(
+          x, x_type, k, wq, absmax, lut, bs, n, bias, bias_type, out, out_type);
     });
   }
   DeviceBuffer w32, x32, y32;
   if (int32_t st = alloc(w32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
   if (int32_t st = alloc(y32, static_cast<size_t>(m * n) * 4, stream); st != Q4_OK) return st;
   const q4::cuda::Launch ld = q4::cuda::elementwise_launch(n * k, ds->sm_count);
-  nf4_dequantize_kernel<<<ld.blocks, ld.threads, 0, stream>>>(wq, absmax, lut, bs, n * k, w32.p, NVFP4_CUDA_F32);
+  nf4_dequantize_kernel<<<ld.blocks, ld.threads, 0, stream>>>(wq, absmax, lut, bs, n * k, w32.p,
+                                                              NVFP4_CUDA_F32);
   CK(cudaGetLastError());
   const float* xf = static_cast<const float*>(x);
   if (x_type != NVFP4_CUDA_F32) {
@@ -743,21 +788,22 @@ int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t
     CK(cudaGetLastError());
     xf = static_cast<const float*>(x32.p);
   }
-  if (int32_t st = lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
+  if (int32_t st =
+          lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
       st != Q4_OK) {
     return st;
   }
   const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds->sm_count);
-  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias, bias_type,
-                                                        out, out_type);
+  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias,
+                                                        bias_type, out, out_type);
   CK(cudaGetLastError());
   return Q4_OK;
 }
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int32_t nvfp4_cuda_plugin_entry(uint32_t core_abi,
-                                                                                 nvfp4_cuda_plugin_v1* table) {
+extern "C" __attribute__((visibility("default"))) int32_t nvfp4_cuda_plugin_entry(
+    uint32_t core_abi, nvfp4_cuda_plugin_v1* table) {
   if (table == nullptr) return Q4_ERR_NULL_POINTER;
   if (core_abi != NVFP4_CUDA_PLUGIN_ABI) {
     t_error = "plugin ABI " + std::to_string(NVFP4_CUDA_PLUGIN_ABI) + " does not match core ABI " +

@@ -36,7 +36,7 @@ typedef struct nvfp4_cuda_device_attrs {
   int32_t concurrent_managed_access; /* cudaDevAttrConcurrentManagedAccess  */
   int32_t pageable_memory_access;    /* cudaDevAttrPageableMemoryAccess     */
   int32_t multiprocessors;
-  int32_t integrated;                /* unified-memory SoC (GB10)           */
+  int32_t integrated; /* unified-memory SoC (GB10)           */
   int64_t total_memory;
   char name[96];
 } nvfp4_cuda_device_attrs;
@@ -71,9 +71,9 @@ typedef struct nvfp4_cuda_plugin_v1 {
                             void* stream);
   int32_t (*nvfp4_dequantize)(int32_t device, const uint8_t* q, const uint8_t* s, int32_t layout, float g,
                               int64_t rows, int64_t k, void* out, int32_t out_type, void* stream);
-  int32_t (*nvfp4_linear)(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k, const uint8_t* wq,
-                          const uint8_t* ws, int32_t layout, float g, int64_t n, const void* bias, int32_t bias_type,
-                          void* out, int32_t out_type, void* stream);
+  int32_t (*nvfp4_linear)(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k,
+                          const uint8_t* wq, const uint8_t* ws, int32_t layout, float g, int64_t n,
+                          const void* bias, int32_t bias_type, void* out, int32_t out_type, void* stream);
   int32_t (*nvfp4_scaled_mm)(int32_t device, const uint8_t* aq, const uint8_t* as, const uint8_t* bq,
                              const uint8_t* bs, int32_t layout, int64_t m, int64_t n, int64_t k, float alpha,
                              const void* bias, int32_t bias_type, void* out, int32_t out_type,
@@ -82,12 +82,13 @@ typedef struct nvfp4_cuda_plugin_v1 {
    or NULL for the NF4 codebook). */
   int32_t (*nf4_dequantize)(int32_t device, const uint8_t* q, const float* absmax, const float* lut,
                             int64_t blocksize, int64_t n, void* out, int32_t out_type, void* stream);
-  int32_t (*nf4_linear)(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k, const uint8_t* wq,
-                        const float* absmax, const float* lut, int64_t blocksize, int64_t n, const void* bias,
-                        int32_t bias_type, void* out, int32_t out_type, void* stream);
+  int32_t (*nf4_linear)(int32_t device, const void* x, int32_t x_type, int64_t m, int64_t k,
+                        const uint8_t* wq, const float* absmax, const float* lut, int64_t blocksize,
+                        int64_t n, const void* bias, int32_t bias_type, void* out, int32_t out_type,
+                        void* stream);
   /* NF4 quantize (bitsandbytes semantics); *bad_index = first NaN/Inf. */
-  int32_t (*nf4_quantize)(int32_t device, const void* x, int32_t x_type, int64_t n, int64_t blocksize, uint8_t* q,
-                          float* absmax, int64_t* bad_index, void* stream);
+  int32_t (*nf4_quantize)(int32_t device, const void* x, int32_t x_type, int64_t n, int64_t blocksize,
+                          uint8_t* q, float* absmax, int64_t* bad_index, void* stream);
 } nvfp4_cuda_plugin_v1;
 
 typedef int32_t (*nvfp4_cuda_plugin_entry_fn)(uint32_t core_abi, nvfp4_cuda_plugin_v1* table);

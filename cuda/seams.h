@@ -19,13 +19,13 @@ namespace q4::cuda {
 // B = X (stored [M,K] row-major = [K,M] column-major: TRANSB = N). "TN".
 // ---------------------------------------------------------------------------
 struct LtGemmParams {
-  bool trans_a = true;   // CUBLAS_OP_T
-  bool trans_b = false;  // CUBLAS_OP_N
+  bool trans_a = true;          // CUBLAS_OP_T
+  bool trans_b = false;         // CUBLAS_OP_N
   int64_t m = 0, n = 0, k = 0;  // cuBLAS dims: m = N (out features), n = M (rows of X)
   int64_t lda = 0, ldb = 0, ldc = 0;
-  int64_t a_rows = 0, a_cols = 0;  // layout of A as stored (column-major): K x N
-  int64_t b_rows = 0, b_cols = 0;  // K x M
-  int64_t c_rows = 0, c_cols = 0;  // N x M
+  int64_t a_rows = 0, a_cols = 0;                // layout of A as stored (column-major): K x N
+  int64_t b_rows = 0, b_cols = 0;                // K x M
+  int64_t c_rows = 0, c_cols = 0;                // N x M
   int64_t a_scale_bytes = 0, b_scale_bytes = 0;  // swizzled VEC16_UE4M3 buffers
   bool valid = false;
   std::string why_invalid;
@@ -62,7 +62,9 @@ inline LtGemmParams lt_fp4_gemm_params(int64_t M, int64_t N, int64_t K) {
 }
 
 // Global scales are folded into alpha (as cuBLASLt does): y = alpha * sum.
-inline float folded_alpha(float alpha, float g_a, float g_b) { return alpha * g_a * g_b; }
+inline float folded_alpha(float alpha, float g_a, float g_b) {
+  return alpha * g_a * g_b;
+}
 
 // ---------------------------------------------------------------------------
 // Launch geometry.
@@ -104,11 +106,11 @@ inline Launch elementwise_launch(int64_t n, int32_t sm_count, int32_t threads = 
 // Capability interpretation.
 // ---------------------------------------------------------------------------
 struct DeviceCaps {
-  bool managed = false;             // managed memory usable
-  bool zero_copy = false;           // CPU and GPU access managed memory concurrently
-  bool fp4_tensor_cores = false;    // block-scaled FP4 GEMM hardware
-  bool arch_compiled = false;       // a compiled target runs on this device
-  std::string fp4_arch;             // the family-specific target that has FP4 ("100a", "120a", ...)
+  bool managed = false;           // managed memory usable
+  bool zero_copy = false;         // CPU and GPU access managed memory concurrently
+  bool fp4_tensor_cores = false;  // block-scaled FP4 GEMM hardware
+  bool arch_compiled = false;     // a compiled target runs on this device
+  std::string fp4_arch;           // the family-specific target that has FP4 ("100a", "120a", ...)
 };
 
 // Compiled architectures like {"80", "90", "100a", "120a"}.

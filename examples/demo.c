@@ -78,10 +78,14 @@ static void matmul_ref(const float* x, const float* w, int64_t m, int64_t n, int
 int main(int argc, char** argv) {
   int64_t n = 1024, k = 2048, m = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--n") == 0) n = atoll(argv[i + 1]);
-    else if (strcmp(argv[i], "--k") == 0) k = atoll(argv[i + 1]);
-    else if (strcmp(argv[i], "--m") == 0) m = atoll(argv[i + 1]);
-    else if (strcmp(argv[i], "--seed") == 0) rng_state = (uint64_t)atoll(argv[i + 1]) * 2654435761ULL + 1;
+    if (strcmp(argv[i], "--n") == 0)
+      n = atoll(argv[i + 1]);
+    else if (strcmp(argv[i], "--k") == 0)
+      k = atoll(argv[i + 1]);
+    else if (strcmp(argv[i], "--m") == 0)
+      m = atoll(argv[i + 1]);
+    else if (strcmp(argv[i], "--seed") == 0)
+      rng_state = (uint64_t)atoll(argv[i + 1]) * 2654435761ULL + 1;
     else {
       fprintf(stderr, "usage: %s [--n N] [--k K] [--m M] [--seed S]\n", argv[0]);
       return 2;
@@ -136,8 +140,8 @@ int main(int argc, char** argv) {
   t0 = now_ms();
   if (check(NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, g, NULL, &ty, NULL), "NVFP4_linear")) return 1;
   const double t_mm = now_ms() - t0;
-  printf("NVFP4  g=%.3e  weight rel-RMS err %.4f | linear vs fp32 W %.4f, vs dequantized W %.2e\n",
-         (double)g, rel_rms(w, wd, n * k), rel_rms(y_ref, y, m * n), rel_rms(y_deq, y, m * n));
+  printf("NVFP4  g=%.3e  weight rel-RMS err %.4f | linear vs fp32 W %.4f, vs dequantized W %.2e\n", (double)g,
+         rel_rms(w, wd, n * k), rel_rms(y_ref, y, m * n), rel_rms(y_deq, y, m * n));
   printf("       quantize %.2f ms, dequantize %.2f ms, linear %.2f ms (%.2f GFLOP/s)\n", t_q, t_dq, t_mm,
          gflop / (t_mm / 1e3));
 

@@ -1,7 +1,6 @@
 /* The public headers compile as strict C99 (-std=c99 -pedantic -Werror),
  * before and after an include of themselves. */
 #include <nvfp4/nvfp4.h>
-#include <nvfp4/nvfp4.h>
 
 int main(void) {
   Q4_op_options o;

@@ -149,13 +149,16 @@ int main(int argc, char** argv) {
   const int32_t destroy = Q4_session_destroy(shared);
   long rss_max = 0;
   for (long v : samples) rss_max = v > rss_max ? v : rss_max;
-  std::printf("{\"calls\": %lld, \"threads\": %d, \"seconds\": %.2f, \"failures\": %lld, \"rss_after_warmup_kb\": %ld, "
-              "\"rss_end_kb\": %ld, \"rss_max_kb\": %ld, \"live_linears\": %d, \"live_mutables\": %d, "
-              "\"live_snapshots\": %d, \"live_bytes\": %lld, \"session_destroy\": \"%s\"}\n",
-              static_cast<long long>(total), threads, secs, static_cast<long long>(failures.load()), rss_warm.load(),
-              rss_end, rss_max, st.live_linears, st.live_mutables, st.live_snapshots,
-              static_cast<long long>(st.live_bytes), Q4_status_string(destroy));
+  std::printf(
+      "{\"calls\": %lld, \"threads\": %d, \"seconds\": %.2f, \"failures\": %lld, \"rss_after_warmup_kb\": "
+      "%ld, "
+      "\"rss_end_kb\": %ld, \"rss_max_kb\": %ld, \"live_linears\": %d, \"live_mutables\": %d, "
+      "\"live_snapshots\": %d, \"live_bytes\": %lld, \"session_destroy\": \"%s\"}\n",
+      static_cast<long long>(total), threads, secs, static_cast<long long>(failures.load()), rss_warm.load(),
+      rss_end, rss_max, st.live_linears, st.live_mutables, st.live_snapshots,
+      static_cast<long long>(st.live_bytes), Q4_status_string(destroy));
   const bool flat = rss_end - rss_warm.load() < 8192;
-  const bool clean = st.live_linears == 0 && st.live_mutables == 0 && st.live_snapshots == 0 && st.live_bytes == 0;
+  const bool clean =
+      st.live_linears == 0 && st.live_mutables == 0 && st.live_snapshots == 0 && st.live_bytes == 0;
   return failures.load() == 0 && flat && clean && destroy == Q4_OK ? 0 : 1;
 }

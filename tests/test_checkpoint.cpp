@@ -4,11 +4,11 @@
 // scale convention.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "test_util.h"
@@ -22,11 +22,12 @@ std::string temp_path(const std::string& stem) {
 }
 
 std::vector<uint8_t> image(const std::string& header, size_t data_bytes, bool fix_length = true, uint64_t len = 0) {
-  std::vector<uint8_t> out(8);
   const uint64_t n = fix_length ? header.size() : len;
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.resize(out.size() + data_bytes, 0x3c);
+  std::vector<uint8_t> out;
+  out.reserve(8 + header.size() + data_bytes);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  for (char c : header) out.push_back(static_cast<uint8_t>(c));
+  for (size_t i = 0; i < data_bytes; ++i) out.push_back(0x3c);
   return out;
 }
 
@@ -61,19 +62,28 @@ TEST_CASE("the safetensors reader rejects every malformed header class", "[check
       {"invalid UTF-8", image("{\"\xff\xfe\":{}}", 0), "not valid UTF-8 JSON"},
       {"not an object", image("[1,2]", 0), "not a JSON object"},
       {"entry not an object", image(R"({"a":3})", 0), "is not an object"},
-      {"unknown dtype", image(R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1), "unsupported dtype 'Q7'"},
-      {"negative dimension", image(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1), "non-negative integer"},
-      {"shape not integers", image(R"({"a":{"dtype":"U8","shape":["2"],"data_offsets":[0,2]}})", 2), "non-negative integer"},
+      {"unknown dtype", image(R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}})", 1),
+       "unsupported dtype 'Q7'"},
+      {"negative dimension", image(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})", 1),
+       "non-negative integer"},
+      {"shape not integers", image(R"({"a":{"dtype":"U8","shape":["2"],"data_offsets":[0,2]}})", 2),
+       "non-negative integer"},
       {"missing offsets", image(R"({"a":{"dtype":"U8","shape":[2]}})", 2), "data_offsets"},
       {"begin > end", image(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", 2), "begin > end"},
       {"size mismatch", image(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12"},
-      {"past the end", image(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", 8), "past the end"},
+      {"past the end", image(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}})", 8),
+       "past the end"},
       {"hole", image(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4), "hole of 2 bytes"},
-      {"overlap", image(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4), "overlaps"},
+      {"overlap",
+       image(
+           R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+           4),
+       "overlaps"},
       {"trailing bytes", image(ok, 12), "cover 8"},
       {"metadata not strings", image(R"({"__metadata__":{"k":1}})", 0), "is not a string"},
       {"odd F4 count", image(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole bytes"},
-      {"element count overflow", image(R"({"a":{"dtype":"U8","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0), "overflow"},
+      {"element count overflow",
+       image(R"({"a":{"dtype":"U8","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0), "overflow"},
   };
   for (const Case& c : cases) {
     std::string msg;
@@ -102,7 +112,7 @@ TEST_CASE("writer round trip: dtypes, shapes, metadata, alignment", "[checkpoint
   REQUIRE(Q4_checkpoint_writer_add(w, "half", Q4_DTYPE_BF16, h.t()) == Q4_OK);
   REQUIRE(Q4_checkpoint_writer_add(w, "float", Q4_DTYPE_F32, f.t()) == Q4_OK);
   CHECK(Q4_checkpoint_writer_add(w, "float", Q4_DTYPE_F32, f.t()) == Q4_ERR_INVALID_ARGUMENT);  // duplicate
-  CHECK(Q4_checkpoint_writer_add(w, "bad", Q4_DTYPE_F16, f.t()) == Q4_ERR_DTYPE);               // size mismatch
+  CHECK(Q4_checkpoint_writer_add(w, "bad", Q4_DTYPE_F16, f.t()) == Q4_ERR_DTYPE);  // size mismatch
   REQUIRE(Q4_checkpoint_writer_metadata(w, "format", "pt") == Q4_OK);
   const std::string path = temp_path("roundtrip");
   REQUIRE(Q4_checkpoint_writer_commit(w, path.c_str()) == Q4_OK);
@@ -178,7 +188,8 @@ TEST_CASE("linears load from each family with its global-scale convention", "[ch
     REQUIRE(Q4_checkpoint_linear_create(session, c, "l", &l) == Q4_OK);
     Tensor y({2, n}, t::f32());
     REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
-    for (int64_t i = 0; i < 2 * n; ++i) CHECK(std::fabs(y.get(i) - ref.get(i)) <= 1e-5f * (1 + std::fabs(ref.get(i))));
+    for (int64_t i = 0; i < 2 * n; ++i)
+      CHECK(std::fabs(y.get(i) - ref.get(i)) <= 1e-5f * (1 + std::fabs(ref.get(i))));
     CHECK(Q4_checkpoint_linear_create(session, c, "nope", &l) == Q4_ERR_NOT_FOUND);
     Q4_linear_destroy(l);
     Q4_checkpoint_close(c);

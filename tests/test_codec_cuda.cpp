@@ -34,10 +34,12 @@ int main() {
   auto check = [&](float x) {
     ++n;
     if (q4::fmt::e2m1_encode(x) != cuda_e2m1(x)) {
-      if (bad4++ < 5) std::printf("E2M1 mismatch x=%a ours=%x cuda=%x\n", x, q4::fmt::e2m1_encode(x), cuda_e2m1(x));
+      if (bad4++ < 5)
+        std::printf("E2M1 mismatch x=%a ours=%x cuda=%x\n", x, q4::fmt::e2m1_encode(x), cuda_e2m1(x));
     }
     if (q4::fmt::e4m3_encode(x) != cuda_e4m3(x)) {
-      if (bad8++ < 5) std::printf("E4M3 mismatch x=%a ours=%x cuda=%x\n", x, q4::fmt::e4m3_encode(x), cuda_e4m3(x));
+      if (bad8++ < 5)
+        std::printf("E4M3 mismatch x=%a ours=%x cuda=%x\n", x, q4::fmt::e4m3_encode(x), cuda_e4m3(x));
     }
   };
   // Strided sweep over every fp32 bit pattern (about 16.7 M patterns).

@@ -74,7 +74,8 @@ TEST_CASE("capability interpretation from device attributes", "[cuda][seams]") {
   CHECK(split_archs("80; 90,100a").size() == 3);
 }
 
-TEST_CASE("plugin search order: next to the core, then the environment, then the loader path", "[cuda][seams]") {
+TEST_CASE("plugin search order: next to the core, then the environment, then the loader path",
+          "[cuda][seams]") {
   const auto order = plugin_search_order("/opt/lib", "/custom/libNVFP4_cuda.so");
   REQUIRE(order.size() == 3);
   CHECK(order[0] == "/opt/lib/libNVFP4_cuda.so");

@@ -83,7 +83,8 @@ int main() {
   Managed dx(hx), dq(hq), ds(hs);
   std::memset(dq.m->dl_tensor.data, 0xAA, q_cpu.size());
   float g_gpu = 0;
-  check(NVFP4_quantize(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, 0.0f, &g_gpu, nullptr) == Q4_OK, "GPU quantize");
+  check(NVFP4_quantize(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, 0.0f, &g_gpu, nullptr) == Q4_OK,
+        "GPU quantize");
   check(Q4_cuda_synchronize(0, nullptr) == Q4_OK, "synchronize");
   check(g_gpu == g_cpu, "global scale identical");
   check(std::memcmp(dq.bytes(), q_cpu.data(), q_cpu.size()) == 0, "quantize bytes bit-identical to the CPU");
@@ -104,17 +105,21 @@ int main() {
     std::vector<float> a(mm * k), y_cpu(mm * n), y0(mm * n, 0.0f);
     for (float& v : a) v = nd(rng);
     int64_t as[2] = {mm, k}, ys[2] = {mm, n}, wqs[2] = {n, k / 2}, wss[2] = {n, k / 16};
-    DLTensor ha = host(a.data(), as, 2, f32), hy = host(y_cpu.data(), ys, 2, f32), hy0 = host(y0.data(), ys, 2, f32);
+    DLTensor ha = host(a.data(), as, 2, f32), hy = host(y_cpu.data(), ys, 2, f32),
+             hy0 = host(y0.data(), ys, 2, f32);
     DLTensor hwq = host(q_cpu.data(), wqs, 2, u8), hws = host(s_cpu.data(), wss, 2, u8);
-    check(NVFP4_linear(&ha, &hwq, &hws, Q4_SCALE_LINEAR, g_cpu, nullptr, &hy, nullptr) == Q4_OK, "CPU linear");
+    check(NVFP4_linear(&ha, &hwq, &hws, Q4_SCALE_LINEAR, g_cpu, nullptr, &hy, nullptr) == Q4_OK,
+          "CPU linear");
     Managed da(ha), dy(hy0), dwq(hwq), dws(hws);
     check(NVFP4_linear(da.t(), dwq.t(), dws.t(), Q4_SCALE_LINEAR, g_cpu, nullptr, dy.t(), nullptr) == Q4_OK,
           "GPU linear");
     Q4_cuda_synchronize(0, nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
     double worst = 0;
-    for (int64_t i = 0; i < mm * n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
-    check(worst < 1e-4, "GPU linear within 1e-4 of the CPU (m=" + std::to_string(mm) + ", worst " + std::to_string(worst) + ")");
+    for (int64_t i = 0; i < mm * n; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    check(worst < 1e-4, "GPU linear within 1e-4 of the CPU (m=" + std::to_string(mm) + ", worst " +
+                            std::to_string(worst) + ")");
   }
 
   // W4A4 scaled_mm (cuBLASLt FP4 on Blackwell, fallback elsewhere).
@@ -123,24 +128,27 @@ int main() {
     std::vector<float> a(mm * k);
     for (float& v : a) v = nd(rng);
     std::vector<uint8_t> aq(mm * k / 2), as(mm * k / 16);
-    int64_t ash[2] = {mm, k}, aqs[2] = {mm, k / 2}, ass[2] = {mm, k / 16}, ys[2] = {mm, n}, wqs[2] = {n, k / 2},
-            wss[2] = {n, k / 16};
-    DLTensor ha = host(a.data(), ash, 2, f32), haq = host(aq.data(), aqs, 2, u8), has = host(as.data(), ass, 2, u8);
+    int64_t ash[2] = {mm, k}, aqs[2] = {mm, k / 2}, ass[2] = {mm, k / 16}, ys[2] = {mm, n},
+            wqs[2] = {n, k / 2}, wss[2] = {n, k / 16};
+    DLTensor ha = host(a.data(), ash, 2, f32), haq = host(aq.data(), aqs, 2, u8),
+             has = host(as.data(), ass, 2, u8);
     float ga = 0;
     check(NVFP4_quantize(&ha, &haq, &has, Q4_SCALE_LINEAR, 0.0f, &ga, nullptr) == Q4_OK, "CPU quantize A");
     std::vector<float> y_cpu(mm * n), y0(mm * n, 0.0f);
     DLTensor hy = host(y_cpu.data(), ys, 2, f32), hy0 = host(y0.data(), ys, 2, f32);
     DLTensor hwq = host(q_cpu.data(), wqs, 2, u8), hws = host(s_cpu.data(), wss, 2, u8);
     const float alpha = ga * g_cpu;
-    check(NVFP4_scaled_mm(&haq, &has, &hwq, &hws, Q4_SCALE_LINEAR, alpha, nullptr, &hy, nullptr) == Q4_OK, "CPU mm");
+    check(NVFP4_scaled_mm(&haq, &has, &hwq, &hws, Q4_SCALE_LINEAR, alpha, nullptr, &hy, nullptr) == Q4_OK,
+          "CPU mm");
     Managed daq(haq), das(has), dwq(hwq), dws(hws), dy(hy0);
-    check(NVFP4_scaled_mm(daq.t(), das.t(), dwq.t(), dws.t(), Q4_SCALE_LINEAR, alpha, nullptr, dy.t(), nullptr) ==
-              Q4_OK,
+    check(NVFP4_scaled_mm(daq.t(), das.t(), dwq.t(), dws.t(), Q4_SCALE_LINEAR, alpha, nullptr, dy.t(),
+                          nullptr) == Q4_OK,
           "GPU scaled_mm");
     Q4_cuda_synchronize(0, nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
     double worst = 0;
-    for (int64_t i = 0; i < mm * n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    for (int64_t i = 0; i < mm * n; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
     check(worst < 1e-3, "GPU scaled_mm within 1e-3 of the CPU (worst " + std::to_string(worst) + ")");
   }
 
@@ -151,7 +159,8 @@ int main() {
     std::vector<float> am_cpu(nn / 64), am0(nn / 64, 0.0f);
     int64_t qsh[1] = {nn / 2}, ash[1] = {nn / 64}, wsh[2] = {n, k};
     std::vector<float> w(x.begin(), x.begin() + nn);
-    DLTensor hw = host(w.data(), wsh, 2, f32), hq2 = host(nq_cpu.data(), qsh, 1, u8), ha = host(am_cpu.data(), ash, 1, f32);
+    DLTensor hw = host(w.data(), wsh, 2, f32), hq2 = host(nq_cpu.data(), qsh, 1, u8),
+             ha = host(am_cpu.data(), ash, 1, f32);
     check(NF4_quantize(&hw, &hq2, &ha, 64, nullptr) == Q4_OK, "CPU NF4 quantize");
     DLTensor hq0 = host(nq0.data(), qsh, 1, u8), ha0 = host(am0.data(), ash, 1, f32);
     Managed dw(hw), dq2(hq0), da(ha0);
@@ -166,7 +175,8 @@ int main() {
     std::vector<float> a(m * k), y_cpu(m * n), y0(m * n, 0.0f);
     for (float& v : a) v = nd(rng);
     int64_t as[2] = {m, k}, ys[2] = {m, n};
-    DLTensor hx2 = host(a.data(), as, 2, f32), hy = host(y_cpu.data(), ys, 2, f32), hy0 = host(y0.data(), ys, 2, f32);
+    DLTensor hx2 = host(a.data(), as, 2, f32), hy = host(y_cpu.data(), ys, 2, f32),
+             hy0 = host(y0.data(), ys, 2, f32);
     NF4_state cst = st;
     cst.absmax = &ha;
     check(NF4_scaled_mm(&hx2, &hq2, &cst, nullptr, &hy, nullptr) == Q4_OK, "CPU NF4 linear");
@@ -175,7 +185,8 @@ int main() {
     Q4_cuda_synchronize(0, nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
     double worst = 0;
-    for (int64_t i = 0; i < m * n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    for (int64_t i = 0; i < m * n; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
     check(worst < 1e-4, "GPU NF4 linear within 1e-4 of the CPU");
   }
 

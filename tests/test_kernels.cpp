@@ -17,8 +17,8 @@ namespace {
 
 std::vector<int32_t> available_isas() {
   std::vector<int32_t> out;
-  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON,
-                      Q4_ISA_NEON_DOTPROD}) {
+  for (int32_t isa :
+       {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD}) {
     if (Q4_set_max_isa(isa) != Q4_OK) continue;
     Q4_capabilities c{};
     c.struct_size = sizeof c;
@@ -35,8 +35,12 @@ struct IsaGuard {
   ~IsaGuard() { Q4_set_max_isa(Q4_ISA_BEST); }
 };
 
-DLDataType dt(int which) { return which == 0 ? t::f32() : (which == 1 ? t::f16() : t::bf16()); }
-double out_eps(int which) { return which == 0 ? 0.0 : (which == 1 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8)); }
+DLDataType dt(int which) {
+  return which == 0 ? t::f32() : (which == 1 ? t::f16() : t::bf16());
+}
+double out_eps(int which) {
+  return which == 0 ? 0.0 : (which == 1 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8));
+}
 
 double nvfp4_w(const Tensor& q, const Tensor& s, int64_t k, int64_t j, int64_t kk, float g) {
   const int64_t i = j * k + kk;
@@ -94,13 +98,17 @@ TEST_CASE("every ISA variant: NVFP4_linear within the exact-mode bound, odd shap
         for (int64_t m : {1, 2, 3, 7, 8, 9, 33}) {
           for (int xw = 0; xw < 3; ++xw) {
             const int ow = (m + xw) % 3;
-            INFO("isa " << Q4_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " x " << xw << " out " << ow);
+            INFO("isa " << Q4_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " x " << xw
+                        << " out " << ow);
             Tensor x = t::random_float({m, k}, dt(xw), static_cast<uint32_t>(m + 7 * k));
             Tensor y({m, n}, dt(ow));
-            REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), nullptr) == Q4_OK);
+            REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), nullptr) ==
+                    Q4_OK);
             CHECK(Q4_last_isa_used() == isa);
             CHECK(y.guard_intact());
-            CHECK(count_bound_violations(x, y, m, n, k, [&](int64_t j, int64_t kk) { return nvfp4_w(wq, ws, k, j, kk, g); }, ow) == 0);
+            CHECK(count_bound_violations(
+                      x, y, m, n, k, [&](int64_t j, int64_t kk) { return nvfp4_w(wq, ws, k, j, kk, g); },
+                      ow) == 0);
           }
         }
       }
@@ -127,7 +135,9 @@ TEST_CASE("every ISA variant: NF4_scaled_mm within the exact-mode bound", "[kern
           Tensor y({m, n}, t::f32());
           REQUIRE(NF4_scaled_mm(x.t(), q.t(), &st, nullptr, y.t(), nullptr) == Q4_OK);
           CHECK(Q4_last_isa_used() == isa);
-          CHECK(count_bound_violations(x, y, m, n, k, [&](int64_t j, int64_t kk) { return nf4_w(q, am, j * k + kk, bs); }, 0) == 0);
+          CHECK(count_bound_violations(
+                    x, y, m, n, k, [&](int64_t j, int64_t kk) { return nf4_w(q, am, j * k + kk, bs); }, 0) ==
+                0);
         }
       }
     }
@@ -141,7 +151,8 @@ TEST_CASE("every ISA variant: NVFP4_scaled_mm (W4A4) and the dequant-matmul GEMM
       for (int64_t n : {3, 33}) {
         const int64_t k = 80;
         Tensor a = t::random_float({m, k}, t::f32(), 21), b = t::random_float({n, k}, t::f32(), 22);
-        Tensor aq({m, k / 2}, t::u8()), as({m, k / 16}, t::u8()), bq({n, k / 2}, t::u8()), bs({n, k / 16}, t::u8());
+        Tensor aq({m, k / 2}, t::u8()), as({m, k / 16}, t::u8()), bq({n, k / 2}, t::u8()),
+            bs({n, k / 16}, t::u8());
         REQUIRE(NVFP4_quantize(a.t(), aq.t(), as.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
         REQUIRE(NVFP4_quantize(b.t(), bq.t(), bs.t(), 0, 0.25f, nullptr, nullptr) == Q4_OK);
         // x = dequant(A) with block scales only, as the product defines it.
@@ -154,7 +165,9 @@ TEST_CASE("every ISA variant: NVFP4_scaled_mm (W4A4) and the dequant-matmul GEMM
           o.compute_path = path;
           Tensor y({m, n}, t::f32());
           REQUIRE(NVFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), 0, 0.125f, nullptr, y.t(), &o) == Q4_OK);
-          CHECK(count_bound_violations(ad, y, m, n, k, [&](int64_t j, int64_t kk) { return nvfp4_w(bq, bs, k, j, kk, 1.0f); }, 0, 0.125) == 0);
+          CHECK(count_bound_violations(
+                    ad, y, m, n, k, [&](int64_t j, int64_t kk) { return nvfp4_w(bq, bs, k, j, kk, 1.0f); }, 0,
+                    0.125) == 0);
         }
       }
     }
@@ -165,9 +178,9 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
   const int64_t rows = 37, k = 272;
   for (int which = 0; which < 3; ++which) {
     Tensor x = t::random_float({rows, k}, dt(which), 99, 5.0f);
-    for (int64_t i = 0; i < 16; ++i) x.set(i, 0.0f);                 // zero block
-    x.set(20, 1e-30f);                                                // underflowing scale
-    x.set(40, 0.25f);                                                 // ties
+    for (int64_t i = 0; i < 16; ++i) x.set(i, 0.0f);  // zero block
+    x.set(20, 1e-30f);                                // underflowing scale
+    x.set(40, 0.25f);                                 // ties
     x.set(41, -0.75f);
     Tensor q_ref({rows, k / 2}, t::u8()), s_ref({rows, k / 16}, t::u8()), d_ref({rows, k}, t::f32());
     float g_ref = 0;
@@ -253,7 +266,9 @@ TEST_CASE("fast math mode stays within its documented int8-activation bound", "[
   for (int64_t m : {1, 5, 12}) {
     Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(40 + m));
     for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {
-      auto wv = [&](int64_t j, int64_t kk) { return fmt_i == 0 ? nvfp4_w(wq, ws, k, j, kk, g) : nf4_w(nq, am, j * k + kk, 32); };
+      auto wv = [&](int64_t j, int64_t kk) {
+        return fmt_i == 0 ? nvfp4_w(wq, ws, k, j, kk, g) : nf4_w(nq, am, j * k + kk, 32);
+      };
       Tensor y({m, n}, t::f32());
       if (fmt_i == 0) {
         REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_OK);

@@ -81,9 +81,15 @@ double nvfp4_value(const uint8_t* q, const uint8_t* s_linear, int64_t k, int64_t
   return kE2M1[code] * e4m3_value(s_linear[r * (k / 16) + c / 16]) * g;
 }
 
-DLDataType dtype_for(int which) { return which == 0 ? t::f32() : (which == 1 ? t::f16() : t::bf16()); }
-const char* dtype_label(int which) { return which == 0 ? "f32" : (which == 1 ? "f16" : "bf16"); }
-double out_tol(int which) { return which == 0 ? 1e-6 : (which == 1 ? 1e-3 : 8e-3); }
+DLDataType dtype_for(int which) {
+  return which == 0 ? t::f32() : (which == 1 ? t::f16() : t::bf16());
+}
+const char* dtype_label(int which) {
+  return which == 0 ? "f32" : (which == 1 ? "f16" : "bf16");
+}
+double out_tol(int which) {
+  return which == 0 ? 1e-6 : (which == 1 ? 1e-3 : 8e-3);
+}
 
 }  // namespace
 
@@ -120,7 +126,8 @@ TEST_CASE("NVFP4_quantize is bit-exact with the SPEC 1.3 oracle", "[ops][nvfp4]"
           std::vector<uint8_t> expect(static_cast<size_t>(sw.bytes), 0);
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < k / 16; ++c) {
-              expect[static_cast<size_t>(q4::fmt::swizzle_offset(r, c, k / 16))] = o.s[static_cast<size_t>(r * (k / 16) + c)];
+              expect[static_cast<size_t>(q4::fmt::swizzle_offset(r, c, k / 16))] =
+                  o.s[static_cast<size_t>(r * (k / 16) + c)];
             }
           }
           CHECK(std::equal(expect.begin(), expect.end(), sw.data()));
@@ -231,7 +238,8 @@ TEST_CASE("NVFP4_scaled_mm equals the fp64 product of the dequantized operands",
         Q4_op_options_init(&o);
         o.compute_path = path;
         const float alpha = 0.01f * 0.02f;
-        REQUIRE(NVFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), layout, alpha, bias.t(), out.t(), &o) == Q4_OK);
+        REQUIRE(NVFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), layout, alpha, bias.t(), out.t(), &o) ==
+                Q4_OK);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < n; ++j) {
             double acc = 0, mag = 0;
@@ -242,8 +250,10 @@ TEST_CASE("NVFP4_scaled_mm equals the fp64 product of the dequantized operands",
               mag += std::fabs(p);
             }
             const double ref = alpha * acc + 0.25 * static_cast<double>(j);
-            INFO(dtype_label(which) << " layout " << layout << " path " << path << " (" << i << "," << j << ")");
-            CHECK(std::fabs(out.get(i * n + j) - ref) <= out_tol(which) * (alpha * mag + std::fabs(ref)) + 1e-12);
+            INFO(dtype_label(which) << " layout " << layout << " path " << path << " (" << i << "," << j
+                                    << ")");
+            CHECK(std::fabs(out.get(i * n + j) - ref) <=
+                  out_tol(which) * (alpha * mag + std::fabs(ref)) + 1e-12);
           }
         }
       }
@@ -285,11 +295,22 @@ TEST_CASE("NVFP4_linear equals x . dequant(W)^T in fp64, any batch dims", "[ops]
 
 namespace {
 
-const float kNF4[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-                        -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-                        0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
-                        0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-                        0.7229568362236023f, 1.0f};
+const float kNF4[16] = {-1.0f,
+                        -0.6961928009986877f,
+                        -0.5250730514526367f,
+                        -0.39491748809814453f,
+                        -0.28444138169288635f,
+                        -0.18477343022823334f,
+                        -0.09105003625154495f,
+                        0.0f,
+                        0.07958029955625534f,
+                        0.16093020141124725f,
+                        0.24611230194568634f,
+                        0.33791524171829224f,
+                        0.44070982933044434f,
+                        0.5626170039176941f,
+                        0.7229568362236023f,
+                        1.0f};
 
 uint32_t nf4_nearest_lower(float y) {
   uint32_t code = 0;
@@ -327,7 +348,8 @@ TEST_CASE("NF4_quantize matches the bitsandbytes algorithm", "[ops][nf4]") {
         size_t bad = 0;
         for (int64_t i = 0; i < n; ++i) {
           const float m = am.f()[i / bs];
-          const uint32_t want = m == 0 ? 7u : nf4_nearest_lower(std::clamp(x.get(i) * (1.0f / m), -1.0f, 1.0f));
+          const uint32_t want =
+              m == 0 ? 7u : nf4_nearest_lower(std::clamp(x.get(i) * (1.0f / m), -1.0f, 1.0f));
           const uint8_t byte = q.data()[i / 2];
           const uint32_t got = (i & 1) ? (byte & 0xf) : (byte >> 4);
           if (got != want) ++bad;

@@ -26,7 +26,9 @@ Quantized quantize(Tensor& x, float given) {
   return r;
 }
 
-uint32_t code_at(const Tensor& q, int64_t i) { return (i & 1) ? q.data()[i / 2] >> 4 : q.data()[i / 2] & 0xf; }
+uint32_t code_at(const Tensor& q, int64_t i) {
+  return (i & 1) ? q.data()[i / 2] >> 4 : q.data()[i / 2] & 0xf;
+}
 
 }  // namespace
 
@@ -50,7 +52,8 @@ TEST_CASE("signed zeros and all-zero blocks", "[robustness]") {
 
 TEST_CASE("subnormal inputs and the smallest block scale", "[robustness]") {
   Tensor x({1, 16}, t::f32());
-  for (int i = 0; i < 16; ++i) x.set(i, std::ldexp(1.0f, -140) * static_cast<float>(i + 1));  // fp32 subnormals
+  for (int i = 0; i < 16; ++i)
+    x.set(i, std::ldexp(1.0f, -140) * static_cast<float>(i + 1));  // fp32 subnormals
   // g = 1: amax/6 underflows E4M3, so the scale is bumped to 2^-9 (code 1).
   Quantized r = quantize(x, 1.0f);
   CHECK(r.s.data()[0] == 0x01);
@@ -63,9 +66,10 @@ TEST_CASE("subnormal inputs and the smallest block scale", "[robustness]") {
 
 TEST_CASE("every E2M1 rounding boundary inside a block", "[robustness]") {
   // Block amax 6 with g = 1/448 gives d = 1 exactly, so codes are e2m1(x).
-  const float values[16] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f,
+  const float values[16] = {6.0f,   0.25f,  0.75f,  1.25f,  1.75f, 2.5f,  3.5f,  5.0f,
                             -0.25f, -0.75f, -1.25f, -1.75f, -2.5f, -3.5f, -5.0f, 0.2500001f};
-  const uint32_t expect[16] = {0x7, 0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6, 0x8, 0xA, 0xA, 0xC, 0xC, 0xE, 0xE, 0x1};
+  const uint32_t expect[16] = {0x7, 0x0, 0x2, 0x2, 0x4, 0x4, 0x6, 0x6,
+                               0x8, 0xA, 0xA, 0xC, 0xC, 0xE, 0xE, 0x1};
   Tensor x({1, 16}, t::f32());
   for (int i = 0; i < 16; ++i) x.set(i, values[i]);
   Quantized r = quantize(x, 1.0f / 448.0f);
@@ -82,8 +86,13 @@ TEST_CASE("E4M3 scale boundaries: ties to even and saturation", "[robustness]") 
     float ratio;  // amax / (6 g)
     uint32_t code;
   };
-  const Case cases[] = {{448.0f, 0x7e}, {1000.0f, 0x7e}, {17.0f, 0x58}, {18.0f, 0x59}, {1.0625f, 0x38},
-                        {1.1875f, 0x3a}, {std::ldexp(1.0f, -10), 0x01}};
+  const Case cases[] = {{448.0f, 0x7e},
+                        {1000.0f, 0x7e},
+                        {17.0f, 0x58},
+                        {18.0f, 0x59},
+                        {1.0625f, 0x38},
+                        {1.1875f, 0x3a},
+                        {std::ldexp(1.0f, -10), 0x01}};
   for (const Case& c : cases) {
     Tensor x({1, 16}, t::f32());
     x.fill(0);

@@ -130,7 +130,8 @@ TEST_CASE("missing companion keys name the prefix and the key", "[schema]") {
       {{"l.weight.qdata"}, "l.weight.scale"},
       {{"n.weight", "n.weight.absmax"}, "n.weight.quant_map"},
       {{"n.weight.absmax", "n.weight.quant_map"}, "n.weight'"},
-      {{"n.weight", "n.weight.absmax", "n.weight.quant_map", "n.weight.nested_absmax"}, "n.weight.nested_quant_map"},
+      {{"n.weight", "n.weight.absmax", "n.weight.quant_map", "n.weight.nested_absmax"},
+       "n.weight.nested_quant_map"},
   };
   for (const Case& c : cases) {
     Keys k;
@@ -158,26 +159,36 @@ TEST_CASE("both formats present, ambiguous prefixes, wrong dtypes", "[schema]") 
   CHECK(s.num_linears == 2);
 
   Keys amb;
-  amb.add("x.weight").add("x.weight.absmax").add("x.weight.quant_map").add("x.weight_scale").add("x.weight_scale_2");
+  amb.add("x.weight")
+      .add("x.weight.absmax")
+      .add("x.weight.quant_map")
+      .add("x.weight_scale")
+      .add("x.weight_scale_2");
   s = summary_of(amb, &st);
   CHECK(st == Q4_ERR_SCHEMA);
   CHECK(std::string(Q4_last_error()).find("ambiguous") != std::string::npos);
 
   Keys bad;
-  bad.add("y.weight", Q4_DTYPE_U8).add("y.weight_scale", Q4_DTYPE_F8_E4M3).add("y.weight_scale_2", Q4_DTYPE_BF16);
+  bad.add("y.weight", Q4_DTYPE_U8)
+      .add("y.weight_scale", Q4_DTYPE_F8_E4M3)
+      .add("y.weight_scale_2", Q4_DTYPE_BF16);
   s = summary_of(bad, &st);
   CHECK(st == Q4_ERR_SCHEMA);
   CHECK(std::string(Q4_last_error()).find("dtype BF16") != std::string::npos);
 
   Keys shape;
-  shape.add("z.weight", Q4_DTYPE_U8, {64, 32}).add("z.weight_scale", Q4_DTYPE_F8_E4M3, {64, 3}).add("z.weight_scale_2", Q4_DTYPE_F32, {});
+  shape.add("z.weight", Q4_DTYPE_U8, {64, 32})
+      .add("z.weight_scale", Q4_DTYPE_F8_E4M3, {64, 3})
+      .add("z.weight_scale_2", Q4_DTYPE_F32, {});
   s = summary_of(shape, &st);
   CHECK(st == Q4_ERR_SCHEMA);
   CHECK(std::string(Q4_last_error()).find("shapes disagree") != std::string::npos);
 
   // FP8 (not 4-bit) checkpoints: an F32 weight_scale alone is no NVFP4 linear.
   Keys fp8;
-  fp8.add("f.weight", Q4_DTYPE_F8_E4M3, {8, 8}).add("f.weight_scale", Q4_DTYPE_F32, {}).add("f.input_scale", Q4_DTYPE_F32, {});
+  fp8.add("f.weight", Q4_DTYPE_F8_E4M3, {8, 8})
+      .add("f.weight_scale", Q4_DTYPE_F32, {})
+      .add("f.input_scale", Q4_DTYPE_F32, {});
   s = summary_of(fp8, &st);
   CHECK(st == Q4_OK);
   CHECK(s.format == Q4_FORMAT_NONE);

@@ -150,7 +150,8 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
   REQUIRE(Q4_linear_create(s.s, &db, &l4) == Q4_OK);
   Tensor y4({2, 3, n}, t::f16());
   REQUIRE(Q4_linear_forward(l4, x.t(), y4.t()) == Q4_OK);
-  for (int64_t i = 0; i < y4.numel(); ++i) CHECK(std::fabs(y4.get(i) - dref.get(i)) <= 1e-3f * (1 + std::fabs(dref.get(i))));
+  for (int64_t i = 0; i < y4.numel(); ++i)
+    CHECK(std::fabs(y4.get(i) - dref.get(i)) <= 1e-3f * (1 + std::fabs(dref.get(i))));
 
   // The caller's tensors are only borrowed: scribbling over them changes nothing.
   w.fill(0);
@@ -240,8 +241,8 @@ TEST_CASE("policies: compute paths, overrides, targets and unified memory", "[se
     CHECK(info.backend == c.expect_backend);
     CHECK(info.fell_back == (c.fallback ? 1 : 0));
     const nlohmann::json j = nlohmann::json::parse(diagnostics(l));
-    for (const char* field : {"format", "backend", "computePath", "fallbackReason", "nativeLoadState", "isa", "device",
-                              "unifiedMemory", "scaleLayout", "weightBytes"}) {
+    for (const char* field : {"format", "backend", "computePath", "fallbackReason", "nativeLoadState", "isa",
+                              "device", "unifiedMemory", "scaleLayout", "weightBytes"}) {
       CHECK(j.contains(field));
     }
     CHECK(j["fallbackReason"].get<std::string>().empty() == !c.fallback);
@@ -414,11 +415,12 @@ TEST_CASE("1 writer, 8 readers: every snapshot is internally consistent", "[sess
   // Keep committing until the readers have seen many versions (threads may
   // start late on a loaded machine); bounded by a deadline.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (uint64_t round = 1; round <= 300 || (snapshots.load() < 200 && std::chrono::steady_clock::now() < deadline);
-       ++round) {
+  for (uint64_t round = 1;
+       round <= 300 || (snapshots.load() < 200 && std::chrono::steady_clock::now() < deadline); ++round) {
     DLTensor view{};
     int32_t st;
-    while ((st = Q4_mutable_begin_write(m, Q4_WRITE_DISCARD, &view)) == Q4_ERR_BUSY) std::this_thread::yield();
+    while ((st = Q4_mutable_begin_write(m, Q4_WRITE_DISCARD, &view)) == Q4_ERR_BUSY)
+      std::this_thread::yield();
     REQUIRE(st == Q4_OK);
     uint64_t version = 0;
     REQUIRE(Q4_mutable_version(m, &version) == Q4_OK);
@@ -437,7 +439,8 @@ TEST_CASE("1 writer, 8 readers: every snapshot is internally consistent", "[sess
   CHECK(s.stats().live_buffers == 0);
 }
 
-TEST_CASE("8 threads forward while the weight is updated: each output is one weight's", "[session][concurrency]") {
+TEST_CASE("8 threads forward while the weight is updated: each output is one weight's",
+          "[session][concurrency]") {
   Session s;
   const int64_t n = 32, k = 128;
   Tensor w1 = t::random_float({n, k}, t::f32(), 11), w2 = t::random_float({n, k}, t::f32(), 12);
@@ -522,12 +525,15 @@ TEST_CASE("fake-quantize and the STE backward products", "[session][training]") 
       CHECK(std::fabs(gw.get(j * k + kk) - ref) <= 1e-5 * (mag + 1e-30));
     }
   }
-  CHECK(NVFP4_linear_backward(gy.t(), x.t(), wq.t(), ws.t(), 0, wg, nullptr, nullptr, nullptr) == Q4_ERR_NULL_POINTER);
+  CHECK(NVFP4_linear_backward(gy.t(), x.t(), wq.t(), ws.t(), 0, wg, nullptr, nullptr, nullptr) ==
+        Q4_ERR_NULL_POINTER);
   Tensor gw_bad({n, k - 16}, t::f32());
-  CHECK(NVFP4_linear_backward(gy.t(), x.t(), wq.t(), ws.t(), 0, wg, nullptr, gw_bad.t(), nullptr) == Q4_ERR_SHAPE);
+  CHECK(NVFP4_linear_backward(gy.t(), x.t(), wq.t(), ws.t(), 0, wg, nullptr, gw_bad.t(), nullptr) ==
+        Q4_ERR_SHAPE);
 }
 
-TEST_CASE("100000 create/forward/destroy and fake-quantize/backward iterations leak nothing", "[session][leak]") {
+TEST_CASE("100000 create/forward/destroy and fake-quantize/backward iterations leak nothing",
+          "[session][leak]") {
   Session s;
   const int64_t n = 8, k = 32;
   Tensor w = t::random_float({n, k}, t::f32(), 31);

@@ -17,19 +17,31 @@ namespace t {
 // the double-precision midpoints of the codebook). A value equal to one goes
 // to the lower code. They differ from the exact midpoints of the fp32
 // codebook by one ulp in 5 of 15 places; compatibility means these.
-constexpr float kBnbNf4Thresholds[15] = {
-    -0.8480964004993439f,  -0.6106329262256622f,  -0.4599952697753906f,  -0.33967943489551544f,
-    -0.23460740596055984f, -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f,
-    0.1202552504837513f,   0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
-    0.5016634166240692f,   0.6427869200706482f,   0.8614784181118011f};
+constexpr float kBnbNf4Thresholds[15] = {-0.8480964004993439f,   -0.6106329262256622f,  -0.4599952697753906f,
+                                         -0.33967943489551544f,  -0.23460740596055984f, -0.13791173323988914f,
+                                         -0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
+                                         0.2035212516784668f,    0.2920137718319893f,   0.3893125355243683f,
+                                         0.5016634166240692f,    0.6427869200706482f,   0.8614784181118011f};
 
-inline DLDataType f32() { return DLDataType{kDLFloat, 32, 1}; }
-inline DLDataType f16() { return DLDataType{kDLFloat, 16, 1}; }
-inline DLDataType bf16() { return DLDataType{kDLBfloat, 16, 1}; }
-inline DLDataType u8() { return DLDataType{kDLUInt, 8, 1}; }
-inline DLDataType e4m3() { return DLDataType{kDLFloat8_e4m3fn, 8, 1}; }
+inline DLDataType f32() {
+  return DLDataType{kDLFloat, 32, 1};
+}
+inline DLDataType f16() {
+  return DLDataType{kDLFloat, 16, 1};
+}
+inline DLDataType bf16() {
+  return DLDataType{kDLBfloat, 16, 1};
+}
+inline DLDataType u8() {
+  return DLDataType{kDLUInt, 8, 1};
+}
+inline DLDataType e4m3() {
+  return DLDataType{kDLFloat8_e4m3fn, 8, 1};
+}
 
-inline size_t elem_size(DLDataType dt) { return dt.bits == 4 ? 1 : (dt.bits * dt.lanes + 7) / 8; }
+inline size_t elem_size(DLDataType dt) {
+  return dt.bits == 4 ? 1 : (dt.bits * dt.lanes + 7) / 8;
+}
 
 // An owning tensor: storage (64-byte aligned, with a guard zone after it),
 // shape, and the DLTensor describing it.

@@ -189,8 +189,8 @@ TEST_CASE("NVFP4_dequantize / linear / scaled_mm reject bad inputs", "[validatio
   expect_failure([&] { return NVFP4_dequantize(q.t(), s.t(), 0, 1.0f, nullptr, nullptr); },
                  Q4_ERR_NULL_POINTER, "NVFP4_dequantize", "'out'");
   Tensor out_u8({8, 32}, t::u8());
-  expect_failure([&] { return NVFP4_dequantize(q.t(), s.t(), 0, 1.0f, out_u8.t(), nullptr); },
-                 Q4_ERR_DTYPE, "NVFP4_dequantize", "'out'");
+  expect_failure([&] { return NVFP4_dequantize(q.t(), s.t(), 0, 1.0f, out_u8.t(), nullptr); }, Q4_ERR_DTYPE,
+                 "NVFP4_dequantize", "'out'");
   {
     Tensor alias = q;  // out over the packed input
     alias.dl.dtype = t::f32();
@@ -230,18 +230,23 @@ TEST_CASE("NVFP4_dequantize / linear / scaled_mm reject bad inputs", "[validatio
 
   // scaled_mm: alpha, B's bytes, scale sizes, aliasing.
   Tensor mm({8, 8}, t::f32());
-  expect_failure([&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 0, NAN, nullptr, mm.t(), nullptr); },
-                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'alpha'");
-  expect_failure([&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 0, -1.0f, nullptr, mm.t(), nullptr); },
-                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'alpha'");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 0, NAN, nullptr, mm.t(), nullptr); },
+      Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'alpha'");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 0, -1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'alpha'");
   Tensor bq({7, 16}, t::u8());
-  expect_failure([&] { return NVFP4_scaled_mm(q.t(), s.t(), bq.t(), s.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
-                 Q4_ERR_SHAPE, "NVFP4_scaled_mm", "'b_qdata'");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), s.t(), bq.t(), s.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_SHAPE, "NVFP4_scaled_mm", "'b_qdata'");
   Tensor q_odd({8, 15}, t::u8());
-  expect_failure([&] { return NVFP4_scaled_mm(q_odd.t(), s.t(), q.t(), s.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
-                 Q4_ERR_SHAPE, "NVFP4_scaled_mm", "multiple of 16");
-  expect_failure([&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 1, 1.0f, nullptr, mm.t(), nullptr); },
-                 Q4_ERR_SHAPE, "NVFP4_scaled_mm", "'a_scale'");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q_odd.t(), s.t(), q.t(), s.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_SHAPE, "NVFP4_scaled_mm", "multiple of 16");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), 1, 1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_SHAPE, "NVFP4_scaled_mm", "'a_scale'");
   {
     Tensor mm_alias = mm;
     mm_alias.dl.data = s.data();
@@ -249,8 +254,11 @@ TEST_CASE("NVFP4_dequantize / linear / scaled_mm reject bad inputs", "[validatio
     mm_alias.dl.shape = mm_alias.shape.data();
     Tensor a1({1, 16}, t::u8()), as1({1, 2}, t::u8()), b4({4, 16}, t::u8()), bs4({4, 2}, t::u8());
     mm_alias.dl.data = bs4.data();
-    expect_failure([&] { return NVFP4_scaled_mm(a1.t(), as1.t(), b4.t(), bs4.t(), 0, 1.0f, nullptr, mm_alias.t(), nullptr); },
-                   Q4_ERR_ALIASING, "NVFP4_scaled_mm", "'b_scale'");
+    expect_failure(
+        [&] {
+          return NVFP4_scaled_mm(a1.t(), as1.t(), b4.t(), bs4.t(), 0, 1.0f, nullptr, mm_alias.t(), nullptr);
+        },
+        Q4_ERR_ALIASING, "NVFP4_scaled_mm", "'b_scale'");
   }
 }
 
@@ -258,8 +266,8 @@ TEST_CASE("NF4 entry points reject bad inputs", "[validation]") {
   Tensor x({100}, t::f32()), q({50}, t::u8()), am({2}, t::f32());
   expect_failure([&] { return NF4_quantize(x.t(), q.t(), am.t(), 48, nullptr); }, Q4_ERR_INVALID_ARGUMENT,
                  "NF4_quantize", "'blocksize'");
-  expect_failure([&] { return NF4_quantize(x.t(), q.t(), am.t(), 32, nullptr); }, Q4_ERR_SHAPE, "NF4_quantize",
-                 "'absmax'");
+  expect_failure([&] { return NF4_quantize(x.t(), q.t(), am.t(), 32, nullptr); }, Q4_ERR_SHAPE,
+                 "NF4_quantize", "'absmax'");
   Tensor am_f16({2}, t::f16());
   expect_failure([&] { return NF4_quantize(x.t(), q.t(), am_f16.t(), 64, nullptr); }, Q4_ERR_DTYPE,
                  "NF4_quantize", "'absmax'");
@@ -322,8 +330,8 @@ TEST_CASE("NF4 entry points reject bad inputs", "[validation]") {
   Tensor xx({2, 10}, t::f32()), yy({2, 10}, t::f32());
   REQUIRE(NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy.t(), nullptr) == Q4_OK);
   Tensor yy_bad({2, 9}, t::f32());
-  expect_failure([&] { return NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy_bad.t(), nullptr); }, Q4_ERR_SHAPE,
-                 "NF4_scaled_mm", "'w_qdata'");
+  expect_failure([&] { return NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy_bad.t(), nullptr); },
+                 Q4_ERR_SHAPE, "NF4_scaled_mm", "'w_qdata'");
   Q4_op_options o;
   Q4_op_options_init(&o);
   o.backend = Q4_BACKEND_NVFP4_KERNEL;
@@ -358,7 +366,8 @@ TEST_CASE("swizzle helpers and misc entry points reject bad inputs", "[validatio
                  "NVFP4_swizzled_scale_size", "'bytes'");
   REQUIRE(NVFP4_swizzled_scale_size(130, 80, &bytes) == Q4_OK);
   CHECK(bytes == 256 * 8);
-  expect_failure([&] { return Q4_op_options_init(nullptr); }, Q4_ERR_NULL_POINTER, "Q4_op_options_init", "'opts'");
+  expect_failure([&] { return Q4_op_options_init(nullptr); }, Q4_ERR_NULL_POINTER, "Q4_op_options_init",
+                 "'opts'");
   expect_failure([&] { return Q4_set_max_isa(1234); }, Q4_ERR_INVALID_ARGUMENT, "Q4_set_max_isa", "'isa'");
   expect_failure([&] { return Q4_set_log_level(9); }, Q4_ERR_INVALID_ARGUMENT, "Q4_set_log_level", "'level'");
   Q4_capabilities caps{};

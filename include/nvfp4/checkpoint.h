@@ -42,8 +42,8 @@ Q4_API int32_t Q4_checkpoint_detect(const Q4_checkpoint* checkpoint, Q4_schema_s
 /* Creates the linear stored under `prefix` (e.g. "model.layers.0.mlp.up_proj"):
  * resolves the family's keys and global-scale convention (compressed-tensors
  * stores 1/g), decodes the bitsandbytes quant_state JSON, adds the bias. */
-Q4_API int32_t Q4_checkpoint_linear_create(Q4_session* session, const Q4_checkpoint* checkpoint, const char* prefix,
-                                           Q4_linear** linear);
+Q4_API int32_t Q4_checkpoint_linear_create(Q4_session* session, const Q4_checkpoint* checkpoint,
+                                           const char* prefix, Q4_linear** linear);
 
 /* Writer: tensors are copied when added; commit writes to a temporary file
  * in the destination's directory, fsyncs and renames, so a reader never
@@ -54,7 +54,8 @@ Q4_API int32_t Q4_checkpoint_writer_destroy(Q4_checkpoint_writer* writer); /* NU
  * CPU tensor whose byte size matches dtype and shape. */
 Q4_API int32_t Q4_checkpoint_writer_add(Q4_checkpoint_writer* writer, const char* name, int32_t dtype,
                                         const DLTensor* data);
-Q4_API int32_t Q4_checkpoint_writer_metadata(Q4_checkpoint_writer* writer, const char* key, const char* value);
+Q4_API int32_t Q4_checkpoint_writer_metadata(Q4_checkpoint_writer* writer, const char* key,
+                                             const char* value);
 Q4_API int32_t Q4_checkpoint_writer_commit(Q4_checkpoint_writer* writer, const char* path);
 
 #ifdef __cplusplus

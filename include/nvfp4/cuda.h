@@ -14,8 +14,8 @@ extern "C" {
 #endif
 
 /* Flags of NVFP4_to_managed. */
-#define Q4_MANAGED_READ_MOSTLY 1u   /* cudaMemAdviseSetReadMostly (weights)        */
-#define Q4_MANAGED_PREFETCH 2u      /* prefetch to `device` after the copy         */
+#define Q4_MANAGED_READ_MOSTLY 1u    /* cudaMemAdviseSetReadMostly (weights)        */
+#define Q4_MANAGED_PREFETCH 2u       /* prefetch to `device` after the copy         */
 #define Q4_MANAGED_REPORT_MANAGED 4u /* report kDLCUDAManaged instead of kDLCUDA   */
 
 /* *can_use = 1 when `device` supports managed memory that the CPU and GPU

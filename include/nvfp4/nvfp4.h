@@ -9,13 +9,13 @@
 #ifndef NVFP4_NVFP4_H_
 #define NVFP4_NVFP4_H_
 
-#include "nvfp4/version.h"
+#include "nvfp4/checkpoint.h"
+#include "nvfp4/cuda.h"
 #include "nvfp4/dlpack.h"
-#include "nvfp4/q4_base.h"
 #include "nvfp4/ops.h"
+#include "nvfp4/q4_base.h"
 #include "nvfp4/schema.h"
 #include "nvfp4/session.h"
-#include "nvfp4/cuda.h"
-#include "nvfp4/checkpoint.h"
+#include "nvfp4/version.h"
 
 #endif /* NVFP4_NVFP4_H_ */

@@ -32,17 +32,17 @@ extern "C" {
 
 /* NF4 quantization state of one tensor (bitsandbytes QuantState). */
 typedef struct NF4_state {
-  uint32_t struct_size;            /* sizeof(NF4_state)                      */
-  int32_t blocksize;               /* 32,64,...,4096                         */
-  const DLTensor* absmax;          /* fp32 [nblocks], or uint8 codes when
-                                      nested_absmax != NULL                  */
-  const DLTensor* quant_map;       /* optional fp32[16] codebook (NULL: NF4) */
-  const DLTensor* nested_absmax;   /* fp32 [ceil(nblocks/nested_blocksize)]
-                                      (double quantization), or NULL         */
-  const DLTensor* nested_quant_map;/* fp32[256], required with nested_absmax */
-  float nested_offset;             /* added after nested dequantization      */
-  int32_t nested_blocksize;        /* 0 means 256                            */
-  uint64_t reserved[4];            /* must be 0                              */
+  uint32_t struct_size;             /* sizeof(NF4_state)                      */
+  int32_t blocksize;                /* 32,64,...,4096                         */
+  const DLTensor* absmax;           /* fp32 [nblocks], or uint8 codes when
+                                       nested_absmax != NULL                  */
+  const DLTensor* quant_map;        /* optional fp32[16] codebook (NULL: NF4) */
+  const DLTensor* nested_absmax;    /* fp32 [ceil(nblocks/nested_blocksize)]
+                                       (double quantization), or NULL         */
+  const DLTensor* nested_quant_map; /* fp32[256], required with nested_absmax */
+  float nested_offset;              /* added after nested dequantization      */
+  int32_t nested_blocksize;         /* 0 means 256                            */
+  uint64_t reserved[4];             /* must be 0                              */
 } NF4_state;
 
 /* x [..., K] float, K % 16 == 0 -> qdata (rows*K/2 bytes, element 2j in the
@@ -51,42 +51,37 @@ typedef struct NF4_state {
  * global_scale > 0 is used as given; 0 computes amax/(6*448) (1 if amax==0).
  * The value used is written to *global_scale_out when non-NULL. NaN/Inf in x
  * is Q4_ERR_NON_FINITE naming the first offending flat index. */
-Q4_API int32_t NVFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale,
-                              int32_t scale_layout, float global_scale,
-                              float* global_scale_out, const Q4_op_options* opts);
+Q4_API int32_t NVFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale, int32_t scale_layout,
+                              float global_scale, float* global_scale_out, const Q4_op_options* opts);
 
 /* qdata + scale (+ global_scale > 0) -> out [..., K] float. */
-Q4_API int32_t NVFP4_dequantize(const DLTensor* qdata, const DLTensor* scale,
-                                int32_t scale_layout, float global_scale,
-                                DLTensor* out, const Q4_op_options* opts);
+Q4_API int32_t NVFP4_dequantize(const DLTensor* qdata, const DLTensor* scale, int32_t scale_layout,
+                                float global_scale, DLTensor* out, const Q4_op_options* opts);
 
 /* out[M,N] = alpha * dequant(A)[M,K] . dequant(B)[N,K]^T (+ bias[N]); the
  * dequantization uses block scales only (fold global scales into alpha).
  * M comes from out's leading dims, N from its last dim, K from A's bytes. */
-Q4_API int32_t NVFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale,
-                               const DLTensor* b_qdata, const DLTensor* b_scale,
-                               int32_t scale_layout, float alpha, const DLTensor* bias,
-                               DLTensor* out, const Q4_op_options* opts);
+Q4_API int32_t NVFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLTensor* b_qdata,
+                               const DLTensor* b_scale, int32_t scale_layout, float alpha,
+                               const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 
 /* out[..., N] = x[..., K] . dequant(W)[N, K]^T (+ bias), float activations. */
-Q4_API int32_t NVFP4_linear(const DLTensor* x, const DLTensor* w_qdata,
-                            const DLTensor* w_scale, int32_t scale_layout,
-                            float global_scale, const DLTensor* bias, DLTensor* out,
+Q4_API int32_t NVFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                            int32_t scale_layout, float global_scale, const DLTensor* bias, DLTensor* out,
                             const Q4_op_options* opts);
 
 /* x (any shape, n elements) -> qdata (ceil(n/2) bytes, element 2j in the HIGH
  * nibble) and absmax fp32 [ceil(n/blocksize)]. blocksize 0 means 64. */
-Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax,
-                            int32_t blocksize, const Q4_op_options* opts);
+Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax, int32_t blocksize,
+                            const Q4_op_options* opts);
 
 /* Double quantization of NF4 statistics (bitsandbytes compress_statistics):
  * absmax fp32 [nblocks] -> qabsmax uint8 [nblocks], nested_absmax fp32
  * [ceil(nblocks/256)], nested_quant_map fp32 [256] (the signed dynamic map
  * written by the library) and *offset (mean of absmax). The result is read
  * back by NF4_dequantize through NF4_state. */
-Q4_API int32_t NF4_double_quantize(const DLTensor* absmax, DLTensor* qabsmax,
-                                   DLTensor* nested_absmax, DLTensor* nested_quant_map,
-                                   float* offset, const Q4_op_options* opts);
+Q4_API int32_t NF4_double_quantize(const DLTensor* absmax, DLTensor* qabsmax, DLTensor* nested_absmax,
+                                   DLTensor* nested_quant_map, float* offset, const Q4_op_options* opts);
 
 /* qdata + state -> out (any shape, n elements). */
 Q4_API int32_t NF4_dequantize(const DLTensor* qdata, const NF4_state* state, DLTensor* out,
@@ -94,9 +89,8 @@ Q4_API int32_t NF4_dequantize(const DLTensor* qdata, const NF4_state* state, DLT
 
 /* out[..., N] = x[..., K] . dequant(W)[N, K]^T (+ bias); W is the NF4 tensor
  * of N*K elements (blocks run over the flattened weight). */
-Q4_API int32_t NF4_scaled_mm(const DLTensor* x, const DLTensor* w_qdata,
-                             const NF4_state* w_state, const DLTensor* bias, DLTensor* out,
-                             const Q4_op_options* opts);
+Q4_API int32_t NF4_scaled_mm(const DLTensor* x, const DLTensor* w_qdata, const NF4_state* w_state,
+                             const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 
 /* Linear [rows, C] scale bytes <-> swizzled bytes (roundup(rows,128) x
  * roundup(C,4), padding written as 0). The linear tensor gives the shape. */

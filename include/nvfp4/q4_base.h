@@ -41,28 +41,28 @@ extern "C" {
 /* Status codes (pinned).                                                    */
 /* ------------------------------------------------------------------------ */
 #define Q4_OK 0
-#define Q4_ERR_INVALID_ARGUMENT 1 /* a value is out of its documented range   */
-#define Q4_ERR_NULL_POINTER 2     /* a required pointer is NULL               */
-#define Q4_ERR_DTYPE 3            /* tensor dtype not accepted here           */
-#define Q4_ERR_SHAPE 4            /* ndim, shape or shape agreement           */
-#define Q4_ERR_DEVICE 5           /* tensor device not usable by the backend  */
-#define Q4_ERR_STRIDES 6          /* non-contiguous strides not supported     */
-#define Q4_ERR_ALIGNMENT 7        /* data pointer / byte_offset misaligned    */
-#define Q4_ERR_OVERFLOW 8         /* size arithmetic overflows                */
-#define Q4_ERR_ALIASING 9         /* an output overlaps an input or output    */
-#define Q4_ERR_NON_FINITE 10      /* NaN/Inf in an input that must be finite  */
-#define Q4_ERR_UNSUPPORTED 11     /* valid request the backend cannot run     */
-#define Q4_ERR_OUT_OF_MEMORY 12   /* allocation failed                        */
+#define Q4_ERR_INVALID_ARGUMENT 1  /* a value is out of its documented range   */
+#define Q4_ERR_NULL_POINTER 2      /* a required pointer is NULL               */
+#define Q4_ERR_DTYPE 3             /* tensor dtype not accepted here           */
+#define Q4_ERR_SHAPE 4             /* ndim, shape or shape agreement           */
+#define Q4_ERR_DEVICE 5            /* tensor device not usable by the backend  */
+#define Q4_ERR_STRIDES 6           /* non-contiguous strides not supported     */
+#define Q4_ERR_ALIGNMENT 7         /* data pointer / byte_offset misaligned    */
+#define Q4_ERR_OVERFLOW 8          /* size arithmetic overflows                */
+#define Q4_ERR_ALIASING 9          /* an output overlaps an input or output    */
+#define Q4_ERR_NON_FINITE 10       /* NaN/Inf in an input that must be finite  */
+#define Q4_ERR_UNSUPPORTED 11      /* valid request the backend cannot run     */
+#define Q4_ERR_OUT_OF_MEMORY 12    /* allocation failed                        */
 #define Q4_ERR_BUFFER_TOO_SMALL 13 /* caller buffer too small (size returned) */
-#define Q4_ERR_BUSY 14            /* resource held by another writer          */
-#define Q4_ERR_SCHEMA 15          /* checkpoint schema incomplete/ambiguous   */
-#define Q4_ERR_NOT_FOUND 16       /* named item does not exist                */
-#define Q4_ERR_CUDA 17            /* CUDA runtime/driver/cuBLASLt error       */
-#define Q4_ERR_NOT_AVAILABLE 18   /* component (CUDA plugin, device) absent   */
-#define Q4_ERR_IO 19              /* file-system error                        */
-#define Q4_ERR_FORMAT 20          /* malformed file or serialized data        */
-#define Q4_ERR_STATE 21           /* object in the wrong state for the call   */
-#define Q4_ERR_INTERNAL 99        /* a bug in libNVFP4; please report it      */
+#define Q4_ERR_BUSY 14             /* resource held by another writer          */
+#define Q4_ERR_SCHEMA 15           /* checkpoint schema incomplete/ambiguous   */
+#define Q4_ERR_NOT_FOUND 16        /* named item does not exist                */
+#define Q4_ERR_CUDA 17             /* CUDA runtime/driver/cuBLASLt error       */
+#define Q4_ERR_NOT_AVAILABLE 18    /* component (CUDA plugin, device) absent   */
+#define Q4_ERR_IO 19               /* file-system error                        */
+#define Q4_ERR_FORMAT 20           /* malformed file or serialized data        */
+#define Q4_ERR_STATE 21            /* object in the wrong state for the call   */
+#define Q4_ERR_INTERNAL 99         /* a bug in libNVFP4; please report it      */
 
 /* Static, never-NULL text for a status code ("unknown status" for others). */
 Q4_API const char* Q4_status_string(int32_t status);
@@ -159,16 +159,16 @@ Q4_API int32_t Q4_abi_version(void);
 /* Per-call options.                                                         */
 /* ------------------------------------------------------------------------ */
 typedef struct Q4_op_options {
-  uint32_t struct_size;  /* sizeof(Q4_op_options)                         */
-  int32_t compute_path;  /* Q4_PATH_*                                     */
-  int32_t backend;       /* Q4_BACKEND_*                                  */
-  int32_t target;        /* Q4_TARGET_*                                   */
-  int32_t device_id;     /* CUDA device ordinal when target is CUDA       */
-  int32_t math_mode;     /* Q4_MATH_*                                     */
-  int32_t num_threads;   /* 0: library default (Q4_NUM_THREADS / cores)   */
-  int32_t reserved0;     /* must be 0                                     */
-  void* stream;          /* cudaStream_t of the caller, NULL = default    */
-  uint64_t reserved[6];  /* must be 0                                     */
+  uint32_t struct_size; /* sizeof(Q4_op_options)                         */
+  int32_t compute_path; /* Q4_PATH_*                                     */
+  int32_t backend;      /* Q4_BACKEND_*                                  */
+  int32_t target;       /* Q4_TARGET_*                                   */
+  int32_t device_id;    /* CUDA device ordinal when target is CUDA       */
+  int32_t math_mode;    /* Q4_MATH_*                                     */
+  int32_t num_threads;  /* 0: library default (Q4_NUM_THREADS / cores)   */
+  int32_t reserved0;    /* must be 0                                     */
+  void* stream;         /* cudaStream_t of the caller, NULL = default    */
+  uint64_t reserved[6]; /* must be 0                                     */
 } Q4_op_options;
 
 /* Fills *opts with the defaults (what a NULL opts means). */
@@ -180,20 +180,20 @@ Q4_API int32_t Q4_op_options_init(Q4_op_options* opts);
 typedef struct Q4_capabilities {
   uint32_t struct_size;
   int32_t abi_version;
-  uint64_t cpu_features;     /* Q4_CPU_* detected (CPUID+XGETBV / HWCAP)   */
-  int32_t isa_best;          /* best Q4_ISA_* this CPU and build support   */
-  int32_t isa_active;        /* Q4_ISA_* the kernels use (after any cap)   */
-  int32_t num_cpus;          /* online logical CPUs                        */
-  int32_t cuda_state;        /* Q4_CUDA_*                                  */
+  uint64_t cpu_features;        /* Q4_CPU_* detected (CPUID+XGETBV / HWCAP)   */
+  int32_t isa_best;             /* best Q4_ISA_* this CPU and build support   */
+  int32_t isa_active;           /* Q4_ISA_* the kernels use (after any cap)   */
+  int32_t num_cpus;             /* online logical CPUs                        */
+  int32_t cuda_state;           /* Q4_CUDA_*                                  */
   int32_t cuda_runtime_version; /* e.g. 13000, 0 when unknown             */
   int32_t cuda_driver_version;  /* 0 when unknown                          */
   int32_t cuda_device_count;
-  int32_t managed_memory;    /* 1 if any device supports managed memory    */
-  int32_t fp4_tensor_cores;  /* 1 if any device runs block-scaled FP4 GEMM */
+  int32_t managed_memory;   /* 1 if any device supports managed memory    */
+  int32_t fp4_tensor_cores; /* 1 if any device runs block-scaled FP4 GEMM */
   int32_t reserved0;
-  char cpu_vendor[16];       /* "GenuineIntel", "AuthenticAMD", "arm", ... */
+  char cpu_vendor[16]; /* "GenuineIntel", "AuthenticAMD", "arm", ... */
   char cpu_brand[64];
-  char cuda_archs[64];       /* compiled CUDA architectures, e.g. "80;90;100a" */
+  char cuda_archs[64];         /* compiled CUDA architectures, e.g. "80;90;100a" */
   char native_load_state[256]; /* plugin path tried / error text          */
   uint64_t reserved[8];
 } Q4_capabilities;
@@ -222,15 +222,15 @@ Q4_API int32_t Q4_last_isa_used(void);
 /* ------------------------------------------------------------------------ */
 typedef struct Q4_tune_result {
   uint32_t struct_size;
-  int32_t dim;              /* M = N = K of the tuning GEMM                */
-  int32_t runs;             /* timed runs per candidate (after a warm-up)  */
-  int32_t candidates;       /* blockings tried                             */
+  int32_t dim;        /* M = N = K of the tuning GEMM                */
+  int32_t runs;       /* timed runs per candidate (after a warm-up)  */
+  int32_t candidates; /* blockings tried                             */
   int32_t kc_default, mc_default;
   int32_t kc_best, mc_best;
-  double default_ms;        /* median time with the defaults               */
-  double best_ms;           /* median time with the best candidate         */
-  int32_t adopted;          /* 1: best beat the defaults by >= 3 %, in use */
-  int32_t persisted;        /* 1: written to cache_path                    */
+  double default_ms; /* median time with the defaults               */
+  double best_ms;    /* median time with the best candidate         */
+  int32_t adopted;   /* 1: best beat the defaults by >= 3 %, in use */
+  int32_t persisted; /* 1: written to cache_path                    */
   char cache_path[256];
   char cpu_signature[192];
   uint64_t reserved[4];

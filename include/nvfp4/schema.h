@@ -36,20 +36,20 @@ extern "C" {
 
 /* Schema families. */
 #define Q4_SCHEMA_NONE 0
-#define Q4_SCHEMA_BNB_NF4 1            /* bitsandbytes / HF NF4            */
-#define Q4_SCHEMA_NVFP4_LEGACY 2       /* libNVFP4 .qdata/.scale, g = 1    */
-#define Q4_SCHEMA_NVFP4_MODELOPT 3     /* ModelOpt, g = weight_scale_2     */
-#define Q4_SCHEMA_NVFP4_COMPRESSED 4   /* compressed-tensors, g = 1/global */
+#define Q4_SCHEMA_BNB_NF4 1          /* bitsandbytes / HF NF4            */
+#define Q4_SCHEMA_NVFP4_LEGACY 2     /* libNVFP4 .qdata/.scale, g = 1    */
+#define Q4_SCHEMA_NVFP4_MODELOPT 3   /* ModelOpt, g = weight_scale_2     */
+#define Q4_SCHEMA_NVFP4_COMPRESSED 4 /* compressed-tensors, g = 1/global */
 
 /* Roles of a linear's tensors: index into Q4_linear_schema.roles. */
-#define Q4_ROLE_WEIGHT 0           /* packed 4-bit data                   */
-#define Q4_ROLE_SCALE 1            /* NVFP4 block scales / NF4 absmax     */
-#define Q4_ROLE_GLOBAL_SCALE 2     /* weight_scale_2 / weight_global_scale */
-#define Q4_ROLE_INPUT_SCALE 3      /* input_scale / input_global_scale    */
-#define Q4_ROLE_QUANT_MAP 4        /* NF4 codebook                        */
+#define Q4_ROLE_WEIGHT 0       /* packed 4-bit data                   */
+#define Q4_ROLE_SCALE 1        /* NVFP4 block scales / NF4 absmax     */
+#define Q4_ROLE_GLOBAL_SCALE 2 /* weight_scale_2 / weight_global_scale */
+#define Q4_ROLE_INPUT_SCALE 3  /* input_scale / input_global_scale    */
+#define Q4_ROLE_QUANT_MAP 4    /* NF4 codebook                        */
 #define Q4_ROLE_NESTED_ABSMAX 5
 #define Q4_ROLE_NESTED_QUANT_MAP 6
-#define Q4_ROLE_QUANT_STATE 7      /* bitsandbytes quant_state JSON bytes */
+#define Q4_ROLE_QUANT_STATE 7 /* bitsandbytes quant_state JSON bytes */
 #define Q4_ROLE_BIAS 8
 #define Q4_ROLE_COUNT 9
 #define Q4_MAX_ROLES 16
@@ -68,11 +68,11 @@ typedef struct Q4_tensor_desc {
 /* One 4-bit linear found in the list. */
 typedef struct Q4_linear_schema {
   uint32_t struct_size;
-  int32_t format;           /* Q4_FORMAT_NVFP4 / Q4_FORMAT_NF4             */
-  int32_t family;           /* Q4_SCHEMA_*                                  */
-  int32_t prefix_len;       /* the prefix is the first prefix_len bytes of  */
-  int32_t prefix_tensor;    /* tensors[prefix_tensor].name                  */
-  int32_t roles[Q4_MAX_ROLES]; /* tensor index per Q4_ROLE_*, -1 if absent   */
+  int32_t format;                /* Q4_FORMAT_NVFP4 / Q4_FORMAT_NF4             */
+  int32_t family;                /* Q4_SCHEMA_*                                  */
+  int32_t prefix_len;            /* the prefix is the first prefix_len bytes of  */
+  int32_t prefix_tensor;         /* tensors[prefix_tensor].name                  */
+  int32_t roles[Q4_MAX_ROLES];   /* tensor index per Q4_ROLE_*, -1 if absent   */
   int32_t global_scale_inverted; /* 1: stored value is 1/g (compressed-tensors) */
   int32_t reserved0;
   uint64_t reserved[4];
@@ -95,16 +95,15 @@ typedef struct Q4_schema_summary {
  * Q4_FORMAT_NONE when no 4-bit linear is present), or Q4_ERR_SCHEMA when a
  * linear is incomplete, ambiguous or has a wrong dtype/shape: the summary is
  * still filled and Q4_last_error() names the prefix and the missing key. */
-Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count,
-                                Q4_schema_summary* summary);
+Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count, Q4_schema_summary* summary);
 
 /* Lists the complete linears in order of first appearance. Writes at most
  * capacity entries (each entry's struct_size must be set by the caller) and
  * the total number to *num_found; returns Q4_ERR_BUFFER_TOO_SMALL when
  * capacity < total (entries up to capacity are filled), Q4_ERR_SCHEMA as
  * Q4_detect_schema does. `out` may be NULL when capacity is 0. */
-Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count,
-                                 Q4_linear_schema* out, size_t capacity, size_t* num_found);
+Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count, Q4_linear_schema* out,
+                                 size_t capacity, size_t* num_found);
 
 /* Static name of a Q4_SCHEMA_* / Q4_FORMAT_* / Q4_DTYPE_* value. */
 Q4_API const char* Q4_schema_name(int32_t family);

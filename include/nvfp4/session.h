@@ -87,17 +87,17 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
 
 typedef struct Q4_weight_bundle {
   uint32_t struct_size;
-  int32_t format;          /* Q4_FORMAT_NVFP4 or Q4_FORMAT_NF4           */
-  int32_t source;          /* Q4_WEIGHT_PACKED or Q4_WEIGHT_FLOAT        */
-  int32_t scale_layout;    /* NVFP4 packed: layout of `scale`            */
-  const DLTensor* weight;  /* packed bytes, or float [N, K]              */
-  int64_t out_features;    /* N (packed: required; float: from weight)   */
-  int64_t in_features;     /* K                                          */
-  const DLTensor* scale;   /* NVFP4 packed: E4M3 block scales            */
-  float global_scale;      /* NVFP4: g (packed: > 0; float: 0 = amax)    */
-  int32_t blocksize;       /* NF4 float source: 0 = 64                   */
-  const NF4_state* nf4;    /* NF4 packed: statistics                     */
-  const DLTensor* bias;    /* optional [N]                               */
+  int32_t format;         /* Q4_FORMAT_NVFP4 or Q4_FORMAT_NF4           */
+  int32_t source;         /* Q4_WEIGHT_PACKED or Q4_WEIGHT_FLOAT        */
+  int32_t scale_layout;   /* NVFP4 packed: layout of `scale`            */
+  const DLTensor* weight; /* packed bytes, or float [N, K]              */
+  int64_t out_features;   /* N (packed: required; float: from weight)   */
+  int64_t in_features;    /* K                                          */
+  const DLTensor* scale;  /* NVFP4 packed: E4M3 block scales            */
+  float global_scale;     /* NVFP4: g (packed: > 0; float: 0 = amax)    */
+  int32_t blocksize;      /* NF4 float source: 0 = 64                   */
+  const NF4_state* nf4;   /* NF4 packed: statistics                     */
+  const DLTensor* bias;   /* optional [N]                               */
   uint64_t reserved[6];
 } Q4_weight_bundle;
 
@@ -115,14 +115,14 @@ Q4_API int32_t Q4_linear_destroy(Q4_linear* linear);
 /* The fields a program branches on (the JSON diagnostics hold more). */
 typedef struct Q4_linear_info {
   uint32_t struct_size;
-  int32_t format;          /* Q4_FORMAT_*                                  */
-  int32_t backend;         /* Q4_BACKEND_* actually used                   */
-  int32_t compute_path;    /* Q4_PATH_* requested                          */
-  int32_t fell_back;       /* 1 if the kernel path was not taken           */
-  int32_t isa;             /* Q4_ISA_* of the CPU kernels                  */
-  int32_t target;          /* Q4_TARGET_CPU / Q4_TARGET_CUDA               */
-  int32_t unified_memory;  /* 1 if the weight lives in managed memory      */
-  int32_t scale_layout;    /* layout of the prepared scales                */
+  int32_t format;         /* Q4_FORMAT_*                                  */
+  int32_t backend;        /* Q4_BACKEND_* actually used                   */
+  int32_t compute_path;   /* Q4_PATH_* requested                          */
+  int32_t fell_back;      /* 1 if the kernel path was not taken           */
+  int32_t isa;            /* Q4_ISA_* of the CPU kernels                  */
+  int32_t target;         /* Q4_TARGET_CPU / Q4_TARGET_CUDA               */
+  int32_t unified_memory; /* 1 if the weight lives in managed memory      */
+  int32_t scale_layout;   /* layout of the prepared scales                */
   int32_t math_mode;
   int64_t out_features;
   int64_t in_features;

@@ -17,7 +17,6 @@
 #define NVFP4_ABI_VERSION 1
 
 /* Single number for preprocessor comparisons: MAJOR*10000 + MINOR*100 + PATCH. */
-#define NVFP4_VERSION_NUMBER                                                   \
-  (NVFP4_VERSION_MAJOR * 10000 + NVFP4_VERSION_MINOR * 100 + NVFP4_VERSION_PATCH)
+#define NVFP4_VERSION_NUMBER (NVFP4_VERSION_MAJOR * 10000 + NVFP4_VERSION_MINOR * 100 + NVFP4_VERSION_PATCH)
 
 #endif /* NVFP4_VERSION_H_ */

@@ -3,14 +3,14 @@
 #include <cstring>
 #include <string>
 
-#include "common/error.h"
 #include "common/cpu_features.h"
-#include "kernels/dispatch.h"
+#include "common/error.h"
 #include "core/cuda_backend.h"
 #include "core/ops.h"
 #include "core/schema.h"
-#include "cuda/seams.h"
 #include "core/tuner.h"
+#include "cuda/seams.h"
+#include "kernels/dispatch.h"
 #include "nvfp4/nvfp4.h"
 
 namespace {
@@ -38,39 +38,73 @@ extern "C" {
 
 Q4_API const char* Q4_status_string(int32_t status) {
   switch (status) {
-    case Q4_OK: return "ok";
-    case Q4_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case Q4_ERR_NULL_POINTER: return "null pointer";
-    case Q4_ERR_DTYPE: return "unsupported dtype";
-    case Q4_ERR_SHAPE: return "invalid shape";
-    case Q4_ERR_DEVICE: return "unsupported device";
-    case Q4_ERR_STRIDES: return "unsupported strides";
-    case Q4_ERR_ALIGNMENT: return "misaligned data";
-    case Q4_ERR_OVERFLOW: return "size overflow";
-    case Q4_ERR_ALIASING: return "output aliases an input";
-    case Q4_ERR_NON_FINITE: return "non-finite input";
-    case Q4_ERR_UNSUPPORTED: return "unsupported";
-    case Q4_ERR_OUT_OF_MEMORY: return "out of memory";
-    case Q4_ERR_BUFFER_TOO_SMALL: return "buffer too small";
-    case Q4_ERR_BUSY: return "busy";
-    case Q4_ERR_SCHEMA: return "schema error";
-    case Q4_ERR_NOT_FOUND: return "not found";
-    case Q4_ERR_CUDA: return "CUDA error";
-    case Q4_ERR_NOT_AVAILABLE: return "not available";
-    case Q4_ERR_IO: return "I/O error";
-    case Q4_ERR_FORMAT: return "malformed data";
-    case Q4_ERR_STATE: return "invalid state";
-    case Q4_ERR_INTERNAL: return "internal error";
-    default: return "unknown status";
+    case Q4_OK:
+      return "ok";
+    case Q4_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case Q4_ERR_NULL_POINTER:
+      return "null pointer";
+    case Q4_ERR_DTYPE:
+      return "unsupported dtype";
+    case Q4_ERR_SHAPE:
+      return "invalid shape";
+    case Q4_ERR_DEVICE:
+      return "unsupported device";
+    case Q4_ERR_STRIDES:
+      return "unsupported strides";
+    case Q4_ERR_ALIGNMENT:
+      return "misaligned data";
+    case Q4_ERR_OVERFLOW:
+      return "size overflow";
+    case Q4_ERR_ALIASING:
+      return "output aliases an input";
+    case Q4_ERR_NON_FINITE:
+      return "non-finite input";
+    case Q4_ERR_UNSUPPORTED:
+      return "unsupported";
+    case Q4_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case Q4_ERR_BUFFER_TOO_SMALL:
+      return "buffer too small";
+    case Q4_ERR_BUSY:
+      return "busy";
+    case Q4_ERR_SCHEMA:
+      return "schema error";
+    case Q4_ERR_NOT_FOUND:
+      return "not found";
+    case Q4_ERR_CUDA:
+      return "CUDA error";
+    case Q4_ERR_NOT_AVAILABLE:
+      return "not available";
+    case Q4_ERR_IO:
+      return "I/O error";
+    case Q4_ERR_FORMAT:
+      return "malformed data";
+    case Q4_ERR_STATE:
+      return "invalid state";
+    case Q4_ERR_INTERNAL:
+      return "internal error";
+    default:
+      return "unknown status";
   }
 }
 
-Q4_API const char* Q4_last_error(void) { return q4::last_error(); }
-Q4_API void Q4_clear_error(void) { q4::clear_last_error(); }
+Q4_API const char* Q4_last_error(void) {
+  return q4::last_error();
+}
+Q4_API void Q4_clear_error(void) {
+  q4::clear_last_error();
+}
 
-Q4_API int32_t Q4_version(void) { return NVFP4_VERSION_NUMBER; }
-Q4_API const char* Q4_version_string(void) { return NVFP4_VERSION_STRING; }
-Q4_API int32_t Q4_abi_version(void) { return NVFP4_ABI_VERSION; }
+Q4_API int32_t Q4_version(void) {
+  return NVFP4_VERSION_NUMBER;
+}
+Q4_API const char* Q4_version_string(void) {
+  return NVFP4_VERSION_STRING;
+}
+Q4_API int32_t Q4_abi_version(void) {
+  return NVFP4_ABI_VERSION;
+}
 
 Q4_API int32_t Q4_op_options_init(Q4_op_options* opts) {
   return api_call("Q4_op_options_init", [&] {
@@ -135,7 +169,9 @@ Q4_API int32_t Q4_tune_matmul(int32_t dim, int32_t runs, int32_t persist, Q4_tun
   });
 }
 
-Q4_API int32_t Q4_last_isa_used(void) { return q4::kern::last_isa_used(); }
+Q4_API int32_t Q4_last_isa_used(void) {
+  return q4::kern::last_isa_used();
+}
 
 Q4_API int32_t Q4_set_log_callback(Q4_log_callback callback, void* user) {
   return api_call("Q4_set_log_callback", [&] {
@@ -154,11 +190,12 @@ Q4_API int32_t Q4_set_log_level(int32_t level) {
   });
 }
 
-Q4_API int32_t Q4_get_log_level(void) { return q4::get_log_level(); }
+Q4_API int32_t Q4_get_log_level(void) {
+  return q4::get_log_level();
+}
 
-Q4_API int32_t NVFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale,
-                              int32_t scale_layout, float global_scale, float* global_scale_out,
-                              const Q4_op_options* opts) {
+Q4_API int32_t NVFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale, int32_t scale_layout,
+                              float global_scale, float* global_scale_out, const Q4_op_options* opts) {
   return api_call("NVFP4_quantize", [&] {
     q4::core::nvfp4_quantize(x, qdata, scale, scale_layout, global_scale, global_scale_out, opts);
     return Q4_OK;
@@ -173,37 +210,34 @@ Q4_API int32_t NVFP4_dequantize(const DLTensor* qdata, const DLTensor* scale, in
   });
 }
 
-Q4_API int32_t NVFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale,
-                               const DLTensor* b_qdata, const DLTensor* b_scale,
-                               int32_t scale_layout, float alpha, const DLTensor* bias,
-                               DLTensor* out, const Q4_op_options* opts) {
+Q4_API int32_t NVFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLTensor* b_qdata,
+                               const DLTensor* b_scale, int32_t scale_layout, float alpha,
+                               const DLTensor* bias, DLTensor* out, const Q4_op_options* opts) {
   return api_call("NVFP4_scaled_mm", [&] {
-    q4::core::nvfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, scale_layout, alpha, bias, out,
-                              opts);
+    q4::core::nvfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, scale_layout, alpha, bias, out, opts);
     return Q4_OK;
   });
 }
 
 Q4_API int32_t NVFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
-                            int32_t scale_layout, float global_scale, const DLTensor* bias,
-                            DLTensor* out, const Q4_op_options* opts) {
+                            int32_t scale_layout, float global_scale, const DLTensor* bias, DLTensor* out,
+                            const Q4_op_options* opts) {
   return api_call("NVFP4_linear", [&] {
     q4::core::nvfp4_linear(x, w_qdata, w_scale, scale_layout, global_scale, bias, out, opts);
     return Q4_OK;
   });
 }
 
-Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax,
-                            int32_t blocksize, const Q4_op_options* opts) {
+Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax, int32_t blocksize,
+                            const Q4_op_options* opts) {
   return api_call("NF4_quantize", [&] {
     q4::core::nf4_quantize(x, qdata, absmax, blocksize, opts);
     return Q4_OK;
   });
 }
 
-Q4_API int32_t NF4_double_quantize(const DLTensor* absmax, DLTensor* qabsmax,
-                                   DLTensor* nested_absmax, DLTensor* nested_quant_map,
-                                   float* offset, const Q4_op_options* opts) {
+Q4_API int32_t NF4_double_quantize(const DLTensor* absmax, DLTensor* qabsmax, DLTensor* nested_absmax,
+                                   DLTensor* nested_quant_map, float* offset, const Q4_op_options* opts) {
   return api_call("NF4_double_quantize", [&] {
     q4::core::nf4_double_quantize(absmax, qabsmax, nested_absmax, nested_quant_map, offset, opts);
     return Q4_OK;
@@ -248,8 +282,7 @@ Q4_API int32_t NVFP4_swizzled_scale_size(int64_t rows, int64_t k, int64_t* bytes
   });
 }
 
-Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count,
-                                Q4_schema_summary* summary) {
+Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count, Q4_schema_summary* summary) {
   return api_call("Q4_detect_schema", [&] {
     require_struct(summary, "summary");
     const q4::schema::Detection d = q4::schema::detect(tensors, count);
@@ -259,8 +292,8 @@ Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count,
   });
 }
 
-Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count,
-                                 Q4_linear_schema* out, size_t capacity, size_t* num_found) {
+Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count, Q4_linear_schema* out,
+                                 size_t capacity, size_t* num_found) {
   return api_call("Q4_detect_linears", [&] {
     if (num_found == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "num_found", "output pointer is NULL");
     if (capacity > 0 && out == nullptr) {
@@ -304,7 +337,8 @@ Q4_API int32_t NVFP4_is_managed_tensor(const DLTensor* t, int32_t* is_managed) {
   });
 }
 
-Q4_API int32_t NVFP4_to_managed(const DLTensor* src, int32_t device, uint32_t flags, DLManagedTensorVersioned** out) {
+Q4_API int32_t NVFP4_to_managed(const DLTensor* src, int32_t device, uint32_t flags,
+                                DLManagedTensorVersioned** out) {
   return api_call("NVFP4_to_managed", [&] {
     if (out == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "out", "output pointer is NULL");
     *out = nullptr;
@@ -334,8 +368,14 @@ Q4_API int32_t Q4_cuda_synchronize(int32_t device, void* stream) {
   });
 }
 
-Q4_API const char* Q4_schema_name(int32_t family) { return q4::schema::family_name(family); }
-Q4_API const char* Q4_format_name(int32_t format) { return q4::schema::format_name(format); }
-Q4_API const char* Q4_dtype_name(int32_t dtype) { return q4::schema::dtype_name(dtype); }
+Q4_API const char* Q4_schema_name(int32_t family) {
+  return q4::schema::family_name(family);
+}
+Q4_API const char* Q4_format_name(int32_t format) {
+  return q4::schema::format_name(format);
+}
+Q4_API const char* Q4_dtype_name(int32_t dtype) {
+  return q4::schema::dtype_name(dtype);
+}
 
 }  // extern "C"

@@ -43,7 +43,8 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
     if (session == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
     if (stats == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "stats", "pointer is NULL");
     if (stats->struct_size < sizeof(Q4_session_stats)) {
-      q4::fail(Q4_ERR_INVALID_ARGUMENT, "stats->struct_size", "expected >= " + std::to_string(sizeof(Q4_session_stats)));
+      q4::fail(Q4_ERR_INVALID_ARGUMENT, "stats->struct_size",
+               "expected >= " + std::to_string(sizeof(Q4_session_stats)));
     }
     q4::core::fill_stats(*session, stats);
     return Q4_OK;
@@ -152,7 +153,8 @@ Q4_API int32_t Q4_mutable_abort(Q4_mutable* tensor) {
   });
 }
 
-Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, DLManagedTensorVersioned** snapshot, uint64_t* version) {
+Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, DLManagedTensorVersioned** snapshot,
+                                  uint64_t* version) {
   return api_call("Q4_mutable_acquire", [&] {
     if (snapshot == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "snapshot", "output pointer is NULL");
     *snapshot = nullptr;
@@ -169,8 +171,8 @@ Q4_API int32_t Q4_mutable_version(const Q4_mutable* tensor, uint64_t* version) {
   });
 }
 
-Q4_API int32_t NVFP4_fake_quantize(const DLTensor* x, DLTensor* out, float global_scale, float* global_scale_out,
-                                   const Q4_op_options* opts) {
+Q4_API int32_t NVFP4_fake_quantize(const DLTensor* x, DLTensor* out, float global_scale,
+                                   float* global_scale_out, const Q4_op_options* opts) {
   return api_call("NVFP4_fake_quantize", [&] {
     q4::core::fake_quantize(x, out, global_scale, global_scale_out, opts);
     return Q4_OK;

@@ -91,7 +91,7 @@ void detect_aarch64(CpuInfo& info) {
   info.vendor = "arm";
   const unsigned long hw = getauxval(AT_HWCAP);
   const unsigned long hw2 = getauxval(AT_HWCAP2);
-  uint64_t f = Q4_CPU_NEON;  // Advanced SIMD is mandatory on aarch64
+  uint64_t f = Q4_CPU_NEON;                   // Advanced SIMD is mandatory on aarch64
   if (hw & (1UL << 20)) f |= Q4_CPU_DOTPROD;  // HWCAP_ASIMDDP
   if (hw & (1UL << 22)) f |= Q4_CPU_SVE;      // HWCAP_SVE
   if (hw2 & (1UL << 13)) f |= Q4_CPU_I8MM;    // HWCAP2_I8MM
@@ -133,8 +133,8 @@ std::atomic<int32_t>& cap_ref() {
 
 }  // namespace
 
-const int32_t kIsaPreference[6] = {Q4_ISA_AVX512_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX2, Q4_ISA_NEON_DOTPROD,
-                                   Q4_ISA_NEON, Q4_ISA_SCALAR};
+const int32_t kIsaPreference[6] = {Q4_ISA_AVX512_VNNI,  Q4_ISA_AVX512, Q4_ISA_AVX2,
+                                   Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON,   Q4_ISA_SCALAR};
 
 int32_t isa_rank(int32_t isa) {
   switch (isa) {
@@ -184,7 +184,9 @@ int32_t isa_supported_by_cpu(const CpuInfo& info) {
   return Q4_ISA_SCALAR;
 }
 
-int32_t isa_cap() { return cap_ref().load(std::memory_order_acquire); }
+int32_t isa_cap() {
+  return cap_ref().load(std::memory_order_acquire);
+}
 
 void set_max_isa(int32_t isa) {
   if (isa != Q4_ISA_BEST && isa_name(isa) == nullptr) {

@@ -60,9 +60,13 @@ int32_t record_error(int32_t status, const char* function, const char* message) 
   return status;
 }
 
-void clear_last_error() noexcept { t_last_error.clear(); }
+void clear_last_error() noexcept {
+  t_last_error.clear();
+}
 
-const char* last_error() noexcept { return t_last_error.c_str(); }
+const char* last_error() noexcept {
+  return t_last_error.c_str();
+}
 
 bool log_enabled(int32_t level) noexcept {
   return level <= log_level_ref().load(std::memory_order_relaxed) &&
@@ -84,9 +88,13 @@ void set_log_callback(Q4_log_callback callback, void* user) {
   state.installed.store(callback != nullptr, std::memory_order_release);
 }
 
-void set_log_level(int32_t level) { log_level_ref().store(level, std::memory_order_relaxed); }
+void set_log_level(int32_t level) {
+  log_level_ref().store(level, std::memory_order_relaxed);
+}
 
-int32_t get_log_level() { return log_level_ref().load(std::memory_order_relaxed); }
+int32_t get_log_level() {
+  return log_level_ref().load(std::memory_order_relaxed);
+}
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   int64_t r = 0;

@@ -102,8 +102,12 @@ namespace {
 TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda);
 }  // namespace
 
-TensorRef check_tensor(const DLTensor* t, const char* name) { return check_tensor_impl(t, name, false); }
-TensorRef check_tensor_gpu(const DLTensor* t, const char* name) { return check_tensor_impl(t, name, true); }
+TensorRef check_tensor(const DLTensor* t, const char* name) {
+  return check_tensor_impl(t, name, false);
+}
+TensorRef check_tensor_gpu(const DLTensor* t, const char* name) {
+  return check_tensor_impl(t, name, true);
+}
 
 namespace {
 TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda) {
@@ -127,8 +131,7 @@ TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda
          std::string("expected a CPU-accessible device (kDLCPU, kDLCUDAHost, kDLCUDAManaged), "
                      "got ") +
              device_name(dev) + " (" + std::to_string(dev) + ")" +
-             (dev == kDLCUDA ? "; device memory needs the CUDA backend, which this call does not use"
-                             : ""));
+             (dev == kDLCUDA ? "; device memory needs the CUDA backend, which this call does not use" : ""));
   }
   r.device = t->device;
   int64_t numel = 1;
@@ -143,8 +146,7 @@ TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda
   if (r.type == ElemType::FP4) {
     if (numel % 2 != 0) {
       fail(Q4_ERR_SHAPE, name,
-           "float4_e2m1fn with lanes 1 needs an even number of elements, got " +
-               std::to_string(numel));
+           "float4_e2m1fn with lanes 1 needs an even number of elements, got " + std::to_string(numel));
     }
     r.nbytes = numel / 2;
   } else {
@@ -157,9 +159,8 @@ TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda
     for (int32_t i = r.ndim - 1; i >= 0; --i) {
       if (r.shape[i] != 1 && t->strides[i] != expected) {
         fail(Q4_ERR_STRIDES, name,
-             "expected compact row-major strides; dimension " + std::to_string(i) +
-                 " has stride " + std::to_string(t->strides[i]) + ", expected " +
-                 std::to_string(expected));
+             "expected compact row-major strides; dimension " + std::to_string(i) + " has stride " +
+                 std::to_string(t->strides[i]) + ", expected " + std::to_string(expected));
       }
       expected *= r.shape[i];
     }
@@ -178,8 +179,8 @@ TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda
   const int64_t align = elem_bytes(r.type);
   if (r.nbytes > 0 && start % static_cast<uintptr_t>(align) != 0) {
     fail(Q4_ERR_ALIGNMENT, name,
-         std::string("data + byte_offset must be aligned to ") + std::to_string(align) +
-             " bytes for " + elem_type_name(r.type));
+         std::string("data + byte_offset must be aligned to ") + std::to_string(align) + " bytes for " +
+             elem_type_name(r.type));
   }
   r.data = reinterpret_cast<uint8_t*>(start);
   return r;
@@ -196,16 +197,14 @@ void require_float(const TensorRef& t) {
 void require_packed_bytes(const TensorRef& t) {
   if (t.type != ElemType::U8 && t.type != ElemType::FP4 && t.type != ElemType::FP4x2) {
     fail(Q4_ERR_DTYPE, t.name,
-         std::string("expected packed 4-bit data as uint8 or float4_e2m1fn, got ") +
-             elem_type_name(t.type));
+         std::string("expected packed 4-bit data as uint8 or float4_e2m1fn, got ") + elem_type_name(t.type));
   }
 }
 
 void require_scale_bytes(const TensorRef& t) {
   if (t.type != ElemType::U8 && t.type != ElemType::E4M3) {
     fail(Q4_ERR_DTYPE, t.name,
-         std::string("expected E4M3 scales as uint8 or float8_e4m3fn, got ") +
-             elem_type_name(t.type));
+         std::string("expected E4M3 scales as uint8 or float8_e4m3fn, got ") + elem_type_name(t.type));
   }
 }
 
@@ -226,16 +225,16 @@ void require_min_ndim(const TensorRef& t, int32_t ndim) {
 void require_nbytes(const TensorRef& t, int64_t expected, const std::string& why) {
   if (t.nbytes != expected) {
     fail(Q4_ERR_SHAPE, t.name,
-         "expected " + std::to_string(expected) + " bytes (" + why + "), got " +
-             std::to_string(t.nbytes) + " bytes with shape " + t.shape_text());
+         "expected " + std::to_string(expected) + " bytes (" + why + "), got " + std::to_string(t.nbytes) +
+             " bytes with shape " + t.shape_text());
   }
 }
 
 void require_numel(const TensorRef& t, int64_t expected, const std::string& why) {
   if (t.numel != expected) {
     fail(Q4_ERR_SHAPE, t.name,
-         "expected " + std::to_string(expected) + " elements (" + why + "), got " +
-             std::to_string(t.numel) + " with shape " + t.shape_text());
+         "expected " + std::to_string(expected) + " elements (" + why + "), got " + std::to_string(t.numel) +
+             " with shape " + t.shape_text());
   }
 }
 
@@ -248,8 +247,7 @@ void require_no_overlap(const TensorRef& out, std::initializer_list<const Tensor
     const uintptr_t b0 = reinterpret_cast<uintptr_t>(other->data);
     const uintptr_t b1 = b0 + static_cast<uintptr_t>(other->nbytes);
     if (a0 < b1 && b0 < a1) {
-      fail(Q4_ERR_ALIASING, out.name,
-           std::string("output memory overlaps argument '") + other->name + "'");
+      fail(Q4_ERR_ALIASING, out.name, std::string("output memory overlaps argument '") + other->name + "'");
     }
   }
 }

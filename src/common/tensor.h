@@ -17,9 +17,9 @@ enum class ElemType : uint8_t {
   F16,
   BF16,
   U8,
-  E4M3,    // kDLFloat8_e4m3fn
-  FP4,     // kDLFloat4_e2m1fn bits 4 lanes 1: two logical elements per byte
-  FP4x2,   // kDLFloat4_e2m1fn bits 4 lanes 2: one byte per element
+  E4M3,   // kDLFloat8_e4m3fn
+  FP4,    // kDLFloat4_e2m1fn bits 4 lanes 1: two logical elements per byte
+  FP4x2,  // kDLFloat4_e2m1fn bits 4 lanes 2: one byte per element
   Other,
 };
 
@@ -53,10 +53,10 @@ TensorRef check_tensor(const DLTensor* t, const char* name);
 TensorRef check_tensor_gpu(const DLTensor* t, const char* name);
 
 // Requirements on a parsed tensor, each throwing a specific status.
-void require_float(const TensorRef& t);                    // F32/F16/BF16
-void require_packed_bytes(const TensorRef& t);             // U8/FP4/FP4x2
-void require_scale_bytes(const TensorRef& t);              // U8/E4M3
-void require_type(const TensorRef& t, ElemType type);      // exact type
+void require_float(const TensorRef& t);                // F32/F16/BF16
+void require_packed_bytes(const TensorRef& t);         // U8/FP4/FP4x2
+void require_scale_bytes(const TensorRef& t);          // U8/E4M3
+void require_type(const TensorRef& t, ElemType type);  // exact type
 void require_min_ndim(const TensorRef& t, int32_t ndim);
 void require_nbytes(const TensorRef& t, int64_t expected, const std::string& why);
 void require_numel(const TensorRef& t, int64_t expected, const std::string& why);

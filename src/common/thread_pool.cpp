@@ -20,10 +20,10 @@ struct Job {
   int64_t n = 0;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
-  int32_t max_helpers = 0;           // workers allowed besides the caller
-  std::atomic<int32_t> helpers{0};   // workers that joined
+  int32_t max_helpers = 0;          // workers allowed besides the caller
+  std::atomic<int32_t> helpers{0};  // workers that joined
   std::atomic<bool> failed{false};
-  std::exception_ptr error;          // guarded by error_mutex
+  std::exception_ptr error;  // guarded by error_mutex
   std::mutex error_mutex;
   std::mutex done_mutex;
   std::condition_variable done_cv;
@@ -160,7 +160,9 @@ int32_t default_num_threads() {
   return n;
 }
 
-bool in_pool_worker() { return t_in_worker; }
+bool in_pool_worker() {
+  return t_in_worker;
+}
 
 void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;

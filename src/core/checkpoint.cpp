@@ -33,22 +33,38 @@ namespace {
 
 DLDataType dl_dtype(int32_t dtype) {
   switch (dtype) {
-    case Q4_DTYPE_F32: return DLDataType{kDLFloat, 32, 1};
-    case Q4_DTYPE_F16: return DLDataType{kDLFloat, 16, 1};
-    case Q4_DTYPE_BF16: return DLDataType{kDLBfloat, 16, 1};
-    case Q4_DTYPE_F64: return DLDataType{kDLFloat, 64, 1};
-    case Q4_DTYPE_F8_E4M3: return DLDataType{kDLFloat8_e4m3fn, 8, 1};
-    case Q4_DTYPE_F8_E5M2: return DLDataType{kDLFloat8_e5m2, 8, 1};
-    case Q4_DTYPE_F4: return DLDataType{kDLFloat4_e2m1fn, 4, 1};
-    case Q4_DTYPE_I8: return DLDataType{kDLInt, 8, 1};
-    case Q4_DTYPE_I16: return DLDataType{kDLInt, 16, 1};
-    case Q4_DTYPE_I32: return DLDataType{kDLInt, 32, 1};
-    case Q4_DTYPE_I64: return DLDataType{kDLInt, 64, 1};
-    case Q4_DTYPE_U16: return DLDataType{kDLUInt, 16, 1};
-    case Q4_DTYPE_U32: return DLDataType{kDLUInt, 32, 1};
-    case Q4_DTYPE_U64: return DLDataType{kDLUInt, 64, 1};
-    case Q4_DTYPE_BOOL: return DLDataType{kDLBool, 8, 1};
-    default: return DLDataType{kDLUInt, 8, 1};
+    case Q4_DTYPE_F32:
+      return DLDataType{kDLFloat, 32, 1};
+    case Q4_DTYPE_F16:
+      return DLDataType{kDLFloat, 16, 1};
+    case Q4_DTYPE_BF16:
+      return DLDataType{kDLBfloat, 16, 1};
+    case Q4_DTYPE_F64:
+      return DLDataType{kDLFloat, 64, 1};
+    case Q4_DTYPE_F8_E4M3:
+      return DLDataType{kDLFloat8_e4m3fn, 8, 1};
+    case Q4_DTYPE_F8_E5M2:
+      return DLDataType{kDLFloat8_e5m2, 8, 1};
+    case Q4_DTYPE_F4:
+      return DLDataType{kDLFloat4_e2m1fn, 4, 1};
+    case Q4_DTYPE_I8:
+      return DLDataType{kDLInt, 8, 1};
+    case Q4_DTYPE_I16:
+      return DLDataType{kDLInt, 16, 1};
+    case Q4_DTYPE_I32:
+      return DLDataType{kDLInt, 32, 1};
+    case Q4_DTYPE_I64:
+      return DLDataType{kDLInt, 64, 1};
+    case Q4_DTYPE_U16:
+      return DLDataType{kDLUInt, 16, 1};
+    case Q4_DTYPE_U32:
+      return DLDataType{kDLUInt, 32, 1};
+    case Q4_DTYPE_U64:
+      return DLDataType{kDLUInt, 64, 1};
+    case Q4_DTYPE_BOOL:
+      return DLDataType{kDLBool, 8, 1};
+    default:
+      return DLDataType{kDLUInt, 8, 1};
   }
 }
 
@@ -59,7 +75,8 @@ const Q4_checkpoint& require_ckpt(const Q4_checkpoint* c) {
 
 const io::TensorEntry& entry(const Q4_checkpoint& c, size_t i) {
   if (i >= c.parsed.tensors.size()) {
-    fail(Q4_ERR_NOT_FOUND, "index", std::to_string(i) + " >= " + std::to_string(c.parsed.tensors.size()) + " tensors");
+    fail(Q4_ERR_NOT_FOUND, "index",
+         std::to_string(i) + " >= " + std::to_string(c.parsed.tensors.size()) + " tensors");
   }
   return c.parsed.tensors[i];
 }
@@ -96,11 +113,14 @@ template <class T>
 T json_field(const nlohmann::json& j, const char* key, T fallback, const std::string& prefix) {
   const auto it = j.find(key);
   if (it == j.end()) return fallback;
-  if (!it->is_number()) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not a number");
+  if (!it->is_number())
+    fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not a number");
   if constexpr (std::is_integral_v<T>) {
-    if (!it->is_number_integer()) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not an integer");
+    if (!it->is_number_integer())
+      fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" is not an integer");
     const int64_t v = it->get<int64_t>();
-    if (v < -(int64_t{1} << 30) || v > (int64_t{1} << 30)) fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" out of range");
+    if (v < -(int64_t{1} << 30) || v > (int64_t{1} << 30))
+      fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + prefix + "': \"" + key + "\" out of range");
     return static_cast<T>(v);
   } else {
     return it->get<T>();
@@ -152,7 +172,9 @@ size_t find_tensor(const Q4_checkpoint* cp, const char* name) {
   return it->second;
 }
 
-DLTensor tensor_view(const Q4_checkpoint* cp, size_t i) { return raw_view(require_ckpt(cp), i); }
+DLTensor tensor_view(const Q4_checkpoint* cp, size_t i) {
+  return raw_view(require_ckpt(cp), i);
+}
 
 std::string metadata(const Q4_checkpoint* cp, const char* key) {
   const Q4_checkpoint& c = require_ckpt(cp);
@@ -206,11 +228,13 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
       const float stored = read_scalar_f32(c, static_cast<size_t>(l.roles[Q4_ROLE_GLOBAL_SCALE]), "prefix");
       g = l.global_scale_inverted ? 1.0f / stored : stored;  // compressed-tensors stores 1/g
     }
-    if (!std::isfinite(g) || g <= 0.0f) fail(Q4_ERR_SCHEMA, "prefix", "global scale of '" + l.prefix + "' is not finite and > 0");
+    if (!std::isfinite(g) || g <= 0.0f)
+      fail(Q4_ERR_SCHEMA, "prefix", "global scale of '" + l.prefix + "' is not finite and > 0");
     b.global_scale = g;
   } else {
     if (l.roles[Q4_ROLE_QUANT_STATE] < 0) {
-      fail(Q4_ERR_SCHEMA, "prefix", "NF4 linear '" + l.prefix + "' has no quant_state JSON (needed for its shape)");
+      fail(Q4_ERR_SCHEMA, "prefix",
+           "NF4 linear '" + l.prefix + "' has no quant_state JSON (needed for its shape)");
     }
     const io::TensorEntry& qs = entry(c, static_cast<size_t>(l.roles[Q4_ROLE_QUANT_STATE]));
     const char* text = reinterpret_cast<const char*>(c.file->data() + c.parsed.data_start + qs.begin);
@@ -222,8 +246,10 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
     if (j.contains("quant_type") && j["quant_type"] != "nf4") {
       fail(Q4_ERR_SCHEMA, "prefix", "quant_state of '" + l.prefix + "' is not NF4");
     }
-    b.out_features = static_cast<int64_t>(std::min<uint64_t>(j["shape"][0].get<uint64_t>(), uint64_t{1} << 40));
-    b.in_features = static_cast<int64_t>(std::min<uint64_t>(j["shape"][1].get<uint64_t>(), uint64_t{1} << 40));
+    b.out_features =
+        static_cast<int64_t>(std::min<uint64_t>(j["shape"][0].get<uint64_t>(), uint64_t{1} << 40));
+    b.in_features =
+        static_cast<int64_t>(std::min<uint64_t>(j["shape"][1].get<uint64_t>(), uint64_t{1} << 40));
     st.blocksize = json_field<int32_t>(j, "blocksize", 64, l.prefix);
     absmax = aligned_view(c, static_cast<size_t>(l.roles[Q4_ROLE_SCALE]), keep);
     st.absmax = &absmax;
@@ -247,7 +273,9 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
   return create_linear(session, &b);
 }
 
-Q4_checkpoint_writer* new_writer() { return new Q4_checkpoint_writer(); }
+Q4_checkpoint_writer* new_writer() {
+  return new Q4_checkpoint_writer();
+}
 
 void writer_add(Q4_checkpoint_writer* w, const char* name, int32_t dtype, const DLTensor* data) {
   if (w == nullptr) fail(Q4_ERR_NULL_POINTER, "writer", "pointer is NULL");
@@ -263,7 +291,8 @@ void writer_add(Q4_checkpoint_writer* w, const char* name, int32_t dtype, const 
   if (data->strides != nullptr) {
     int64_t expect = 1;
     for (int32_t i = data->ndim - 1; i >= 0; --i) {
-      if (data->shape[i] != 1 && data->strides[i] != expect) fail(Q4_ERR_STRIDES, "data", "must be compact row-major");
+      if (data->shape[i] != 1 && data->strides[i] != expect)
+        fail(Q4_ERR_STRIDES, "data", "must be compact row-major");
       expect *= data->shape[i];
     }
   }
@@ -278,15 +307,18 @@ void writer_add(Q4_checkpoint_writer* w, const char* name, int32_t dtype, const 
   const int64_t nbytes = checked_mul(numel, file_bits, "data") / 8;
   const int64_t have_bits = static_cast<int64_t>(data->dtype.bits) * data->dtype.lanes;
   if (checked_mul(numel, have_bits, "data") != checked_mul(nbytes, 8, "data")) {
-    fail(Q4_ERR_DTYPE, "data", "element size does not match the file dtype " + std::string(io::dtype_to_string(dtype)));
+    fail(Q4_ERR_DTYPE, "data",
+         "element size does not match the file dtype " + std::string(io::dtype_to_string(dtype)));
   }
   if (nbytes > 0 && data->data == nullptr) fail(Q4_ERR_NULL_POINTER, "data", "data is NULL");
-  w->writer.add(name, dtype, std::move(shape), static_cast<const uint8_t*>(data->data) + data->byte_offset, nbytes);
+  w->writer.add(name, dtype, std::move(shape), static_cast<const uint8_t*>(data->data) + data->byte_offset,
+                nbytes);
 }
 
 void writer_metadata(Q4_checkpoint_writer* w, const char* key, const char* value) {
   if (w == nullptr) fail(Q4_ERR_NULL_POINTER, "writer", "pointer is NULL");
-  if (key == nullptr || value == nullptr) fail(Q4_ERR_NULL_POINTER, key == nullptr ? "key" : "value", "pointer is NULL");
+  if (key == nullptr || value == nullptr)
+    fail(Q4_ERR_NULL_POINTER, key == nullptr ? "key" : "value", "pointer is NULL");
   w->writer.add_metadata(key, value);
 }
 
@@ -362,7 +394,8 @@ Q4_API int32_t Q4_checkpoint_detect(const Q4_checkpoint* checkpoint, Q4_schema_s
   return api_call("Q4_checkpoint_detect", [&] {
     if (summary == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "summary", "pointer is NULL");
     if (summary->struct_size < sizeof(Q4_schema_summary)) {
-      q4::fail(Q4_ERR_INVALID_ARGUMENT, "summary->struct_size", "expected >= " + std::to_string(sizeof(Q4_schema_summary)));
+      q4::fail(Q4_ERR_INVALID_ARGUMENT, "summary->struct_size",
+               "expected >= " + std::to_string(sizeof(Q4_schema_summary)));
     }
     const q4::schema::Detection d = q4::core::detect_checkpoint(checkpoint);
     q4::schema::fill_summary(d, summary);
@@ -371,8 +404,8 @@ Q4_API int32_t Q4_checkpoint_detect(const Q4_checkpoint* checkpoint, Q4_schema_s
   });
 }
 
-Q4_API int32_t Q4_checkpoint_linear_create(Q4_session* session, const Q4_checkpoint* checkpoint, const char* prefix,
-                                           Q4_linear** linear) {
+Q4_API int32_t Q4_checkpoint_linear_create(Q4_session* session, const Q4_checkpoint* checkpoint,
+                                           const char* prefix, Q4_linear** linear) {
   return api_call("Q4_checkpoint_linear_create", [&] {
     if (linear == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "linear", "output pointer is NULL");
     *linear = nullptr;
@@ -404,7 +437,8 @@ Q4_API int32_t Q4_checkpoint_writer_add(Q4_checkpoint_writer* writer, const char
   });
 }
 
-Q4_API int32_t Q4_checkpoint_writer_metadata(Q4_checkpoint_writer* writer, const char* key, const char* value) {
+Q4_API int32_t Q4_checkpoint_writer_metadata(Q4_checkpoint_writer* writer, const char* key,
+                                             const char* value) {
   return api_call("Q4_checkpoint_writer_metadata", [&] {
     q4::core::writer_metadata(writer, key, value);
     return Q4_OK;

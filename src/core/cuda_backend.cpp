@@ -40,7 +40,8 @@ PluginState load() {
     return st;
   }
   if (!st.built && (env == nullptr || *env == '\0')) {
-    st.load_state = "CUDA plugin not built into this library (configured with NVFP4_CUDA=OFF or without nvcc)";
+    st.load_state =
+        "CUDA plugin not built into this library (configured with NVFP4_CUDA=OFF or without nvcc)";
     return st;
   }
   std::string tried;
@@ -74,10 +75,11 @@ PluginState load() {
       devices += std::string(d ? ", " : "") + a.name + " (sm_" + std::to_string(a.cc_major) +
                  std::to_string(a.cc_minor) + ")";
     }
-    st.load_state = "loaded " + path + "; CUDA runtime " + std::to_string(st.probe.runtime_version) + ", driver " +
-                    std::to_string(st.probe.driver_version) + "; compiled for " + st.probe.compiled_archs + "; " +
-                    (st.probe.device_count > 0 ? std::to_string(st.probe.device_count) + " device(s): " + devices
-                                               : std::string("no usable device: ") + st.probe.error);
+    st.load_state =
+        "loaded " + path + "; CUDA runtime " + std::to_string(st.probe.runtime_version) + ", driver " +
+        std::to_string(st.probe.driver_version) + "; compiled for " + st.probe.compiled_archs + "; " +
+        (st.probe.device_count > 0 ? std::to_string(st.probe.device_count) + " device(s): " + devices
+                                   : std::string("no usable device: ") + st.probe.error);
     return st;  // the handle stays open for the life of the process
   }
   st.load_state = "CUDA plugin not found or not loadable: " + tried;
@@ -96,7 +98,8 @@ void check_status(int32_t rc, const PluginState& p) {
 }
 
 int32_t elem_code(const TensorRef& t) {
-  return t.type == ElemType::F16 ? NVFP4_CUDA_F16 : (t.type == ElemType::BF16 ? NVFP4_CUDA_BF16 : NVFP4_CUDA_F32);
+  return t.type == ElemType::F16 ? NVFP4_CUDA_F16
+                                 : (t.type == ElemType::BF16 ? NVFP4_CUDA_BF16 : NVFP4_CUDA_F32);
 }
 
 // All CUDA-side tensors of one call must be reachable from one device.
@@ -116,7 +119,8 @@ int32_t common_device(std::initializer_list<const TensorRef*> ts) {
     const int32_t dev = t->device.device_type;
     if (dev == kDLCPU) {
       fail(Q4_ERR_DEVICE, t->name,
-           "is ordinary host memory while other arguments are on a CUDA device; use managed (kDLCUDAManaged) or "
+           "is ordinary host memory while other arguments are on a CUDA device; use managed (kDLCUDAManaged) "
+           "or "
            "pinned (kDLCUDAHost) memory, or copy it");
     }
   }
@@ -173,9 +177,10 @@ void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t l
   const PluginState& p = loaded_api();
   float used = 0.0f;
   int64_t bad = -1;
-  const int32_t rc = p.api.nvfp4_quantize(device, x.data, elem_code(x), rows, k, g, q.data, s.data, layout, &used,
-                                          &bad, stream);
-  if (rc == Q4_ERR_NON_FINITE) fail(rc, "x", "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  const int32_t rc = p.api.nvfp4_quantize(device, x.data, elem_code(x), rows, k, g, q.data, s.data, layout,
+                                          &used, &bad, stream);
+  if (rc == Q4_ERR_NON_FINITE)
+    fail(rc, "x", "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
   check_status(rc, p);
   if (g_out != nullptr) *g_out = used;
 }
@@ -200,7 +205,9 @@ void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, 
   require_no_overlap(out, {&q, &s});
   const int32_t device = common_device({&out, &q, &s});
   const PluginState& p = loaded_api();
-  check_status(p.api.nvfp4_dequantize(device, q.data, s.data, layout, g, rows, k, out.data, elem_code(out), stream), p);
+  check_status(
+      p.api.nvfp4_dequantize(device, q.data, s.data, layout, g, rows, k, out.data, elem_code(out), stream),
+      p);
 }
 
 void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout, float g,
@@ -242,7 +249,8 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
 }
 
 void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t, const DLTensor* bs_t,
-                     int32_t layout, float alpha, const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+                     int32_t layout, float alpha, const DLTensor* bias_t, DLTensor* out_t,
+                     const Q4_op_options* opts) {
   const ResolvedOptions o = resolve_options_allow_cuda(opts);
   const TensorRef out = check_tensor_gpu(out_t, "out");
   require_float(out);
@@ -254,7 +262,8 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
   require_packed_bytes(aq);
   const TensorRef bq = check_tensor_gpu(bq_t, "b_qdata");
   require_packed_bytes(bq);
-  if (m == 0 || aq.nbytes % m != 0) fail(Q4_ERR_SHAPE, "a_qdata", "bytes are not a whole number of rows of out");
+  if (m == 0 || aq.nbytes % m != 0)
+    fail(Q4_ERR_SHAPE, "a_qdata", "bytes are not a whole number of rows of out");
   const int64_t k = 2 * (aq.nbytes / m);
   core::require_k_multiple_of_16(k, "a_qdata");
   require_nbytes(bq, checked_mul(n, k / 2, "b_qdata"), "N*K/2 packed bytes, K taken from a_qdata");
@@ -281,7 +290,9 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
                                      has_bias ? bias.data : nullptr, has_bias ? elem_code(bias) : 0, out.data,
                                      elem_code(out), allow_fallback, &used_fallback, o.stream),
                p);
-  if (used_fallback) log_message(Q4_LOG_INFO, std::string("NVFP4_scaled_mm fell back to dequant-matmul: ") + p.api.last_error());
+  if (used_fallback)
+    log_message(Q4_LOG_INFO,
+                std::string("NVFP4_scaled_mm fell back to dequant-matmul: ") + p.api.last_error());
 }
 
 bool state_on_device(const NF4_state* st) {
@@ -301,7 +312,8 @@ struct DeviceNf4 {
 
 DeviceNf4 parse_device_state(const NF4_state* st, int64_t n) {
   if (st == nullptr) fail(Q4_ERR_NULL_POINTER, "state", "NF4_state pointer is NULL");
-  if (st->struct_size < offsetof(NF4_state, reserved)) fail(Q4_ERR_INVALID_ARGUMENT, "state->struct_size", "too small");
+  if (st->struct_size < offsetof(NF4_state, reserved))
+    fail(Q4_ERR_INVALID_ARGUMENT, "state->struct_size", "too small");
   DeviceNf4 d;
   d.blocksize = core::require_blocksize(st->blocksize, "state->blocksize");
   if (st->nested_absmax != nullptr) {
@@ -322,7 +334,8 @@ DeviceNf4 parse_device_state(const NF4_state* st, int64_t n) {
 
 }  // namespace
 
-void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* a_t, int32_t blocksize, const Q4_op_options* opts) {
+void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* a_t, int32_t blocksize,
+                  const Q4_op_options* opts) {
   void* stream = nullptr;
   parse_threads_stream(opts, &stream);
   const int64_t bs = core::require_blocksize(blocksize == 0 ? 64 : blocksize, "blocksize");
@@ -340,9 +353,10 @@ void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* a_t, int32_t blo
   const int32_t device = common_device({&x, &q, &a});
   const PluginState& p = loaded_api();
   int64_t bad = -1;
-  const int32_t rc = p.api.nf4_quantize(device, x.data, elem_code(x), n, bs, q.data, reinterpret_cast<float*>(a.data),
-                                        &bad, stream);
-  if (rc == Q4_ERR_NON_FINITE) fail(rc, "x", "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  const int32_t rc = p.api.nf4_quantize(device, x.data, elem_code(x), n, bs, q.data,
+                                        reinterpret_cast<float*>(a.data), &bad, stream);
+  if (rc == Q4_ERR_NON_FINITE)
+    fail(rc, "x", "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
   check_status(rc, p);
 }
 
@@ -390,15 +404,16 @@ void nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* s
     require_numel(bias, n, "one per output feature N");
     has_bias = true;
   }
-  require_no_overlap(out, {&x, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
-  const int32_t device =
-      common_device({&x, &out, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
+  require_no_overlap(out,
+                     {&x, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
+  const int32_t device = common_device(
+      {&x, &out, &wq, &st.absmax, st.has_map ? &st.quant_map : nullptr, has_bias ? &bias : nullptr});
   const PluginState& p = loaded_api();
   check_status(p.api.nf4_linear(device, x.data, elem_code(x), m, k, wq.data,
                                 reinterpret_cast<const float*>(st.absmax.data),
-                                st.has_map ? reinterpret_cast<const float*>(st.quant_map.data) : nullptr, st.blocksize,
-                                n, has_bias ? bias.data : nullptr, has_bias ? elem_code(bias) : 0, out.data,
-                                elem_code(out), stream),
+                                st.has_map ? reinterpret_cast<const float*>(st.quant_map.data) : nullptr,
+                                st.blocksize, n, has_bias ? bias.data : nullptr,
+                                has_bias ? elem_code(bias) : 0, out.data, elem_code(out), stream),
                p);
 }
 
@@ -449,7 +464,8 @@ DLManagedTensorVersioned* to_managed(const DLTensor* src_t, int32_t device, uint
   if (device < 0 || device >= p.probe.device_count) {
     fail(Q4_ERR_INVALID_ARGUMENT, "device", "no CUDA device " + std::to_string(device));
   }
-  if (!can_use_managed(device)) fail(Q4_ERR_UNSUPPORTED, "device", "managed memory is not usable on this device");
+  if (!can_use_managed(device))
+    fail(Q4_ERR_UNSUPPORTED, "device", "managed memory is not usable on this device");
   auto ctx = std::make_unique<ManagedCtx>();
   ctx->shape.assign(src.shape, src.shape + src.ndim);
   int32_t kind = 0, dev = -1;
@@ -467,8 +483,10 @@ DLManagedTensorVersioned* to_managed(const DLTensor* src_t, int32_t device, uint
     data = ctx->allocation;
     copied = true;
   }
-  if (flags & Q4_MANAGED_READ_MOSTLY) check_status(p.api.advise_read_mostly(data, static_cast<size_t>(src.nbytes), device), p);
-  if (flags & Q4_MANAGED_PREFETCH) check_status(p.api.prefetch(data, static_cast<size_t>(src.nbytes), device, nullptr), p);
+  if (flags & Q4_MANAGED_READ_MOSTLY)
+    check_status(p.api.advise_read_mostly(data, static_cast<size_t>(src.nbytes), device), p);
+  if (flags & Q4_MANAGED_PREFETCH)
+    check_status(p.api.prefetch(data, static_cast<size_t>(src.nbytes), device, nullptr), p);
   DLManagedTensorVersioned& m = ctx->managed;
   m.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
   m.manager_ctx = ctx.get();
@@ -487,7 +505,8 @@ void managed_prefetch(const DLTensor* t_in, int32_t device, void* stream) {
   const TensorRef t = check_tensor_gpu(t_in, "t");
   const PluginState& p = loaded_api();
   if (device < -1 || device >= p.probe.device_count) {
-    fail(Q4_ERR_INVALID_ARGUMENT, "device", "expected -1 (CPU) or a CUDA device ordinal, got " + std::to_string(device));
+    fail(Q4_ERR_INVALID_ARGUMENT, "device",
+         "expected -1 (CPU) or a CUDA device ordinal, got " + std::to_string(device));
   }
   int32_t kind = 0, dev = -1;
   check_status(p.api.pointer_info(t.data, &kind, &dev), p);

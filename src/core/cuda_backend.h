@@ -13,10 +13,10 @@
 namespace q4::cuda {
 
 struct PluginState {
-  bool built = false;        // this build compiled the plugin
-  bool loaded = false;       // dlopen + handshake succeeded
-  std::string path;          // the file that was loaded
-  std::string load_state;    // human-readable nativeLoadState
+  bool built = false;      // this build compiled the plugin
+  bool loaded = false;     // dlopen + handshake succeeded
+  std::string path;        // the file that was loaded
+  std::string load_state;  // human-readable nativeLoadState
   nvfp4_cuda_plugin_v1 api{};
   nvfp4_cuda_probe probe{};
 };
@@ -38,12 +38,14 @@ void nvfp4_dequantize(const DLTensor* q, const DLTensor* s, int32_t layout, floa
 void nvfp4_linear(const DLTensor* x, const DLTensor* wq, const DLTensor* ws, int32_t layout, float g,
                   const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 void nvfp4_scaled_mm(const DLTensor* aq, const DLTensor* as, const DLTensor* bq, const DLTensor* bs,
-                     int32_t layout, float alpha, const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
+                     int32_t layout, float alpha, const DLTensor* bias, DLTensor* out,
+                     const Q4_op_options* opts);
 
-void nf4_quantize(const DLTensor* x, DLTensor* q, DLTensor* absmax, int32_t blocksize, const Q4_op_options* opts);
+void nf4_quantize(const DLTensor* x, DLTensor* q, DLTensor* absmax, int32_t blocksize,
+                  const Q4_op_options* opts);
 void nf4_dequantize(const DLTensor* q, const NF4_state* state, DLTensor* out, const Q4_op_options* opts);
-void nf4_scaled_mm(const DLTensor* x, const DLTensor* wq, const NF4_state* state, const DLTensor* bias, DLTensor* out,
-                   const Q4_op_options* opts);
+void nf4_scaled_mm(const DLTensor* x, const DLTensor* wq, const NF4_state* state, const DLTensor* bias,
+                   DLTensor* out, const Q4_op_options* opts);
 // True when an NF4 state references CUDA device memory.
 bool state_on_device(const NF4_state* state);
 

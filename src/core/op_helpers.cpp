@@ -27,8 +27,12 @@ FType ftype_of(const TensorRef& t) {
   }
 }
 
-FloatPtr as_input(const TensorRef& t) { return FloatPtr{t.data, ftype_of(t)}; }
-FloatOut as_output(const TensorRef& t) { return FloatOut{t.data, ftype_of(t)}; }
+FloatPtr as_input(const TensorRef& t) {
+  return FloatPtr{t.data, ftype_of(t)};
+}
+FloatOut as_output(const TensorRef& t) {
+  return FloatOut{t.data, ftype_of(t)};
+}
 
 // An fp32 view of a float tensor: the tensor itself when it is fp32,
 // otherwise a converted copy.
@@ -106,7 +110,6 @@ LinearScales linear_scales(const TensorRef& s, int32_t layout, int64_t rows, int
   return l;
 }
 
-
 Bias parse_bias(const DLTensor* bias, int64_t n) {
   Bias b;
   if (bias == nullptr) return b;
@@ -117,7 +120,6 @@ Bias parse_bias(const DLTensor* bias, int64_t n) {
   b.present = true;
   return b;
 }
-
 
 // NF4 statistics: parsed tensors plus the resolved pointer view.
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/tensor.h"
-#include "kernels/kernel_types.h"
 #include "core/options.h"
+#include "kernels/kernel_types.h"
 #include "nvfp4/ops.h"
 
 namespace q4::core {

@@ -9,12 +9,12 @@
 
 #include "common/error.h"
 #include "common/tensor.h"
+#include "common/thread_pool.h"
 #include "core/cuda_backend.h"
 #include "core/op_helpers.h"
 #include "core/options.h"
 #include "core/tuner.h"
 #include "formats/codec.h"
-#include "common/thread_pool.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/ref_ops.h"
@@ -34,9 +34,10 @@ void require_out_clear_of_nf4(const TensorRef& out, const TensorRef& q, const Nf
 
 }  // namespace
 
-void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout, float g,
-                    float* g_out, const Q4_op_options* opts) {
-  if (cuda::any_on_device({x_t, q_t, s_t})) return cuda::nvfp4_quantize(x_t, q_t, s_t, layout, g, g_out, opts);
+void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout, float g, float* g_out,
+                    const Q4_op_options* opts) {
+  if (cuda::any_on_device({x_t, q_t, s_t}))
+    return cuda::nvfp4_quantize(x_t, q_t, s_t, layout, g, g_out, opts);
   const ResolvedOptions o = resolve_options(opts);
   const TensorRef x = check_tensor(x_t, "x");
   require_float(x);
@@ -75,8 +76,8 @@ void nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t l
   if (g_out != nullptr) *g_out = used_g;
 }
 
-void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, float g,
-                      DLTensor* out_t, const Q4_op_options* opts) {
+void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, float g, DLTensor* out_t,
+                      const Q4_op_options* opts) {
   if (cuda::any_on_device({q_t, s_t, out_t})) return cuda::nvfp4_dequantize(q_t, s_t, layout, g, out_t, opts);
   const ResolvedOptions o = resolve_options(opts);
   const TensorRef out = check_tensor(out_t, "out");
@@ -101,9 +102,9 @@ void nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout, 
   finish(r, k, 1.0f, nullptr, o.num_threads);
 }
 
-void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
-                     const DLTensor* bs_t, int32_t layout, float alpha, const DLTensor* bias_t,
-                     DLTensor* out_t, const Q4_op_options* opts) {
+void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t, const DLTensor* bs_t,
+                     int32_t layout, float alpha, const DLTensor* bias_t, DLTensor* out_t,
+                     const Q4_op_options* opts) {
   if (cuda::any_on_device({aq_t, as_t, bq_t, bs_t, bias_t, out_t})) {
     return cuda::nvfp4_scaled_mm(aq_t, as_t, bq_t, bs_t, layout, alpha, bias_t, out_t, opts);
   }
@@ -170,8 +171,8 @@ void nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor*
   finish(r, n, alpha, bias.get(), threads);
 }
 
-void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout,
-                  float g, const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t, int32_t layout, float g,
+                  const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
   if (cuda::any_on_device({x_t, wq_t, ws_t, bias_t, out_t})) {
     return cuda::nvfp4_linear(x_t, wq_t, ws_t, layout, g, bias_t, out_t, opts);
   }
@@ -222,7 +223,8 @@ void nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_
 
 void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t, int32_t blocksize,
                   const Q4_op_options* opts) {
-  if (cuda::any_on_device({x_t, q_t, absmax_t})) return cuda::nf4_quantize(x_t, q_t, absmax_t, blocksize, opts);
+  if (cuda::any_on_device({x_t, q_t, absmax_t}))
+    return cuda::nf4_quantize(x_t, q_t, absmax_t, blocksize, opts);
   resolve_options(opts);
   const int64_t bs = require_blocksize(blocksize == 0 ? 64 : blocksize, "blocksize");
   const TensorRef x = check_tensor(x_t, "x");
@@ -240,8 +242,8 @@ void nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t, int32_
   ref::nf4_quantize(as_input(x), n, bs, q.data, reinterpret_cast<float*>(a.data));
 }
 
-void nf4_double_quantize(const DLTensor* absmax_t, DLTensor* qabsmax_t, DLTensor* nested_t,
-                         DLTensor* map_t, float* offset, const Q4_op_options* opts) {
+void nf4_double_quantize(const DLTensor* absmax_t, DLTensor* qabsmax_t, DLTensor* nested_t, DLTensor* map_t,
+                         float* offset, const Q4_op_options* opts) {
   resolve_options(opts);
   const TensorRef a = check_tensor(absmax_t, "absmax");
   require_type(a, ElemType::F32);
@@ -261,12 +263,10 @@ void nf4_double_quantize(const DLTensor* absmax_t, DLTensor* qabsmax_t, DLTensor
   require_no_overlap(map, {&a});
   require_finite(a);
   ref::nf4_double_quantize(reinterpret_cast<const float*>(a.data), nb, qa.data,
-                           reinterpret_cast<float*>(na.data), reinterpret_cast<float*>(map.data),
-                           offset);
+                           reinterpret_cast<float*>(na.data), reinterpret_cast<float*>(map.data), offset);
 }
 
-void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t,
-                    const Q4_op_options* opts) {
+void nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t, const Q4_op_options* opts) {
   if (cuda::any_on_device({q_t, out_t}) || cuda::state_on_device(state)) {
     return cuda::nf4_dequantize(q_t, state, out_t, opts);
   }

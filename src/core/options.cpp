@@ -22,8 +22,12 @@ namespace {
 ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda);
 }  // namespace
 
-ResolvedOptions resolve_options(const Q4_op_options* opts) { return resolve(opts, false); }
-ResolvedOptions resolve_options_allow_cuda(const Q4_op_options* opts) { return resolve(opts, true); }
+ResolvedOptions resolve_options(const Q4_op_options* opts) {
+  return resolve(opts, false);
+}
+ResolvedOptions resolve_options_allow_cuda(const Q4_op_options* opts) {
+  return resolve(opts, true);
+}
 
 namespace {
 ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda) {
@@ -51,7 +55,8 @@ ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda) {
   }
   if (opts->target == Q4_TARGET_CUDA && !allow_cuda) {
     fail(Q4_ERR_NOT_AVAILABLE, "opts->target",
-         "CUDA target requested for host tensors; the CUDA backend runs on kDLCUDA tensors (see NVFP4_to_managed)");
+         "CUDA target requested for host tensors; the CUDA backend runs on kDLCUDA tensors (see "
+         "NVFP4_to_managed)");
   }
   r.compute_path = opts->compute_path;
   r.backend = opts->backend;

@@ -70,8 +70,8 @@ class Checker {
     if (std::find(allowed.begin(), allowed.end(), t.dtype) != allowed.end()) return;
     std::string expected;
     for (int32_t d : allowed) expected += std::string(expected.empty() ? "" : " or ") + dtype_name(d);
-    problem_ = std::string("key '") + t.name + "' has dtype " + dtype_name(t.dtype) + ", expected " +
-               expected;
+    problem_ =
+        std::string("key '") + t.name + "' has dtype " + dtype_name(t.dtype) + ", expected " + expected;
   }
 
   void check_scalar(int32_t i) {
@@ -90,10 +90,10 @@ class Checker {
     const Q4_tensor_desc& st = tensors_[s];
     if (wt.ndim != 2 || st.ndim != 2) return;
     if (wt.shape[0] != st.shape[0] || wt.shape[1] != st.shape[1] * 8) {
-      problem_ = std::string("shapes disagree: '") + wt.name + "' [" + std::to_string(wt.shape[0]) +
-                 ", " + std::to_string(wt.shape[1]) + "] needs scales [" + std::to_string(wt.shape[0]) +
-                 ", " + std::to_string(wt.shape[1] / 8) + "], '" + st.name + "' is [" +
-                 std::to_string(st.shape[0]) + ", " + std::to_string(st.shape[1]) + "]";
+      problem_ = std::string("shapes disagree: '") + wt.name + "' [" + std::to_string(wt.shape[0]) + ", " +
+                 std::to_string(wt.shape[1]) + "] needs scales [" + std::to_string(wt.shape[0]) + ", " +
+                 std::to_string(wt.shape[1] / 8) + "], '" + st.name + "' is [" + std::to_string(st.shape[0]) +
+                 ", " + std::to_string(st.shape[1]) + "]";
     }
   }
 
@@ -118,8 +118,10 @@ void resolve_bnb(Checker& c, const std::string& p, Linear& l) {
   l.roles[Q4_ROLE_QUANT_MAP] = c.require(p + ".weight.quant_map");
   l.roles[Q4_ROLE_NESTED_ABSMAX] = c.find(p + ".weight.nested_absmax");
   l.roles[Q4_ROLE_NESTED_QUANT_MAP] = c.find(p + ".weight.nested_quant_map");
-  if (l.roles[Q4_ROLE_NESTED_ABSMAX] >= 0) l.roles[Q4_ROLE_NESTED_QUANT_MAP] = c.require(p + ".weight.nested_quant_map");
-  if (l.roles[Q4_ROLE_NESTED_QUANT_MAP] >= 0) l.roles[Q4_ROLE_NESTED_ABSMAX] = c.require(p + ".weight.nested_absmax");
+  if (l.roles[Q4_ROLE_NESTED_ABSMAX] >= 0)
+    l.roles[Q4_ROLE_NESTED_QUANT_MAP] = c.require(p + ".weight.nested_quant_map");
+  if (l.roles[Q4_ROLE_NESTED_QUANT_MAP] >= 0)
+    l.roles[Q4_ROLE_NESTED_ABSMAX] = c.require(p + ".weight.nested_absmax");
   l.roles[Q4_ROLE_QUANT_STATE] = c.find(p + ".weight.quant_state.bitsandbytes__nf4");
   const bool nested = l.roles[Q4_ROLE_NESTED_ABSMAX] >= 0;
   c.check_dtype(l.roles[Q4_ROLE_WEIGHT], {Q4_DTYPE_U8});
@@ -140,7 +142,8 @@ void resolve_legacy(Checker& c, const std::string& p, Linear& l) {
   l.roles[Q4_ROLE_WEIGHT] = c.require(short_form ? p + ".qdata" : p + ".weight.qdata");
   const int32_t long_scale = c.find(p + ".weight.scale");
   const int32_t short_scale = c.find(p + ".scale");
-  l.roles[Q4_ROLE_SCALE] = long_scale >= 0 ? long_scale : (short_scale >= 0 ? short_scale : c.require(p + ".weight.scale"));
+  l.roles[Q4_ROLE_SCALE] =
+      long_scale >= 0 ? long_scale : (short_scale >= 0 ? short_scale : c.require(p + ".weight.scale"));
   c.check_dtype(l.roles[Q4_ROLE_WEIGHT], {Q4_DTYPE_U8, Q4_DTYPE_F4});
   c.check_dtype(l.roles[Q4_ROLE_SCALE], {Q4_DTYPE_F8_E4M3, Q4_DTYPE_U8});
   c.check_nvfp4_shapes(l.roles[Q4_ROLE_WEIGHT], l.roles[Q4_ROLE_SCALE]);
@@ -204,7 +207,8 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
       if (family == Q4_SCHEMA_NONE) {
         // `.weight_scale`: an F32 value means an FP8 (not 4-bit) checkpoint.
         if (tensors[i].dtype == Q4_DTYPE_F32) break;
-        const bool compressed = index.count(prefix + ".weight_packed") || index.count(prefix + ".weight_global_scale");
+        const bool compressed =
+            index.count(prefix + ".weight_packed") || index.count(prefix + ".weight_global_scale");
         family = compressed ? Q4_SCHEMA_NVFP4_COMPRESSED : Q4_SCHEMA_NVFP4_MODELOPT;
       }
       auto [it, inserted] = by_prefix.emplace(prefix, candidates.size());
@@ -220,7 +224,8 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
     if (cand.families.size() > 1) {
       std::string names;
       for (int32_t f : cand.families) names += std::string(names.empty() ? "" : ", ") + family_name(f);
-      out.problems.push_back("linear '" + cand.prefix + "': ambiguous, keys of several schemas (" + names + ")");
+      out.problems.push_back("linear '" + cand.prefix + "': ambiguous, keys of several schemas (" + names +
+                             ")");
       continue;
     }
     Checker c = base;
@@ -262,10 +267,13 @@ void fill_summary(const Detection& d, Q4_schema_summary* s) {
   for (const Linear& l : d.linears) {
     (l.format == Q4_FORMAT_NF4 ? nf4 : nvfp4) = true;
     if (l.family >= 0 && l.family < 8) s->family_counts[l.family]++;
-    if (family == Q4_SCHEMA_NONE) family = l.family;
-    else if (family != l.family) one_family = false;
+    if (family == Q4_SCHEMA_NONE)
+      family = l.family;
+    else if (family != l.family)
+      one_family = false;
   }
-  s->format = nvfp4 && nf4 ? Q4_FORMAT_MIXED : (nvfp4 ? Q4_FORMAT_NVFP4 : (nf4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NONE));
+  s->format =
+      nvfp4 && nf4 ? Q4_FORMAT_MIXED : (nvfp4 ? Q4_FORMAT_NVFP4 : (nf4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NONE));
   s->family = one_family ? family : Q4_SCHEMA_NONE;
   s->num_linears = static_cast<int32_t>(d.linears.size());
   s->num_incomplete = static_cast<int32_t>(d.problems.size());
@@ -317,23 +325,40 @@ const char* format_name(int32_t format) {
 
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
-    case Q4_DTYPE_F32: return "F32";
-    case Q4_DTYPE_F16: return "F16";
-    case Q4_DTYPE_BF16: return "BF16";
-    case Q4_DTYPE_U8: return "U8";
-    case Q4_DTYPE_I8: return "I8";
-    case Q4_DTYPE_F8_E4M3: return "F8_E4M3";
-    case Q4_DTYPE_F4: return "F4";
-    case Q4_DTYPE_I16: return "I16";
-    case Q4_DTYPE_I32: return "I32";
-    case Q4_DTYPE_I64: return "I64";
-    case Q4_DTYPE_F64: return "F64";
-    case Q4_DTYPE_BOOL: return "BOOL";
-    case Q4_DTYPE_F8_E5M2: return "F8_E5M2";
-    case Q4_DTYPE_U16: return "U16";
-    case Q4_DTYPE_U32: return "U32";
-    case Q4_DTYPE_U64: return "U64";
-    default: return "unknown";
+    case Q4_DTYPE_F32:
+      return "F32";
+    case Q4_DTYPE_F16:
+      return "F16";
+    case Q4_DTYPE_BF16:
+      return "BF16";
+    case Q4_DTYPE_U8:
+      return "U8";
+    case Q4_DTYPE_I8:
+      return "I8";
+    case Q4_DTYPE_F8_E4M3:
+      return "F8_E4M3";
+    case Q4_DTYPE_F4:
+      return "F4";
+    case Q4_DTYPE_I16:
+      return "I16";
+    case Q4_DTYPE_I32:
+      return "I32";
+    case Q4_DTYPE_I64:
+      return "I64";
+    case Q4_DTYPE_F64:
+      return "F64";
+    case Q4_DTYPE_BOOL:
+      return "BOOL";
+    case Q4_DTYPE_F8_E5M2:
+      return "F8_E5M2";
+    case Q4_DTYPE_U16:
+      return "U16";
+    case Q4_DTYPE_U32:
+      return "U32";
+    case Q4_DTYPE_U64:
+      return "U64";
+    default:
+      return "unknown";
   }
 }
 

@@ -78,8 +78,6 @@ const char* um_name(int32_t um) {
   }
 }
 
-
-
 template <class T>
 void require_struct_size(const T* p, const char* name, size_t min_size) {
   if (p == nullptr) fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
@@ -96,7 +94,8 @@ void copy_out(const std::string& text, char* buf, size_t cap, size_t* needed) {
   *needed = text.size() + 1;
   if (buf == nullptr || cap < text.size() + 1) {
     fail(Q4_ERR_BUFFER_TOO_SMALL, "cap",
-         "need " + std::to_string(text.size() + 1) + " bytes, got " + std::to_string(buf == nullptr ? 0 : cap));
+         "need " + std::to_string(text.size() + 1) + " bytes, got " +
+             std::to_string(buf == nullptr ? 0 : cap));
   }
   std::memcpy(buf, text.data(), text.size());
   buf[text.size()] = '\0';
@@ -123,7 +122,8 @@ SessionSettings resolve_session_config(const Q4_session_config* c) {
          "expected Q4_UM_DISABLED, Q4_UM_PREFER or Q4_UM_REQUIRE, got " + std::to_string(c->unified_memory));
   }
   if (c->diagnostics != 0 && c->diagnostics != 1) {
-    fail(Q4_ERR_INVALID_ARGUMENT, "config->diagnostics", "expected 0 or 1, got " + std::to_string(c->diagnostics));
+    fail(Q4_ERR_INVALID_ARGUMENT, "config->diagnostics",
+         "expected 0 or 1, got " + std::to_string(c->diagnostics));
   }
   if (c->unified_memory == Q4_UM_REQUIRE) {
     fail(Q4_ERR_NOT_AVAILABLE, "config->unified_memory",
@@ -133,7 +133,8 @@ SessionSettings resolve_session_config(const Q4_session_config* c) {
   s.unified_memory = c->unified_memory;
   s.diagnostics = c->diagnostics != 0;
   if (c->unified_memory == Q4_UM_PREFER) {
-    s.unified_memory_reason = "PreferUnified: managed memory unavailable (CUDA backend not built); using ordinary memory";
+    s.unified_memory_reason =
+        "PreferUnified: managed memory unavailable (CUDA backend not built); using ordinary memory";
     log_message(Q4_LOG_INFO, s.unified_memory_reason);
   }
   return s;
@@ -182,9 +183,9 @@ std::string session_diagnostics(const Q4_session& s) {
   j["unifiedMemory"] = {{"policy", um_name(s.settings.unified_memory)},
                         {"active", false},
                         {"reason", s.settings.unified_memory_reason}};
-  j["stats"] = {{"liveLinears", st.live_linears},     {"liveMutables", st.live_mutables},
-                {"liveSnapshots", st.live_snapshots}, {"liveBuffers", st.live_buffers},
-                {"liveBytes", st.live_bytes},         {"forwards", st.forwards},
+  j["stats"] = {{"liveLinears", st.live_linears},      {"liveMutables", st.live_mutables},
+                {"liveSnapshots", st.live_snapshots},  {"liveBuffers", st.live_buffers},
+                {"liveBytes", st.live_bytes},          {"forwards", st.forwards},
                 {"implicitCopies", st.implicit_copies}};
   return j.dump();
 }
@@ -216,7 +217,8 @@ struct PreparedWeight {
   }
   kern::NvWeights nv() const { return kern::NvWeights{q->data(), s->data(), g, k}; }
   kern::Nf4Weights nf4() const {
-    return kern::Nf4Weights{q->data(), reinterpret_cast<const float*>(absmax->data()), lut, k, blocksize, block_shift};
+    return kern::Nf4Weights{q->data(),  reinterpret_cast<const float*>(absmax->data()), lut, k, blocksize,
+                            block_shift};
   }
 };
 
@@ -239,7 +241,8 @@ void prepare_from_float(const Q4_weight_bundle& w, const SessionSettings& st,
                         const std::shared_ptr<SessionCounters>& c, PreparedWeight& p) {
   const TensorRef wt = check_tensor(w.weight, "weight->weight");
   require_float(wt);
-  if (wt.ndim != 2) fail(Q4_ERR_SHAPE, "weight->weight", "a float weight must be 2-D [N, K], got " + wt.shape_text());
+  if (wt.ndim != 2)
+    fail(Q4_ERR_SHAPE, "weight->weight", "a float weight must be 2-D [N, K], got " + wt.shape_text());
   p.n = wt.dim(0);
   p.k = wt.dim(1);
   Q4_op_options o{};
@@ -270,11 +273,12 @@ void prepare_from_float(const Q4_weight_bundle& w, const SessionSettings& st,
   }
 }
 
-void prepare_from_packed(const Q4_weight_bundle& w, const std::shared_ptr<SessionCounters>& c, PreparedWeight& p) {
+void prepare_from_packed(const Q4_weight_bundle& w, const std::shared_ptr<SessionCounters>& c,
+                         PreparedWeight& p) {
   if (w.out_features <= 0 || w.in_features <= 0) {
     fail(Q4_ERR_SHAPE, "weight->out_features",
-         "packed weights need out_features and in_features > 0, got " + std::to_string(w.out_features) + " x " +
-             std::to_string(w.in_features));
+         "packed weights need out_features and in_features > 0, got " + std::to_string(w.out_features) +
+             " x " + std::to_string(w.in_features));
   }
   p.n = w.out_features;
   p.k = w.in_features;
@@ -288,7 +292,8 @@ void prepare_from_packed(const Q4_weight_bundle& w, const std::shared_ptr<Sessio
     require_nbytes(q, numel / 2, "N*K/2 packed bytes");
     const TensorRef s = check_tensor(w.scale, "weight->scale");
     require_scale_bytes(s);
-    require_nbytes(s, scale_bytes(p.n, p.k, w.scale_layout, "weight->scale"), scale_why(p.n, p.k, w.scale_layout));
+    require_nbytes(s, scale_bytes(p.n, p.k, w.scale_layout, "weight->scale"),
+                   scale_why(p.n, p.k, w.scale_layout));
     p.q = new_buffer(c, numel / 2);
     std::memcpy(p.q->data(), q.data, static_cast<size_t>(numel / 2));
     p.s = new_buffer(c, numel / 16);
@@ -334,8 +339,8 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* w, const S
   }
   if (expect_n > 0 && (p->n != expect_n || p->k != expect_k)) {
     fail(Q4_ERR_SHAPE, "weight",
-         "an update must keep the shape [" + std::to_string(expect_n) + ", " + std::to_string(expect_k) + "], got [" +
-             std::to_string(p->n) + ", " + std::to_string(p->k) + "]");
+         "an update must keep the shape [" + std::to_string(expect_n) + ", " + std::to_string(expect_k) +
+             "], got [" + std::to_string(p->n) + ", " + std::to_string(p->k) + "]");
   }
   if (p->format == Q4_FORMAT_NF4) {
     while ((int64_t{1} << p->block_shift) < p->blocksize) ++p->block_shift;
@@ -469,7 +474,8 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
 
 void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
-  std::shared_ptr<const PreparedWeight> fresh = prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
+  std::shared_ptr<const PreparedWeight> fresh =
+      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->weight.swap(fresh);
@@ -569,9 +575,9 @@ struct Q4_mutable {
   int64_t nbytes = 0;
   mutable std::mutex mutex;
   std::shared_ptr<q4::core::Version> current;
-  std::shared_ptr<q4::core::Version> writing;                 // active writer's buffer
-  std::vector<std::shared_ptr<q4::core::Version>> retired;    // may still be read
-  std::shared_ptr<q4::core::Version> spare;                   // free for the next writer
+  std::shared_ptr<q4::core::Version> writing;               // active writer's buffer
+  std::vector<std::shared_ptr<q4::core::Version>> retired;  // may still be read
+  std::shared_ptr<q4::core::Version> spare;                 // free for the next writer
 
   // Moves retired versions no reader holds to `spare` (one kept, rest freed).
   void sweep() {
@@ -628,7 +634,8 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
   if (m == nullptr) fail(Q4_ERR_NULL_POINTER, "tensor", "pointer is NULL");
   if (view == nullptr) fail(Q4_ERR_NULL_POINTER, "view", "pointer is NULL");
   if (mode != Q4_WRITE_KEEP && mode != Q4_WRITE_DISCARD) {
-    fail(Q4_ERR_INVALID_ARGUMENT, "mode", "expected Q4_WRITE_KEEP or Q4_WRITE_DISCARD, got " + std::to_string(mode));
+    fail(Q4_ERR_INVALID_ARGUMENT, "mode",
+         "expected Q4_WRITE_KEEP or Q4_WRITE_DISCARD, got " + std::to_string(mode));
   }
   std::shared_ptr<Version> buf, base;
   {
@@ -754,13 +761,15 @@ void linear_backward(const DLTensor* gy_t, const DLTensor* x_t, const DLTensor* 
   require_float(gy);
   require_min_ndim(gy, 1);
   const int64_t m = gy.leading(), n = gy.last_dim();
-  if (gx_t == nullptr && gw_t == nullptr) fail(Q4_ERR_NULL_POINTER, "grad_x", "grad_x and grad_w are both NULL");
+  if (gx_t == nullptr && gw_t == nullptr)
+    fail(Q4_ERR_NULL_POINTER, "grad_x", "grad_x and grad_w are both NULL");
   require_layout(layout);
   require_scale_value(g, "global_scale", false);
   const TensorRef wq = check_tensor(wq_t, "w_qdata");
   require_packed_bytes(wq);
   if (n == 0 || wq.nbytes % n != 0) {
-    fail(Q4_ERR_SHAPE, "w_qdata", std::to_string(wq.nbytes) + " bytes are not N = " + std::to_string(n) + " rows");
+    fail(Q4_ERR_SHAPE, "w_qdata",
+         std::to_string(wq.nbytes) + " bytes are not N = " + std::to_string(n) + " rows");
   }
   const int64_t k = 2 * (wq.nbytes / n);
   require_k_multiple_of_16(k, "w_qdata");

@@ -46,7 +46,7 @@ class Buffer {
 };
 
 struct SessionSettings {
-  ResolvedOptions ops;         // compute path, backend, math mode, threads
+  ResolvedOptions ops;  // compute path, backend, math mode, threads
   int32_t unified_memory = Q4_UM_DISABLED;
   bool diagnostics = false;
   std::string unified_memory_reason;  // why managed memory is not used

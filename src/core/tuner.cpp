@@ -120,12 +120,15 @@ void ensure_loaded() {
 }
 
 void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
-  if (dim < 16 || dim > 8192) fail(Q4_ERR_INVALID_ARGUMENT, "dim", "expected 16..8192, got " + std::to_string(dim));
-  if (runs < 1 || runs > 1000) fail(Q4_ERR_INVALID_ARGUMENT, "runs", "expected 1..1000, got " + std::to_string(runs));
+  if (dim < 16 || dim > 8192)
+    fail(Q4_ERR_INVALID_ARGUMENT, "dim", "expected 16..8192, got " + std::to_string(dim));
+  if (runs < 1 || runs > 1000)
+    fail(Q4_ERR_INVALID_ARGUMENT, "runs", "expected 1..1000, got " + std::to_string(runs));
   ensure_loaded();
   const kern::KernelTable& kt = kern::active_table();
   const int64_t d = dim;
-  std::vector<float> a(static_cast<size_t>(d * d)), b(static_cast<size_t>(d * d)), c(static_cast<size_t>(d * d));
+  std::vector<float> a(static_cast<size_t>(d * d)), b(static_cast<size_t>(d * d)),
+      c(static_cast<size_t>(d * d));
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& v : a) v = u(rng);
@@ -157,9 +160,12 @@ void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
     j["version"] = 1;
     if (!j.contains("entries") || !j["entries"].is_object()) j["entries"] = nlohmann::json::object();
     const kern::GemmBlocking keep = adopted ? best : defaults;
-    j["entries"][cpu_signature()] = {{"kc", keep.kc},           {"mc", keep.mc},
-                                     {"dim", dim},              {"default_ms", default_ms},
-                                     {"best_ms", best_ms},      {"adopted", adopted},
+    j["entries"][cpu_signature()] = {{"kc", keep.kc},
+                                     {"mc", keep.mc},
+                                     {"dim", dim},
+                                     {"default_ms", default_ms},
+                                     {"best_ms", best_ms},
+                                     {"adopted", adopted},
                                      {"isa", isa_name(kt.isa)}};
     persisted = write_cache(path, j);
   }

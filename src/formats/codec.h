@@ -178,12 +178,22 @@ Q4_HD float nvfp4_decode_element(uint32_t code, uint32_t scale_code, float g) {
 constexpr int kNF4Codes = 16;
 
 Q4_HD float nf4_decode(uint32_t code) {
-  constexpr float table[16] = {
-      -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-      -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-      0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f,
-      0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-      0.7229568362236023f, 1.0f};
+  constexpr float table[16] = {-1.0f,
+                               -0.6961928009986877f,
+                               -0.5250730514526367f,
+                               -0.39491748809814453f,
+                               -0.28444138169288635f,
+                               -0.18477343022823334f,
+                               -0.09105003625154495f,
+                               0.0f,
+                               0.07958029955625534f,
+                               0.16093020141124725f,
+                               0.24611230194568634f,
+                               0.33791524171829224f,
+                               0.44070982933044434f,
+                               0.5626170039176941f,
+                               0.7229568362236023f,
+                               1.0f};
   return table[code & 15u];
 }
 
@@ -193,12 +203,11 @@ Q4_HD float nf4_decode(uint32_t code) {
 // threshold goes to the lower code. NaN maps to code 0 like bitsandbytes'
 // comparison tree.
 Q4_HD uint32_t nf4_encode(float y) {
-  constexpr float thresholds[15] = {
-      -0.8480964004993439f,  -0.6106329262256622f,  -0.4599952697753906f,
-      -0.33967943489551544f, -0.23460740596055984f, -0.13791173323988914f,
-      -0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
-      0.2035212516784668f,   0.2920137718319893f,   0.3893125355243683f,
-      0.5016634166240692f,   0.6427869200706482f,   0.8614784181118011f};
+  constexpr float thresholds[15] = {-0.8480964004993439f,   -0.6106329262256622f,  -0.4599952697753906f,
+                                    -0.33967943489551544f,  -0.23460740596055984f, -0.13791173323988914f,
+                                    -0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
+                                    0.2035212516784668f,    0.2920137718319893f,   0.3893125355243683f,
+                                    0.5016634166240692f,    0.6427869200706482f,   0.8614784181118011f};
   uint32_t code = 0;
   for (int i = 0; i < 15; ++i) code += (y > thresholds[i]) ? 1u : 0u;
   return code;
@@ -230,7 +239,7 @@ Q4_HD uint16_t f32_to_f16(float x) {
   const uint32_t bits = f32_bits(x);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // qNaN
+  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // qNaN
   if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
   const uint32_t exp = abs_bits >> 23;
   const uint32_t man = abs_bits & 0x7fffffu;
@@ -248,7 +257,9 @@ Q4_HD uint16_t f32_to_f16(float x) {
   return static_cast<uint16_t>(sign | h);
 }
 
-Q4_HD float bf16_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
+Q4_HD float bf16_to_f32(uint16_t b) {
+  return bits_f32(static_cast<uint32_t>(b) << 16);
+}
 
 Q4_HD uint16_t f32_to_bf16(float x) {
   const uint32_t bits = f32_bits(x);
@@ -260,17 +271,22 @@ Q4_HD uint16_t f32_to_bf16(float x) {
 // ---------------------------------------------------------------------------
 // Swizzled scale layout (cuBLASLt VEC16_UE4M3), SPEC §1.4.
 // ---------------------------------------------------------------------------
-Q4_HD int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+Q4_HD int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
-Q4_HD int64_t swizzled_rows(int64_t rows) { return round_up(rows, 128); }
-Q4_HD int64_t swizzled_cols(int64_t cols) { return round_up(cols, 4); }
+Q4_HD int64_t swizzled_rows(int64_t rows) {
+  return round_up(rows, 128);
+}
+Q4_HD int64_t swizzled_cols(int64_t cols) {
+  return round_up(cols, 4);
+}
 
 // Byte offset of scale (r, c) in the swizzled buffer of a matrix whose
 // scale matrix has `cols` columns (cols = K/16 before padding).
 Q4_HD int64_t swizzle_offset(int64_t r, int64_t c, int64_t cols) {
   const int64_t padded_cols = swizzled_cols(cols);
-  return ((r / 128) * (padded_cols / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 +
-         c % 4;
+  return ((r / 128) * (padded_cols / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }
 
 }  // namespace q4::fmt

@@ -25,15 +25,17 @@ struct DtypeName {
 };
 
 constexpr DtypeName kDtypes[] = {
-    {"F64", Q4_DTYPE_F64, 64},   {"F32", Q4_DTYPE_F32, 32},     {"F16", Q4_DTYPE_F16, 16},
-    {"BF16", Q4_DTYPE_BF16, 16}, {"I64", Q4_DTYPE_I64, 64},     {"I32", Q4_DTYPE_I32, 32},
-    {"I16", Q4_DTYPE_I16, 16},   {"I8", Q4_DTYPE_I8, 8},        {"U64", Q4_DTYPE_U64, 64},
-    {"U32", Q4_DTYPE_U32, 32},   {"U16", Q4_DTYPE_U16, 16},     {"U8", Q4_DTYPE_U8, 8},
+    {"F64", Q4_DTYPE_F64, 64},   {"F32", Q4_DTYPE_F32, 32},        {"F16", Q4_DTYPE_F16, 16},
+    {"BF16", Q4_DTYPE_BF16, 16}, {"I64", Q4_DTYPE_I64, 64},        {"I32", Q4_DTYPE_I32, 32},
+    {"I16", Q4_DTYPE_I16, 16},   {"I8", Q4_DTYPE_I8, 8},           {"U64", Q4_DTYPE_U64, 64},
+    {"U32", Q4_DTYPE_U32, 32},   {"U16", Q4_DTYPE_U16, 16},        {"U8", Q4_DTYPE_U8, 8},
     {"BOOL", Q4_DTYPE_BOOL, 8},  {"F8_E4M3", Q4_DTYPE_F8_E4M3, 8}, {"F8_E5M2", Q4_DTYPE_F8_E5M2, 8},
     {"F4", Q4_DTYPE_F4, 4},
 };
 
-[[noreturn]] void bad(const std::string& what) { fail(Q4_ERR_FORMAT, "", "malformed safetensors: " + what); }
+[[noreturn]] void bad(const std::string& what) {
+  fail(Q4_ERR_FORMAT, "", "malformed safetensors: " + what);
+}
 
 }  // namespace
 
@@ -62,9 +64,11 @@ Parsed parse(const uint8_t* bytes, int64_t size) {
   if (size < 8) bad("file of " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | bytes[i];  // little endian
-  if (hlen > static_cast<uint64_t>(kMaxHeader)) bad("header length " + std::to_string(hlen) + " exceeds 100 MB");
+  if (hlen > static_cast<uint64_t>(kMaxHeader))
+    bad("header length " + std::to_string(hlen) + " exceeds 100 MB");
   if (static_cast<int64_t>(hlen) > size - 8) {
-    bad("header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(size) + " bytes)");
+    bad("header length " + std::to_string(hlen) + " runs past the end of the file (" + std::to_string(size) +
+        " bytes)");
   }
   Parsed p;
   p.data_start = 8 + static_cast<int64_t>(hlen);
@@ -93,13 +97,15 @@ Parsed parse(const uint8_t* bytes, int64_t size) {
     const auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) bad("entry '" + key + "' has no dtype string");
     t.dtype = dtype_from_string(dt->get<std::string>());
-    if (t.dtype == Q4_DTYPE_UNKNOWN) bad("entry '" + key + "' has unsupported dtype '" + dt->get<std::string>() + "'");
+    if (t.dtype == Q4_DTYPE_UNKNOWN)
+      bad("entry '" + key + "' has unsupported dtype '" + dt->get<std::string>() + "'");
     const auto sh = v.find("shape");
     if (sh == v.end() || !sh->is_array()) bad("entry '" + key + "' has no shape array");
     if (sh->size() > 16) bad("entry '" + key + "' has more than 16 dimensions");
     int64_t numel = 1;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) bad("entry '" + key + "' has a shape dimension that is not a non-negative integer");
+      if (!d.is_number_unsigned())
+        bad("entry '" + key + "' has a shape dimension that is not a non-negative integer");
       const uint64_t dim = d.get<uint64_t>();
       if (dim > (uint64_t{1} << 62)) bad("entry '" + key + "' has a dimension too large");
       int64_t r = 0;
@@ -116,27 +122,31 @@ Parsed parse(const uint8_t* bytes, int64_t size) {
     }
     const uint64_t b = (*off)[0].get<uint64_t>(), e = (*off)[1].get<uint64_t>();
     if (b > e) bad("entry '" + key + "' has data_offsets begin > end");
-    if (e > static_cast<uint64_t>(size - p.data_start)) bad("entry '" + key + "' data runs past the end of the file");
+    if (e > static_cast<uint64_t>(size - p.data_start))
+      bad("entry '" + key + "' data runs past the end of the file");
     t.begin = static_cast<int64_t>(b);
     t.end = static_cast<int64_t>(e);
     const int64_t bits = dtype_bits(t.dtype);
     int64_t total_bits = 0;
     if (__builtin_mul_overflow(numel, bits, &total_bits)) bad("entry '" + key + "': byte size overflows");
-    if (total_bits % 8 != 0) bad("entry '" + key + "': " + std::to_string(numel) + " 4-bit elements do not fill whole bytes");
+    if (total_bits % 8 != 0)
+      bad("entry '" + key + "': " + std::to_string(numel) + " 4-bit elements do not fill whole bytes");
     if (total_bits / 8 != t.end - t.begin) {
-      bad("entry '" + key + "' holds " + std::to_string(t.end - t.begin) + " bytes, its dtype and shape need " +
-          std::to_string(total_bits / 8));
+      bad("entry '" + key + "' holds " + std::to_string(t.end - t.begin) +
+          " bytes, its dtype and shape need " + std::to_string(total_bits / 8));
     }
     p.tensors.push_back(std::move(t));
   }
   // The data section is covered exactly: no holes, no overlaps, no tail.
-  std::sort(p.tensors.begin(), p.tensors.end(),
-            [](const TensorEntry& a, const TensorEntry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::sort(p.tensors.begin(), p.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   int64_t expect = 0;
   for (const TensorEntry& t : p.tensors) {
     if (t.begin != expect) {
-      bad(t.begin < expect ? "tensor '" + t.name + "' overlaps the previous tensor"
-                           : "hole of " + std::to_string(t.begin - expect) + " bytes before tensor '" + t.name + "'");
+      bad(t.begin < expect
+              ? "tensor '" + t.name + "' overlaps the previous tensor"
+              : "hole of " + std::to_string(t.begin - expect) + " bytes before tensor '" + t.name + "'");
     }
     expect = t.end;
   }
@@ -171,8 +181,10 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
 }
 
-void Writer::add(const std::string& name, int32_t dtype, std::vector<int64_t> shape, const void* data, int64_t nbytes) {
-  if (name.empty() || name == "__metadata__") fail(Q4_ERR_INVALID_ARGUMENT, "name", "invalid tensor name '" + name + "'");
+void Writer::add(const std::string& name, int32_t dtype, std::vector<int64_t> shape, const void* data,
+                 int64_t nbytes) {
+  if (name.empty() || name == "__metadata__")
+    fail(Q4_ERR_INVALID_ARGUMENT, "name", "invalid tensor name '" + name + "'");
   for (const Item& i : items_) {
     if (i.name == name) fail(Q4_ERR_INVALID_ARGUMENT, "name", "duplicate tensor name '" + name + "'");
   }
@@ -184,14 +196,18 @@ void Writer::add(const std::string& name, int32_t dtype, std::vector<int64_t> sh
   const int64_t bits = dtype_bits(dtype);
   if (bits == 0) fail(Q4_ERR_DTYPE, "dtype", "unknown dtype for '" + name + "'");
   if (checked_mul(numel, bits, "shape") != checked_mul(nbytes, 8, "nbytes")) {
-    fail(Q4_ERR_SHAPE, "nbytes", "'" + name + "': " + std::to_string(nbytes) + " bytes do not match dtype and shape");
+    fail(Q4_ERR_SHAPE, "nbytes",
+         "'" + name + "': " + std::to_string(nbytes) + " bytes do not match dtype and shape");
   }
   Item it{name, dtype, std::move(shape), {}};
-  if (nbytes > 0) it.bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
+  if (nbytes > 0)
+    it.bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + nbytes);
   items_.push_back(std::move(it));
 }
 
-void Writer::add_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+void Writer::add_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
 
 void Writer::write(const std::string& path) const {
   nlohmann::ordered_json header;
@@ -206,7 +222,8 @@ void Writer::write(const std::string& path) const {
   for (const Item* ip : order) {
     const Item& i = *ip;
     const int64_t end = offset + static_cast<int64_t>(i.bytes.size());
-    header[i.name] = {{"dtype", dtype_to_string(i.dtype)}, {"shape", i.shape}, {"data_offsets", {offset, end}}};
+    header[i.name] = {
+        {"dtype", dtype_to_string(i.dtype)}, {"shape", i.shape}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string text = header.dump();
@@ -216,7 +233,8 @@ void Writer::write(const std::string& path) const {
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) fail(Q4_ERR_IO, "path", "cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
+  if (fd < 0)
+    fail(Q4_ERR_IO, "path", "cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
   ::fchmod(fd, 0644);  // mkstemp creates 0600
   auto write_all = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);

@@ -51,7 +51,8 @@ class MappedFile {
 // Writer: collects tensors (copied) and metadata, then writes atomically.
 class Writer {
  public:
-  void add(const std::string& name, int32_t dtype, std::vector<int64_t> shape, const void* data, int64_t nbytes);
+  void add(const std::string& name, int32_t dtype, std::vector<int64_t> shape, const void* data,
+           int64_t nbytes);
   void add_metadata(const std::string& key, const std::string& value);
   void write(const std::string& path) const;  // throws Q4_ERR_IO / Q4_ERR_INVALID_ARGUMENT
 

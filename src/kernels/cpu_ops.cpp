@@ -1,8 +1,8 @@
 #include "kernels/cpu_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -24,11 +24,13 @@ struct AlignedDelete {
 using PanelBuffer = std::unique_ptr<float[], AlignedDelete>;
 
 PanelBuffer make_panel(int64_t floats) {
-  return PanelBuffer(static_cast<float*>(::operator new[](static_cast<size_t>(floats) * sizeof(float),
-                                                          std::align_val_t(64))));
+  return PanelBuffer(static_cast<float*>(
+      ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t(64))));
 }
 
-int32_t threads_or_default(int32_t threads) { return threads > 0 ? threads : default_num_threads(); }
+int32_t threads_or_default(int32_t threads) {
+  return threads > 0 ? threads : default_num_threads();
+}
 
 // Tasks of `chunk` rows of N, at least one row each.
 int64_t gemv_chunk(int64_t n, int32_t threads) {
@@ -37,8 +39,8 @@ int64_t gemv_chunk(int64_t n, int32_t threads) {
 }
 
 template <class Pack>
-void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int64_t n, float* y, int32_t threads,
-                const GemmBlocking& b, const Pack& pack) {
+void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int64_t n, float* y,
+                int32_t threads, const GemmBlocking& b, const Pack& pack) {
   const int32_t nr = kt.panel_nr;
   const int64_t kc = std::max<int64_t>(16, b.kc / 16 * 16);
   const int64_t mc = std::max<int64_t>(kt.micro_mr, b.mc);
@@ -52,9 +54,8 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
   if (m > kt.micro_mr && (k * 4) % 4096 == 0) {
     ldx = k + 16;
     padded.resize(static_cast<size_t>(m * ldx));
-    parallel_for(m, threads, [&](int64_t i) {
-      std::copy(x + i * k, x + i * k + k, padded.data() + i * ldx);
-    });
+    parallel_for(m, threads,
+                 [&](int64_t i) { std::copy(x + i * k, x + i * k + k, padded.data() + i * ldx); });
     x = padded.data();
   }
   parallel_for(nblocks, threads, [&](int64_t t) {
@@ -220,8 +221,8 @@ void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weigh
              });
 }
 
-void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-              int32_t threads, const GemmBlocking& blocking) {
+void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
+              float* y, int32_t threads, const GemmBlocking& blocking) {
   panel_gemm(kt, x, m, k, n, y, threads, blocking,
              [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
                kt.f32_panel(w, k, n0, rows, k0, kc, panel);
@@ -239,8 +240,8 @@ void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t
   });
 }
 
-void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
-                      float* out, int32_t threads) {
+void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
+                      int64_t k, float* out, int32_t threads) {
   if (rows == 0 || k == 0) return;
   const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {

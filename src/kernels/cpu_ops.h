@@ -26,8 +26,8 @@ void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeig
 void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads);
 // y[m, n] = x[m, k] . w[n, k]^T for fp32 w (the dequant-matmul backend).
-void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-              int32_t threads, const GemmBlocking& blocking);
+void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
+              float* y, int32_t threads, const GemmBlocking& blocking);
 
 // Fast math mode: activations quantized on the fly to int8 per block of 16
 // (scale amax/127, round half away from zero), then integer dot products

@@ -54,7 +54,9 @@ const KernelTable& active_table() {
   return t;
 }
 
-int32_t last_isa_used() { return t_last_isa; }
+int32_t last_isa_used() {
+  return t_last_isa;
+}
 
 }  // namespace kern
 

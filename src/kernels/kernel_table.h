@@ -37,16 +37,16 @@ constexpr int kGemvMaxRows = 8;
 
 struct KernelTable {
   int32_t isa = 0;
-  int32_t panel_nr = 8;   // rows of W per packed panel (lanes of the micro-kernel)
-  int32_t micro_mr = 4;   // rows of X per micro-kernel call (max)
+  int32_t panel_nr = 8;  // rows of W per packed panel (lanes of the micro-kernel)
+  int32_t micro_mr = 4;  // rows of X per micro-kernel call (max)
 
   // y[i*ldy + (j - n0)] = sum_k x[i*ldx + k] * w(j, k) for i < m <= 8,
   // j in [n0, n1). Weight values are (e2m1 * s) * g; fp32 accumulation.
-  void (*nvfp4_gemv)(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0,
-                     int64_t n1, float* y, int64_t ldy) = nullptr;
+  void (*nvfp4_gemv)(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1,
+                     float* y, int64_t ldy) = nullptr;
   // Same for NF4 (requires K % 32 == 0; the driver falls back otherwise).
-  void (*nf4_gemv)(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0,
-                   int64_t n1, float* y, int64_t ldy) = nullptr;
+  void (*nf4_gemv)(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1,
+                   float* y, int64_t ldy) = nullptr;
 
   // Packs W rows [n0, n0+rows) x columns [k0, k0+kc) as fp32 into
   // panel[kk * panel_nr + r]; rows >= `rows` are zero.
@@ -59,13 +59,12 @@ struct KernelTable {
 
   // y[i*ldy + r] (+)= sum_{kk<kc} x[i*ldx + kk] * panel[kk*panel_nr + r],
   // i < mr <= micro_mr, r < nr <= panel_nr; accumulate=false overwrites.
-  void (*gemm_micro)(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc,
-                     float* y, int64_t ldy, int32_t nr, bool accumulate) = nullptr;
+  void (*gemm_micro)(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
+                     int64_t ldy, int32_t nr, bool accumulate) = nullptr;
 
   // Bit-exact NVFP4 quantization of rows x [rows, K] (SPEC 1.3) with linear
   // scales; and dequantization to fp32 rows.
-  void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
-                         uint8_t* s) = nullptr;
+  void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
   // max |x_i| (finite input).

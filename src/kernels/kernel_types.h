@@ -29,21 +29,20 @@ struct ScaleView {
   int64_t cols = 0;  // K / 16
 
   uint32_t at(int64_t r, int64_t c) const {
-    return layout == Q4_SCALE_SWIZZLED ? data[fmt::swizzle_offset(r, c, cols)]
-                                       : data[r * cols + c];
+    return layout == Q4_SCALE_SWIZZLED ? data[fmt::swizzle_offset(r, c, cols)] : data[r * cols + c];
   }
 };
 
 // NF4 statistics, already resolved to pointers (absmax fp32, or nested).
 struct Nf4Stats {
   int64_t blocksize = 64;
-  const float* absmax = nullptr;      // fp32 absmax, when not nested
-  const uint8_t* qabsmax = nullptr;   // uint8 codes, when nested
+  const float* absmax = nullptr;     // fp32 absmax, when not nested
+  const uint8_t* qabsmax = nullptr;  // uint8 codes, when nested
   const float* nested_absmax = nullptr;
   const float* nested_map = nullptr;  // 256 entries
   float nested_offset = 0.0f;
   int64_t nested_blocksize = 256;
-  const float* quant_map = nullptr;   // 16 entries, NULL = NF4 codebook
+  const float* quant_map = nullptr;  // 16 entries, NULL = NF4 codebook
 
   float absmax_of_block(int64_t b) const {
     if (qabsmax == nullptr) return absmax[b];

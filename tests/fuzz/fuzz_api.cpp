@@ -53,18 +53,22 @@ struct FuzzTensor {
     if (backed && extent > 0) before.assign(storage.get(), storage.get() + extent);
   }
   bool unchanged() const {
-    return !backed || extent == 0 || std::memcmp(before.data(), storage.get(), static_cast<size_t>(extent)) == 0;
+    return !backed || extent == 0 ||
+           std::memcmp(before.data(), storage.get(), static_cast<size_t>(extent)) == 0;
   }
 };
 
 DLDataType pick_dtype(Reader& r) {
   static const DLDataType kTypes[] = {
-      {kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}, {kDLUInt, 8, 1},      {kDLFloat8_e4m3fn, 8, 1},
-      {kDLFloat4_e2m1fn, 4, 1}, {kDLFloat4_e2m1fn, 4, 2}, {kDLInt, 32, 1}, {kDLFloat, 32, 2}, {kDLFloat, 64, 1}};
+      {kDLFloat, 32, 1},        {kDLFloat, 16, 1},        {kDLBfloat, 16, 1},       {kDLUInt, 8, 1},
+      {kDLFloat8_e4m3fn, 8, 1}, {kDLFloat4_e2m1fn, 4, 1}, {kDLFloat4_e2m1fn, 4, 2}, {kDLInt, 32, 1},
+      {kDLFloat, 32, 2},        {kDLFloat, 64, 1}};
   return kTypes[r.small(sizeof kTypes / sizeof kTypes[0])];
 }
 
-int64_t elem_bits(const DLDataType& dt) { return static_cast<int64_t>(dt.bits) * dt.lanes; }
+int64_t elem_bits(const DLDataType& dt) {
+  return static_cast<int64_t>(dt.bits) * dt.lanes;
+}
 
 // Builds a descriptor; `hint` is a plausible shape to start from so that
 // deeper validation paths are reached often.
@@ -88,7 +92,8 @@ std::unique_ptr<FuzzTensor> make_tensor(Reader& r, std::vector<int64_t> hint, DL
   if (mode & 8) t->dl.ndim = static_cast<int32_t>(r.small(40)) - 4;  // may disagree with shape
   if (t->dl.ndim < 0 || t->dl.ndim > static_cast<int32_t>(t->shape.size())) {
     // Keep the harness in bounds: the library may only read ndim entries.
-    if (t->dl.ndim > static_cast<int32_t>(t->shape.size())) t->shape.resize(static_cast<size_t>(t->dl.ndim), 1);
+    if (t->dl.ndim > static_cast<int32_t>(t->shape.size()))
+      t->shape.resize(static_cast<size_t>(t->dl.ndim), 1);
     t->dl.shape = t->shape.data();
   }
   if (mode & 16) {
@@ -173,7 +178,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check_unchanged({a.get(), b.get()});
       break;
     case 2:
-      NVFP4_scaled_mm(&a->dl, &b->dl, &c->dl, &d->dl, layout, scalar, (r.u8() & 1) ? &x->dl : nullptr, &out->dl, o);
+      NVFP4_scaled_mm(&a->dl, &b->dl, &c->dl, &d->dl, layout, scalar, (r.u8() & 1) ? &x->dl : nullptr,
+                      &out->dl, o);
       check_unchanged({a.get(), b.get(), c.get(), d.get(), x.get()});
       break;
     case 3:

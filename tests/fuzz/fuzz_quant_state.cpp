@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> q(64, 0x37);
   std::vector<float> absmax(2, 1.0f), qmap(16, 0.5f), nested(1, 1.0f), nmap(256, 0.25f);
   std::vector<uint8_t> qabs(2, 3);
-  int64_t qs[2] = {64, 1}, as[1] = {2}, ms[1] = {16}, ns[1] = {1}, nms[1] = {256}, js[1] = {static_cast<int64_t>(size)};
+  int64_t qs[2] = {64, 1}, as[1] = {2}, ms[1] = {16}, ns[1] = {1}, nms[1] = {256},
+          js[1] = {static_cast<int64_t>(size)};
   const bool nested_form = size > 0 && (data[0] & 1);
   Q4_checkpoint_writer* w = nullptr;
   if (Q4_checkpoint_writer_create(&w) != Q4_OK) return 0;

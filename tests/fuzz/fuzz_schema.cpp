@@ -9,10 +9,28 @@
 #include "nvfp4/nvfp4.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const char* kFragments[] = {".weight", ".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map",
-                                     ".quant_state", ".bitsandbytes__nf4", ".bitsandbytes__fp4", ".qdata", ".scale",
-                                     "_scale", "_scale_2", "_packed", "_global_scale", ".input_scale",
-                                     ".input_global_scale", ".bias", "layers.0", "layers.1", ".", "", "x"};
+  static const char* kFragments[] = {".weight",
+                                     ".absmax",
+                                     ".quant_map",
+                                     ".nested_absmax",
+                                     ".nested_quant_map",
+                                     ".quant_state",
+                                     ".bitsandbytes__nf4",
+                                     ".bitsandbytes__fp4",
+                                     ".qdata",
+                                     ".scale",
+                                     "_scale",
+                                     "_scale_2",
+                                     "_packed",
+                                     "_global_scale",
+                                     ".input_scale",
+                                     ".input_global_scale",
+                                     ".bias",
+                                     "layers.0",
+                                     "layers.1",
+                                     ".",
+                                     "",
+                                     "x"};
   constexpr size_t kNumFragments = sizeof kFragments / sizeof kFragments[0];
   std::vector<std::string> names;
   std::vector<Q4_tensor_desc> descs;

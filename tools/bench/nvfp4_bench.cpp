@@ -145,7 +145,8 @@ using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int
                           float*, int);
 
 sgemm_fn load_blas(std::string* name) {
-  for (const char* lib : {"libopenblas.so.0", "libopenblas.so", "libblis.so.4", "libcblas.so.3", "libblas.so.3"}) {
+  for (const char* lib :
+       {"libopenblas.so.0", "libopenblas.so", "libblis.so.4", "libcblas.so.3", "libblas.so.3"}) {
     void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) continue;
     if (void* f = dlsym(h, "cblas_sgemm")) {
@@ -244,7 +245,8 @@ int run_cuda(const Options& o) {
     DeviceCopy dx(x.data(), xs, 2, f32), dy(y.data(), ys, 2, f32);
     const double flops = 2.0 * static_cast<double>(m * n * k);
     const double wbytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
-    double ms = timed([&] { NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr); });
+    double ms =
+        timed([&] { NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr); });
     results.push_back(result(m == 1 ? "gemv" : "gemm", "nvfp4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
     NF4_state st{};
     st.struct_size = sizeof st;
@@ -267,7 +269,8 @@ int run_cuda(const Options& o) {
     int64_t fs[2] = {rows, k}, qqs[2] = {rows, k / 2}, sss[2] = {rows, k / 16};
     DeviceCopy df(f.data(), fs, 2, f32), dqq(q.data(), qqs, 2, u8), dss(s.data(), sss, 2, u8);
     float g = 0;
-    const double ms = timed([&] { NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); });
+    const double ms =
+        timed([&] { NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); });
     results.push_back(result("quantize", "nvfp4", "cuda", rows, 0, k, ms,
                              static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 16), 0, 0, 0));
   }
@@ -303,19 +306,29 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--quick") o.quick = true;
-    else if (a == "--threads") o.threads = std::atoi(next("--threads").c_str());
-    else if (a == "--reps") o.reps = std::max(1, std::atoi(next("--reps").c_str()));
-    else if (a == "--working-set") o.working_set_mb = std::atoll(next("--working-set").c_str());
-    else if (a == "--only") o.only = next("--only");
-    else if (a == "--tune-matmul") o.tune = true;
-    else if (a == "--device") o.device = next("--device");
-    else if (a == "--dim") o.dim = std::atoi(next("--dim").c_str());
-    else if (a == "--runs") o.runs = std::atoi(next("--runs").c_str());
+    if (a == "--quick")
+      o.quick = true;
+    else if (a == "--threads")
+      o.threads = std::atoi(next("--threads").c_str());
+    else if (a == "--reps")
+      o.reps = std::max(1, std::atoi(next("--reps").c_str()));
+    else if (a == "--working-set")
+      o.working_set_mb = std::atoll(next("--working-set").c_str());
+    else if (a == "--only")
+      o.only = next("--only");
+    else if (a == "--tune-matmul")
+      o.tune = true;
+    else if (a == "--device")
+      o.device = next("--device");
+    else if (a == "--dim")
+      o.dim = std::atoi(next("--dim").c_str());
+    else if (a == "--runs")
+      o.runs = std::atoi(next("--runs").c_str());
     else {
       std::fprintf(stderr,
                    "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-                   "[--only gemv|gemm|quant|f32|dram] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul [--dim N] [--runs R]\n");
+                   "[--only gemv|gemm|quant|f32|dram] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
+                   "[--dim N] [--runs R]\n");
       return 2;
     }
   }
@@ -335,7 +348,9 @@ int main(int argc, char** argv) {
   Q4_get_capabilities(&caps);
 
   json out;
-  out["machine"] = {{"cpu", caps.cpu_brand}, {"isa", Q4_isa_name(caps.isa_active)}, {"threads", threads},
+  out["machine"] = {{"cpu", caps.cpu_brand},
+                    {"isa", Q4_isa_name(caps.isa_active)},
+                    {"threads", threads},
                     {"cpus", caps.num_cpus}};
   const double bw = read_bandwidth(int64_t{512} << 20, threads, o.quick ? 2 : 5);
   out["read_bandwidth_gb_per_s"] = bw;
@@ -347,7 +362,8 @@ int main(int argc, char** argv) {
     const double ms = median_ms(3, [&](int) {
       std::vector<std::thread> ts;
       std::vector<double> f(static_cast<size_t>(threads));
-      for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { f[static_cast<size_t>(t)] = kt.fma_probe(iters); });
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] { f[static_cast<size_t>(t)] = kt.fma_probe(iters); });
       for (auto& th : ts) th.join();
       flops = 0;
       for (double v : f) flops += v;
@@ -372,7 +388,9 @@ int main(int argc, char** argv) {
     // Rotate enough distinct weights to exceed the working set, if asked.
     const double wbytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
     const int64_t copies =
-        o.working_set_mb > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.working_set_mb * 1048576.0 / wbytes))) : 1;
+        o.working_set_mb > 0
+            ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.working_set_mb * 1048576.0 / wbytes)))
+            : 1;
     std::vector<Nvfp4Weight> nv;
     std::vector<Nf4Weight> nf;
     for (int64_t c = 0; c < copies; ++c) {
@@ -394,14 +412,15 @@ int main(int argc, char** argv) {
         DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
         if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, &opts) != Q4_OK) std::abort();
       });
-      results.push_back(result(m == 1 ? "gemv" : "gemm", "nvfp4", "exact", m, n, k, ms, wbytes, flops, threads,
-                               copies > 1 || m == 1 ? bw : 0));
+      results.push_back(result(m == 1 ? "gemv" : "gemm", "nvfp4", "exact", m, n, k, ms, wbytes, flops,
+                               threads, copies > 1 || m == 1 ? bw : 0));
       results.back()["working_set_copies"] = copies;
       // NF4 weight-only linear.
       int64_t nq[1] = {n * k / 2}, na[1] = {n * k / 64};
       ms = median_ms(r, [&](int it) {
         Nf4Weight& w = nf[static_cast<size_t>(it % copies)];
-        DLTensor tq = tensor(w.q.data(), nq, 1, kDLUInt, 8), ta = tensor(w.absmax.data(), na, 1, kDLFloat, 32);
+        DLTensor tq = tensor(w.q.data(), nq, 1, kDLUInt, 8),
+                 ta = tensor(w.absmax.data(), na, 1, kDLFloat, 32);
         NF4_state st{};
         st.struct_size = sizeof st;
         st.blocksize = 64;
@@ -409,8 +428,8 @@ int main(int argc, char** argv) {
         if (NF4_scaled_mm(&tx, &tq, &st, nullptr, &ty, &opts) != Q4_OK) std::abort();
       });
       const double nf4_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 64 * 4;
-      results.push_back(result(m == 1 ? "gemv" : "gemm", "nf4", "exact", m, n, k, ms, nf4_bytes, flops, threads,
-                               copies > 1 || m == 1 ? bw : 0));
+      results.push_back(result(m == 1 ? "gemv" : "gemm", "nf4", "exact", m, n, k, ms, nf4_bytes, flops,
+                               threads, copies > 1 || m == 1 ? bw : 0));
       // NVFP4 W4A4 scaled_mm (activations quantized once, outside the timing).
       Nvfp4Weight a = make_nvfp4(m, k, 77);
       int64_t aqs[2] = {m, k / 2}, ass[2] = {m, k / 16};
@@ -418,7 +437,8 @@ int main(int argc, char** argv) {
       ms = median_ms(r, [&](int it) {
         Nvfp4Weight& w = nv[static_cast<size_t>(it % copies)];
         DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
-        if (NVFP4_scaled_mm(&taq, &tas, &tq, &ts, Q4_SCALE_LINEAR, a.g * w.g, nullptr, &ty, &opts) != Q4_OK) std::abort();
+        if (NVFP4_scaled_mm(&taq, &tas, &tq, &ts, Q4_SCALE_LINEAR, a.g * w.g, nullptr, &ty, &opts) != Q4_OK)
+          std::abort();
       });
       results.push_back(result("scaled_mm", "nvfp4-w4a4", "exact", m, n, k, ms, wbytes, flops, threads, 0));
     }
@@ -432,7 +452,8 @@ int main(int argc, char** argv) {
       double ms = median_ms(std::min(reps, 3), [&](int) {
         q4::kern::gemm_f32(kt, x.data(), m, k, w.data(), n, y.data(), threads, q4::kern::gemm_blocking());
       });
-      results.push_back(result("sgemm", "fp32", "own", m, n, k, ms, static_cast<double>(n * k) * 4, flops, threads, 0));
+      results.push_back(
+          result("sgemm", "fp32", "own", m, n, k, ms, static_cast<double>(n * k) * 4, flops, threads, 0));
       std::string blas_name;
       if (sgemm_fn sgemm = load_blas(&blas_name)) {
         ms = median_ms(std::min(reps, 3), [&](int) {
@@ -440,7 +461,8 @@ int main(int argc, char** argv) {
           sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, x.data(),
                 static_cast<int>(k), w.data(), static_cast<int>(k), 0.0f, y.data(), static_cast<int>(n));
         });
-        json r = result("sgemm", "fp32", blas_name, m, n, k, ms, static_cast<double>(n * k) * 4, flops, threads, 0);
+        json r = result("sgemm", "fp32", blas_name, m, n, k, ms, static_cast<double>(n * k) * 4, flops,
+                        threads, 0);
         r["isa"] = "system BLAS";
         results.push_back(r);
       }
@@ -471,7 +493,8 @@ int main(int argc, char** argv) {
     DLTensor tf = tensor(f.data(), fs, 2, kDLFloat, 32), tq = tensor(q.data(), qs, 2, kDLUInt, 8),
              ts = tensor(s.data(), ss, 2, kDLUInt, 8), tb = tensor(back.data(), fs, 2, kDLFloat, 32);
     float g = 0;
-    const double bytes = static_cast<double>(rows * k) * 4.0 + static_cast<double>(rows * k) * (0.5 + 1.0 / 16);
+    const double bytes =
+        static_cast<double>(rows * k) * 4.0 + static_cast<double>(rows * k) * (0.5 + 1.0 / 16);
     double ms = median_ms(reps, [&](int) {
       if (NVFP4_quantize(&tf, &tq, &ts, Q4_SCALE_LINEAR, 0.0f, &g, &opts) != Q4_OK) std::abort();
     });

@@ -6,12 +6,12 @@
 // file and tensor.
 #include <unistd.h>
 
+#include <fnmatch.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fnmatch.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -59,7 +59,8 @@ uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h) {
   const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
   float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                   : (e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(m + 1024), static_cast<int>(e) - 25));
+                   : (e == 31 ? (m ? NAN : INFINITY)
+                              : std::ldexp(static_cast<float>(m + 1024), static_cast<int>(e) - 25));
   return (h & 0x8000) ? -v : v;
 }
 
@@ -121,8 +122,8 @@ class Progress {
   void step(size_t done, const std::string& what) const {
     if (!tty_) return;
     const int width = 30, filled = static_cast<int>(width * done / std::max<size_t>(total_, 1));
-    std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s", filled, "##############################", width - filled, "",
-                 done, total_, what.c_str());
+    std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-40.40s", filled, "##############################",
+                 width - filled, "", done, total_, what.c_str());
     if (done == total_) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   }
@@ -140,18 +141,26 @@ int cmd_info() {
   json j;
   j["version"] = Q4_version_string();
   j["abi"] = Q4_abi_version();
-  j["cpu"] = {{"vendor", c.cpu_vendor}, {"brand", c.cpu_brand}, {"cpus", c.num_cpus},
-              {"isa_active", Q4_isa_name(c.isa_active)}, {"isa_best", Q4_isa_name(c.isa_best)}};
-  j["cuda"] = {{"state", c.cuda_state}, {"devices", c.cuda_device_count}, {"runtime", c.cuda_runtime_version},
-               {"driver", c.cuda_driver_version}, {"managed_memory", c.managed_memory != 0},
-               {"fp4_tensor_cores", c.fp4_tensor_cores != 0}, {"archs", c.cuda_archs},
+  j["cpu"] = {{"vendor", c.cpu_vendor},
+              {"brand", c.cpu_brand},
+              {"cpus", c.num_cpus},
+              {"isa_active", Q4_isa_name(c.isa_active)},
+              {"isa_best", Q4_isa_name(c.isa_best)}};
+  j["cuda"] = {{"state", c.cuda_state},
+               {"devices", c.cuda_device_count},
+               {"runtime", c.cuda_runtime_version},
+               {"driver", c.cuda_driver_version},
+               {"managed_memory", c.managed_memory != 0},
+               {"fp4_tensor_cores", c.fp4_tensor_cores != 0},
+               {"archs", c.cuda_archs},
                {"native_load_state", c.native_load_state}};
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 
 int cmd_generate(const std::string& out, int layers, int64_t dim, uint32_t seed) {
-  if (layers < 1 || dim < 16 || dim % 64 != 0) throw CliError("generate: need --layers >= 1 and --dim a multiple of 64");
+  if (layers < 1 || dim < 16 || dim % 64 != 0)
+    throw CliError("generate: need --layers >= 1 and --dim a multiple of 64");
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   Q4_checkpoint_writer* w = nullptr;
@@ -208,7 +217,10 @@ int cmd_inspect(const std::string& path, bool as_json) {
     c.desc(i, &nbytes);
     total += nbytes;
     std::vector<int64_t> shape(descs[i].shape, descs[i].shape + descs[i].ndim);
-    tensors.push_back({{"name", descs[i].name}, {"dtype", Q4_dtype_name(descs[i].dtype)}, {"shape", shape}, {"bytes", nbytes}});
+    tensors.push_back({{"name", descs[i].name},
+                       {"dtype", Q4_dtype_name(descs[i].dtype)},
+                       {"shape", shape},
+                       {"bytes", nbytes}});
   }
   Q4_schema_summary s{};
   std::string problem;
@@ -221,24 +233,29 @@ int cmd_inspect(const std::string& path, bool as_json) {
   }
   j["tensors"] = tensors;
   j["linears"] = layers;
-  j["totals"] = {{"tensors", descs.size()}, {"bytes", total}, {"linears", s.num_linears},
-                 {"format", Q4_format_name(s.format)}, {"schema", Q4_schema_name(s.family)},
+  j["totals"] = {{"tensors", descs.size()},
+                 {"bytes", total},
+                 {"linears", s.num_linears},
+                 {"format", Q4_format_name(s.format)},
+                 {"schema", Q4_schema_name(s.family)},
                  {"incomplete", s.num_incomplete}};
   if (!problem.empty()) j["problem"] = problem;
   if (as_json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%s: %zu tensors, %.2f MiB\n", path.c_str(), descs.size(), static_cast<double>(total) / 1048576.0);
+  std::printf("%s: %zu tensors, %.2f MiB\n", path.c_str(), descs.size(),
+              static_cast<double>(total) / 1048576.0);
   for (const auto& t : tensors) {
     std::printf("  %-56s %-8s %-18s %10lld B\n", t["name"].get<std::string>().c_str(),
                 t["dtype"].get<std::string>().c_str(), t["shape"].dump().c_str(),
                 static_cast<long long>(t["bytes"].get<int64_t>()));
   }
-  std::printf("4-bit linears: %d (%s, %s)\n", s.num_linears, Q4_format_name(s.format), Q4_schema_name(s.family));
+  std::printf("4-bit linears: %d (%s, %s)\n", s.num_linears, Q4_format_name(s.format),
+              Q4_schema_name(s.family));
   for (const auto& l : layers) {
-    std::printf("  %-48s %-6s %s\n", l["prefix"].get<std::string>().c_str(), l["format"].get<std::string>().c_str(),
-                l["schema"].get<std::string>().c_str());
+    std::printf("  %-48s %-6s %s\n", l["prefix"].get<std::string>().c_str(),
+                l["format"].get<std::string>().c_str(), l["schema"].get<std::string>().c_str());
   }
   if (!problem.empty()) std::printf("problem: %s\n", problem.c_str());
   return 0;
@@ -274,8 +291,10 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
   const auto descs = c.descs();
   Q4_checkpoint_writer* w = nullptr;
   check(Q4_checkpoint_writer_create(&w), "writer");
-  std::unique_ptr<Q4_checkpoint_writer, int32_t (*)(Q4_checkpoint_writer*)> guard(w, Q4_checkpoint_writer_destroy);
-  auto put = [&](const std::string& name, int32_t dtype, const void* data, std::vector<int64_t> shape, DLDataType dt) {
+  std::unique_ptr<Q4_checkpoint_writer, int32_t (*)(Q4_checkpoint_writer*)> guard(
+      w, Q4_checkpoint_writer_destroy);
+  auto put = [&](const std::string& name, int32_t dtype, const void* data, std::vector<int64_t> shape,
+                 DLDataType dt) {
     DLTensor t = host(data, shape.data(), static_cast<int32_t>(shape.size()), dt);
     check(Q4_checkpoint_writer_add(w, name.c_str(), dtype, &t), out + ": " + name);
   };
@@ -330,12 +349,16 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
       st.struct_size = sizeof st;
       st.blocksize = static_cast<int32_t>(bs);
       st.absmax = &ta;
-      json qstate = {{"quant_type", "nf4"}, {"blocksize", bs}, {"shape", {n, k}},
-                     {"dtype", d.dtype == Q4_DTYPE_BF16 ? "bfloat16" : (d.dtype == Q4_DTYPE_F16 ? "float16" : "float32")}};
+      json qstate = {{"quant_type", "nf4"},
+                     {"blocksize", bs},
+                     {"shape", {n, k}},
+                     {"dtype", d.dtype == Q4_DTYPE_BF16 ? "bfloat16"
+                                                        : (d.dtype == Q4_DTYPE_F16 ? "float16" : "float32")}};
       std::vector<uint8_t> qabs(static_cast<size_t>(nblocks));
       std::vector<float> nested((static_cast<size_t>(nblocks) + 255) / 256), map(256);
       int64_t ns[1] = {static_cast<int64_t>(nested.size())}, ms[1] = {256}, qas[1] = {nblocks};
-      DLTensor tqa = host(qabs.data(), qas, 1, kU8), tna = host(nested.data(), ns, 1, kF32), tm = host(map.data(), ms, 1, kF32);
+      DLTensor tqa = host(qabs.data(), qas, 1, kU8), tna = host(nested.data(), ns, 1, kF32),
+               tm = host(map.data(), ms, 1, kF32);
       float offset = 0;
       if (o.double_quant) {
         check(NF4_double_quantize(&ta, &tqa, &tna, &tm, &offset, nullptr), name);
@@ -365,7 +388,8 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
       put(prefix + ".weight", Q4_DTYPE_U8, q.data(), {(numel + 1) / 2, 1}, kU8);
       if (o.double_quant) {
         put(prefix + ".weight.absmax", Q4_DTYPE_U8, qabs.data(), {nblocks}, kU8);
-        put(prefix + ".weight.nested_absmax", Q4_DTYPE_F32, nested.data(), {static_cast<int64_t>(nested.size())}, kF32);
+        put(prefix + ".weight.nested_absmax", Q4_DTYPE_F32, nested.data(),
+            {static_cast<int64_t>(nested.size())}, kF32);
         put(prefix + ".weight.nested_quant_map", Q4_DTYPE_F32, map.data(), {256}, kF32);
       } else {
         put(prefix + ".weight.absmax", Q4_DTYPE_F32, absmax.data(), {nblocks}, kF32);
@@ -379,18 +403,20 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
     summary.push_back({{"layer", prefix}, {"shape", {n, k}}, {"rel_rms_error", err}});
     ++quantized;
   }
-  json config = {{"quant_method", nvfp4 ? (o.layout == "modelopt" ? "modelopt" : (o.layout == "compressed-tensors"
-                                                                                       ? "compressed-tensors"
-                                                                                       : "nvfp4-legacy"))
-                                        : "bitsandbytes"},
+  json config = {{"quant_method",
+                  nvfp4 ? (o.layout == "modelopt"
+                               ? "modelopt"
+                               : (o.layout == "compressed-tensors" ? "compressed-tensors" : "nvfp4-legacy"))
+                        : "bitsandbytes"},
                  {"format", o.format},
                  {"layout", o.layout},
                  {"producer", std::string("libNVFP4 ") + Q4_version_string()}};
-  if (!nvfp4) config["bnb_4bit_blocksize"] = o.blocksize, config["bnb_4bit_use_double_quant"] = o.double_quant;
+  if (!nvfp4)
+    config["bnb_4bit_blocksize"] = o.blocksize, config["bnb_4bit_use_double_quant"] = o.double_quant;
   check(Q4_checkpoint_writer_metadata(w, "quantization_config", config.dump().c_str()), out);
   check(Q4_checkpoint_writer_commit(w, out.c_str()), out);
-  std::printf("quantized %d linear weights of %s to %s (%s layout) -> %s\n", quantized, in.c_str(), o.format.c_str(),
-              o.layout.c_str(), out.c_str());
+  std::printf("quantized %d linear weights of %s to %s (%s layout) -> %s\n", quantized, in.c_str(),
+              o.format.c_str(), o.layout.c_str(), out.c_str());
   std::printf("  %-48s %-16s %s\n", "layer", "shape", "rel RMS error");
   for (const auto& s : summary) {
     std::printf("  %-48s %-16s %.4f\n", s["layer"].get<std::string>().c_str(), s["shape"].dump().c_str(),
@@ -493,7 +519,8 @@ int cmd_verify(const std::string& path, double tolerance) {
     Q4_linear_destroy(lin);
   }
   Q4_session_destroy(session);
-  std::printf("worst relative error %.2e (tolerance %.0e): %s\n", worst, tolerance, worst <= tolerance ? "ok" : "FAILED");
+  std::printf("worst relative error %.2e (tolerance %.0e): %s\n", worst, tolerance,
+              worst <= tolerance ? "ok" : "FAILED");
   return worst <= tolerance ? 0 : 1;
 }
 
@@ -508,7 +535,8 @@ int cmd_selftest() {
   std::vector<uint8_t> q(n * k / 2), s(n * k / 16);
   int64_t ws[2] = {n, k}, qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, xs[2] = {m, k}, ys[2] = {m, n};
   DLTensor tw = host(w.data(), ws, 2, kF32), tq = host(q.data(), qs, 2, kU8), ts = host(s.data(), ss, 2, kU8);
-  DLTensor twd = host(wd.data(), ws, 2, kF32), tx = host(x.data(), xs, 2, kF32), ty = host(y.data(), ys, 2, kF32);
+  DLTensor twd = host(wd.data(), ws, 2, kF32), tx = host(x.data(), xs, 2, kF32),
+           ty = host(y.data(), ys, 2, kF32);
   float g = 0;
   check(NVFP4_quantize(&tw, &tq, &ts, Q4_SCALE_LINEAR, 0.0f, &g, nullptr), "quantize");
   check(NVFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, g, &twd, nullptr), "dequantize");
@@ -573,8 +601,10 @@ int main(int argc, char** argv) {
   quantize->add_option("--blocksize", qo.blocksize, "NF4 block size")
       ->check(CLI::IsMember({32, 64, 128, 256, 512, 1024, 2048, 4096}));
   quantize->add_flag("--double-quant", qo.double_quant, "NF4: double-quantize the absmax statistics");
-  quantize->add_option("--exclude", qo.exclude, "glob patterns of weights to keep in float (default: *embed* *lm_head* *norm*)");
-  auto* verify = app.add_subcommand("verify", "load every 4-bit linear, forward random input, compare with the dequantized reference");
+  quantize->add_option("--exclude", qo.exclude,
+                       "glob patterns of weights to keep in float (default: *embed* *lm_head* *norm*)");
+  auto* verify = app.add_subcommand(
+      "verify", "load every 4-bit linear, forward random input, compare with the dequantized reference");
   verify->add_option("FILE", file, "a 4-bit .safetensors file")->required();
   verify->add_option("--tolerance", tolerance, "maximum relative error");
   auto* bench = app.add_subcommand("bench", "run the benchmark program's main cases (nvfp4-bench --quick)");

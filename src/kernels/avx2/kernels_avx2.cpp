@@ -16,7 +16,9 @@ namespace {
 constexpr int32_t kNR = 16;  // two ymm of W rows per panel
 constexpr int32_t kMR = 6;   // 12 accumulators
 
-inline __m256 e2m1_mag_lut() { return _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f); }
+inline __m256 e2m1_mag_lut() {
+  return _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+}
 
 // 8 E2M1 codes (low 4 bits of each dword; higher bits ignored) -> values.
 inline __m256 e2m1_decode8(__m256i codes, __m256 lut) {
@@ -71,14 +73,22 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
 template <class F>
 void with_rows(int32_t m, F&& f) {
   switch (m) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    default: return f(std::integral_constant<int, 8>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
   }
 }
 
@@ -87,7 +97,9 @@ void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int6
   const int64_t h = w.k / 2;
   std::vector<float> buf(static_cast<size_t>(2 * m * h));
   deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
-  with_rows(m, [&](auto mm) { nvfp4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy); });
+  with_rows(m, [&](auto mm) {
+    nvfp4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy);
+  });
 }
 
 template <int M>
@@ -127,7 +139,9 @@ void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64
   const int64_t h = w.k / 2;
   std::vector<float> buf(static_cast<size_t>(2 * m * h));
   deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
-  with_rows(m, [&](auto mm) { nf4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy); });
+  with_rows(m, [&](auto mm) {
+    nf4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy);
+  });
 }
 
 void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
@@ -175,15 +189,21 @@ void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float*
   }
 }
 
-void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y, int64_t ldy,
-                int32_t nr, bool accumulate) {
+void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
+                int64_t ldy, int32_t nr, bool accumulate) {
   switch (mr) {
-    case 1: return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 2: return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 3: return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 4: return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 5: return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    default: return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 1:
+      return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 2:
+      return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 3:
+      return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 4:
+      return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 5:
+      return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    default:
+      return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
   }
 }
 

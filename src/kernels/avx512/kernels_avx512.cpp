@@ -83,7 +83,8 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
     // lanes 8-15 block 2p+1, even and odd elements in separate vectors.
     int64_t b0 = 0;
     for (; b0 + 16 <= nblocks; b0 += 16) {
-      const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b0))));
+      const __m512 sv =
+          e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b0))));
       for (int p = 0; p < 8; ++p) {
         const int64_t e = (b0 + 2 * p) * 8;
         const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
@@ -91,7 +92,8 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
         const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
         const __m512 sc = _mm512_permutexvar_ps(pair_index(p), sv);
         for (int i = 0; i < M; ++i) {
-          const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + e), _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + e)));
+          const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + e),
+                                           _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + e)));
           acc[i][p % C] = _mm512_fmadd_ps(t, sc, acc[i][p % C]);
         }
       }
@@ -102,7 +104,8 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
       const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s + b0)));
       for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
         const int64_t e = (b0 + 2 * p) * 8;
-        const __mmask16 lanes = 2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
+        const __mmask16 lanes =
+            2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
         const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q + e));
         const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
         const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
@@ -130,14 +133,22 @@ void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int6
   float* xo = xe + m * h;
   deinterleave(x, ldx, m, w.k, xe, xo);
   switch (m) {
-    case 1: return nvfp4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
-    case 2: return nvfp4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
-    case 3: return nvfp4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
-    case 4: return nvfp4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
-    case 5: return nvfp4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
-    case 6: return nvfp4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
-    case 7: return nvfp4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
-    default: return nvfp4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
+    case 1:
+      return nvfp4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
+    case 2:
+      return nvfp4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
+    case 3:
+      return nvfp4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
+    case 4:
+      return nvfp4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
+    case 5:
+      return nvfp4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
+    case 6:
+      return nvfp4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
+    case 7:
+      return nvfp4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
+    default:
+      return nvfp4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
   }
 }
 
@@ -157,7 +168,8 @@ void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w
     const int64_t f0 = j * k;
     for (int64_t c = 0; c < k; c += 32) {
       const int chain = static_cast<int>((c >> 5) % C);
-      const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
+      const __m512i bytes =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
       const __m512 ve = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
       const __m512 vo = _mm512_permutexvar_ps(bytes, lut);
       const __m512 sc = _mm512_set1_ps(w.absmax[(f0 + c) >> w.block_shift]);
@@ -184,14 +196,22 @@ void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64
   float* xo = xe + m * h;
   deinterleave(x, ldx, m, w.k, xe, xo);
   switch (m) {
-    case 1: return nf4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
-    case 2: return nf4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
-    case 3: return nf4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
-    case 4: return nf4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
-    case 5: return nf4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
-    case 6: return nf4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
-    case 7: return nf4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
-    default: return nf4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
+    case 1:
+      return nf4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
+    case 2:
+      return nf4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
+    case 3:
+      return nf4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
+    case 4:
+      return nf4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
+    case 5:
+      return nf4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
+    case 6:
+      return nf4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
+    case 7:
+      return nf4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
+    default:
+      return nf4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
   }
 }
 
@@ -271,21 +291,33 @@ void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float*
   }
 }
 
-void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y, int64_t ldy,
-                int32_t nr, bool accumulate) {
+void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
+                int64_t ldy, int32_t nr, bool accumulate) {
   switch (mr) {
-    case 1: return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 2: return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 3: return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 4: return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 5: return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 6: return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 7: return micro_m<7>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 8: return micro_m<8>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 9: return micro_m<9>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 10: return micro_m<10>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 11: return micro_m<11>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    default: return micro_m<12>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 1:
+      return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 2:
+      return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 3:
+      return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 4:
+      return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 5:
+      return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 6:
+      return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 7:
+      return micro_m<7>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 8:
+      return micro_m<8>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 9:
+      return micro_m<9>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 10:
+      return micro_m<10>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    case 11:
+      return micro_m<11>(x, ldx, panel, kc, y, ldy, nr, accumulate);
+    default:
+      return micro_m<12>(x, ldx, panel, kc, y, ldy, nr, accumulate);
   }
 }
 
@@ -297,12 +329,12 @@ inline __m512i e4m3_encode16_nonneg(__m512 v) {
   const __m512i exp = _mm512_srli_epi32(u, 23);
   const __m512i man = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffff));
   // Normal E4M3 (biased fp32 exponent >= 121): keep 3 mantissa bits.
-  const __m512i full =
-      _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(exp, _mm512_set1_epi32(120)), 3), _mm512_srli_epi32(man, 20));
+  const __m512i full = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(exp, _mm512_set1_epi32(120)), 3),
+                                       _mm512_srli_epi32(man, 20));
   const __m512i rem_n = _mm512_and_si512(man, _mm512_set1_epi32(0xfffff));
-  const __mmask16 up_n = _mm512_cmpgt_epu32_mask(rem_n, _mm512_set1_epi32(0x80000)) |
-                         (_mm512_cmpeq_epi32_mask(rem_n, _mm512_set1_epi32(0x80000)) &
-                          _mm512_test_epi32_mask(full, one));
+  const __mmask16 up_n =
+      _mm512_cmpgt_epu32_mask(rem_n, _mm512_set1_epi32(0x80000)) |
+      (_mm512_cmpeq_epi32_mask(rem_n, _mm512_set1_epi32(0x80000)) & _mm512_test_epi32_mask(full, one));
   __m512i code_n = _mm512_mask_add_epi32(full, up_n, full, one);
   code_n = _mm512_min_epu32(code_n, _mm512_set1_epi32(0x7e));
   // Subnormal E4M3: sig * 2^(e - 150) in units of 2^-9, shift = 141 - e.
@@ -314,8 +346,9 @@ inline __m512i e4m3_encode16_nonneg(__m512 v) {
   const __m512i rem_s = _mm512_and_si512(sig, _mm512_sub_epi32(_mm512_sllv_epi32(one, shift), one));
   const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(shift, one));
   const __mmask16 in_range = _mm512_cmple_epu32_mask(shift, _mm512_set1_epi32(32));
-  const __mmask16 up_s = in_range & (_mm512_cmpgt_epu32_mask(rem_s, half) |
-                                     (_mm512_cmpeq_epi32_mask(rem_s, half) & _mm512_test_epi32_mask(kept, one)));
+  const __mmask16 up_s =
+      in_range & (_mm512_cmpgt_epu32_mask(rem_s, half) |
+                  (_mm512_cmpeq_epi32_mask(rem_s, half) & _mm512_test_epi32_mask(kept, one)));
   const __m512i code_s = _mm512_mask_add_epi32(kept, up_s, kept, one);
   const __mmask16 normal = _mm512_cmpge_epu32_mask(exp, _mm512_set1_epi32(121));
   __m512i code = _mm512_mask_blend_epi32(normal, code_s, code_n);
@@ -357,11 +390,13 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
   int64_t b0 = 0;
   for (; b0 + 16 <= nblocks; b0 += 16) {
     alignas(64) float amax[16];
-    for (int i = 0; i < 16; ++i) amax[i] = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + (b0 + i) * 16), abs_mask));
+    for (int i = 0; i < 16; ++i)
+      amax[i] = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + (b0 + i) * 16), abs_mask));
     const __m512 av = _mm512_load_ps(amax);
     __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
     // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
-    const __mmask16 bump = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ) & _mm512_testn_epi32_mask(code, code);
+    const __mmask16 bump =
+        _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ) & _mm512_testn_epi32_mask(code, code);
     code = _mm512_mask_mov_epi32(code, bump, _mm512_set1_epi32(1));
     alignas(64) float dv[16];
     _mm512_store_ps(dv, _mm512_mul_ps(e4m3_decode16(code), gv));

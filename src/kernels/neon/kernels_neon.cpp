@@ -77,8 +77,8 @@ void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0
   scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
 }
 
-void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y, int64_t ldy,
-                int32_t nr, bool accumulate) {
+void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
+                int64_t ldy, int32_t nr, bool accumulate) {
   float32x4_t c0[kMR], c1[kMR];
   for (int i = 0; i < kMR; ++i) {
     c0[i] = vdupq_n_f32(0.0f);

@@ -114,8 +114,7 @@ void nvfp4_quantize(FloatPtr x, int64_t rows, int64_t k, float g, uint8_t* q, ui
   }
 }
 
-void nvfp4_dequantize(const uint8_t* q, ScaleView scale, float g, int64_t rows, int64_t k,
-                      FloatOut out) {
+void nvfp4_dequantize(const uint8_t* q, ScaleView scale, float g, int64_t rows, int64_t k, FloatOut out) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < k; ++i) {
       const uint32_t s = scale.at(r, i / 16);
@@ -125,9 +124,8 @@ void nvfp4_dequantize(const uint8_t* q, ScaleView scale, float g, int64_t rows, 
   }
 }
 
-void nvfp4_scaled_mm(const uint8_t* a_q, ScaleView a_s, const uint8_t* b_q, ScaleView b_s,
-                     int64_t m, int64_t n, int64_t k, float alpha, const FloatPtr* bias,
-                     FloatOut out) {
+void nvfp4_scaled_mm(const uint8_t* a_q, ScaleView a_s, const uint8_t* b_q, ScaleView b_s, int64_t m,
+                     int64_t n, int64_t k, float alpha, const FloatPtr* bias, FloatOut out) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;
@@ -143,8 +141,8 @@ void nvfp4_scaled_mm(const uint8_t* a_q, ScaleView a_s, const uint8_t* b_q, Scal
   }
 }
 
-void nvfp4_linear(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, ScaleView w_s, float g,
-                  int64_t n, const FloatPtr* bias, FloatOut out) {
+void nvfp4_linear(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, ScaleView w_s, float g, int64_t n,
+                  const FloatPtr* bias, FloatOut out) {
   std::vector<float> w(static_cast<size_t>(k));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -188,8 +186,8 @@ void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut ou
   }
 }
 
-void nf4_scaled_mm(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, const Nf4Stats& st,
-                   int64_t n, const FloatPtr* bias, FloatOut out) {
+void nf4_scaled_mm(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, const Nf4Stats& st, int64_t n,
+                   const FloatPtr* bias, FloatOut out) {
   std::vector<float> w(static_cast<size_t>(k));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -228,8 +226,8 @@ void dynamic_map_signed(float* map256) {
   for (size_t i = 0; i < 256; ++i) map256[i] = static_cast<float>(data[i]);
 }
 
-void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax,
-                         float* nested_absmax, float* nested_map, float* offset) {
+void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax, float* nested_absmax,
+                         float* nested_map, float* offset) {
   dynamic_map_signed(nested_map);
   double sum = 0.0;
   for (int64_t i = 0; i < nblocks; ++i) sum += absmax[i];

@@ -19,32 +19,29 @@ float amax(FloatPtr x, int64_t n);
 
 // NVFP4: x [rows, k] -> q [rows, k/2] bytes, scales written through `scale`
 // (a swizzled buffer must already be zeroed by the caller for its padding).
-void nvfp4_quantize(FloatPtr x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* scale,
-                    int32_t layout);
+void nvfp4_quantize(FloatPtr x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* scale, int32_t layout);
 
-void nvfp4_dequantize(const uint8_t* q, ScaleView scale, float g, int64_t rows, int64_t k,
-                      FloatOut out);
+void nvfp4_dequantize(const uint8_t* q, ScaleView scale, float g, int64_t rows, int64_t k, FloatOut out);
 
 // out[m, n] = alpha * sum_k deqA[m,k] * deqB[n,k] (+ bias[n]).
-void nvfp4_scaled_mm(const uint8_t* a_q, ScaleView a_s, const uint8_t* b_q, ScaleView b_s,
-                     int64_t m, int64_t n, int64_t k, float alpha, const FloatPtr* bias,
-                     FloatOut out);
+void nvfp4_scaled_mm(const uint8_t* a_q, ScaleView a_s, const uint8_t* b_q, ScaleView b_s, int64_t m,
+                     int64_t n, int64_t k, float alpha, const FloatPtr* bias, FloatOut out);
 
 // out[m, n] = sum_k x[m,k] * deqW[n,k] (+ bias[n]).
-void nvfp4_linear(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, ScaleView w_s, float g,
-                  int64_t n, const FloatPtr* bias, FloatOut out);
+void nvfp4_linear(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, ScaleView w_s, float g, int64_t n,
+                  const FloatPtr* bias, FloatOut out);
 
 // NF4: x (n elements) -> q (ceil(n/2) bytes, element 2j high nibble), absmax.
 void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax);
 
 void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out);
 
-void nf4_scaled_mm(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, const Nf4Stats& st,
-                   int64_t n, const FloatPtr* bias, FloatOut out);
+void nf4_scaled_mm(FloatPtr x, int64_t m, int64_t k, const uint8_t* w_q, const Nf4Stats& st, int64_t n,
+                   const FloatPtr* bias, FloatOut out);
 
 // Double quantization of absmax (nblocks values) into 8-bit codes.
-void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax,
-                         float* nested_absmax, float* nested_map, float* offset);
+void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax, float* nested_absmax,
+                         float* nested_map, float* offset);
 
 // The 256-entry signed dynamic map used for double quantization.
 void dynamic_map_signed(float* map256);

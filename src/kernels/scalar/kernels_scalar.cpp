@@ -13,8 +13,8 @@ namespace q4::kern {
 
 namespace scalar {
 
-void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1,
-                float* y, int64_t ldy) {
+void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
   const int64_t k = w.k;
   float wrow[32];
   for (int64_t j = n0; j < n1; ++j) {
@@ -39,8 +39,8 @@ void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int6
   }
 }
 
-void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1,
-              float* y, int64_t ldy) {
+void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
   const int64_t k = w.k;
   for (int64_t j = n0; j < n1; ++j) {
     float acc[kGemvMaxRows] = {};
