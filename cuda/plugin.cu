@@ -223,22 +223,9 @@ __global__ void nf4_quantize_kernel(const void* x, int32_t type, int64_t n, int6
   }
 }
 
-__constant__ float kNf4Lut[16] = {-1.0f,
-                                  -0.6961928009986877f,
-                                  -0.5250730514526367f,
-                                  -0.39491748809814453f,
-                                  -0.28444138169288635f,
-                                  -0.18477343022823334f,
-                                  -0.09105003625154495f,
-                                  0.0f,
-                                  0.07958029955625534f,
-                                  0.16093020141124725f,
-                                  0.24611230194568634f,
-                                  0.33791524171829224f,
-                                  0.44070982933044434f,
-                                  0.5626170039176941f,
-                                  0.7229568362236023f,
-                                  1.0f};
+// The NF4 codebook in constant memory, filled from the shared codec when a
+// device is first used (the values live once, in src/formats/codec.h).
+__constant__ float kNf4Lut[16];
 
 const float* default_lut() {
   void* p = nullptr;
@@ -295,6 +282,9 @@ int32_t device_state(int32_t device, DeviceState** out) {
     LT(cublasLtCreate(&s.lt));
     CK(cudaMalloc(&s.workspace, s.workspace_bytes));
     CK(cudaDeviceGetAttribute(&s.sm_count, cudaDevAttrMultiProcessorCount, device));
+    float lut[16];
+    for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+    CK(cudaMemcpyToSymbol(kNf4Lut, lut, sizeof lut));
   }
   *out = &s;
   return Q4_OK;

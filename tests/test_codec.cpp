@@ -67,39 +67,9 @@ uint32_t e4m3_oracle(float x) {
   return (std::signbit(x) ? 0x80u : 0u) | best;
 }
 
-const float kNF4[16] = {-1.0f,
-                        -0.6961928009986877f,
-                        -0.5250730514526367f,
-                        -0.39491748809814453f,
-                        -0.28444138169288635f,
-                        -0.18477343022823334f,
-                        -0.09105003625154495f,
-                        0.0f,
-                        0.07958029955625534f,
-                        0.16093020141124725f,
-                        0.24611230194568634f,
-                        0.33791524171829224f,
-                        0.44070982933044434f,
-                        0.5626170039176941f,
-                        0.7229568362236023f,
-                        1.0f};
+// The spec's codebook as fp32 (exact: the decimals are fp32 values).
+float nf4_spec(uint32_t c) { return static_cast<float>(t::kNf4Spec[c]); }
 
-const double kNF4d[16] = {-1.0,
-                          -0.6961928009986877,
-                          -0.5250730514526367,
-                          -0.39491748809814453,
-                          -0.28444138169288635,
-                          -0.18477343022823334,
-                          -0.09105003625154495,
-                          0.0,
-                          0.07958029955625534,
-                          0.16093020141124725,
-                          0.24611230194568634,
-                          0.33791524171829224,
-                          0.44070982933044434,
-                          0.5626170039176941,
-                          0.7229568362236023,
-                          1.0};
 
 }  // namespace
 
@@ -202,13 +172,13 @@ TEST_CASE("E4M3 encode equals the nearest-even saturating oracle", "[codec][e4m3
 
 TEST_CASE("NF4 encode: codebook values, midpoints go to the lower code", "[codec][nf4]") {
   for (uint32_t c = 0; c < 16; ++c) {
-    CHECK(nf4_decode(c) == kNF4[c]);
-    CHECK(nf4_encode(kNF4[c]) == c);
+    CHECK(nf4_decode(c) == nf4_spec(c));
+    CHECK(nf4_encode(nf4_spec(c)) == c);
   }
   for (uint32_t c = 0; c + 1 < 16; ++c) {
     const float mid = t::kBnbNf4Thresholds[c];
     // Each threshold lies within one fp32 ulp of the exact midpoint.
-    const double exact = (kNF4d[c] + kNF4d[c + 1]) / 2.0;
+    const double exact = (t::kNf4Spec[c] + t::kNf4Spec[c + 1]) / 2.0;
     CHECK(std::fabs(mid - exact) <= std::fabs(std::nextafter(mid, 2.0f) - mid));
     CHECK(nf4_encode(mid) == c);
     CHECK(nf4_encode(std::nextafter(mid, 2.0f)) == c + 1);
@@ -219,7 +189,7 @@ TEST_CASE("NF4 encode: codebook values, midpoints go to the lower code", "[codec
     const float y = static_cast<float>(i) / 100000.0f;
     uint32_t best = 0;
     for (uint32_t c = 1; c < 16; ++c) {
-      if (std::fabs(static_cast<double>(y) - kNF4[c]) < std::fabs(static_cast<double>(y) - kNF4[best]))
+      if (std::fabs(static_cast<double>(y) - nf4_spec(c)) < std::fabs(static_cast<double>(y) - nf4_spec(best)))
         best = c;
     }
     if (nf4_encode(y) != best) ++bad;

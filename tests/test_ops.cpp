@@ -295,22 +295,8 @@ TEST_CASE("NVFP4_linear equals x . dequant(W)^T in fp64, any batch dims", "[ops]
 
 namespace {
 
-const float kNF4[16] = {-1.0f,
-                        -0.6961928009986877f,
-                        -0.5250730514526367f,
-                        -0.39491748809814453f,
-                        -0.28444138169288635f,
-                        -0.18477343022823334f,
-                        -0.09105003625154495f,
-                        0.0f,
-                        0.07958029955625534f,
-                        0.16093020141124725f,
-                        0.24611230194568634f,
-                        0.33791524171829224f,
-                        0.44070982933044434f,
-                        0.5626170039176941f,
-                        0.7229568362236023f,
-                        1.0f};
+// The spec's codebook as fp32 (exact: the decimals are fp32 values).
+float nf4_spec(uint32_t c) { return static_cast<float>(t::kNf4Spec[c]); }
 
 uint32_t nf4_nearest_lower(float y) {
   uint32_t code = 0;
@@ -374,7 +360,7 @@ TEST_CASE("NF4_dequantize: nibble order and absmax indexing on hand-made bytes",
   for (int i = 0; i < 64; ++i) {
     const int j = i / 2;
     const int code = (i % 2 == 0) ? j % 16 : 15 - j % 16;
-    CHECK(out.f()[i] == kNF4[code] * (i < 32 ? 2.0f : 0.5f));
+    CHECK(out.f()[i] == nf4_spec(code) * (i < 32 ? 2.0f : 0.5f));
   }
 
   // A custom quant_map replaces the codebook.
@@ -414,7 +400,7 @@ TEST_CASE("NF4 double quantization reads back through NF4_state", "[ops][nf4]") 
     const int64_t b = i / 64;
     const float absmax = map.f()[qam.data()[b]] * nam.f()[b / 256] + offset;
     const uint32_t code = (i & 1) ? (q.data()[i / 2] & 0xf) : (q.data()[i / 2] >> 4);
-    CHECK(out.f()[i] == kNF4[code] * absmax);
+    CHECK(out.f()[i] == nf4_spec(code) * absmax);
     CHECK(std::fabs(absmax - am.f()[b]) <= 0.02f * am.f()[b]);  // 8-bit dynamic map precision
   }
 }
@@ -442,7 +428,7 @@ TEST_CASE("NF4_scaled_mm equals x . dequant(W)^T in fp64", "[ops][nf4]") {
           for (int64_t kk = 0; kk < k; ++kk) {
             const int64_t f = j * k + kk;
             const uint32_t code = (f & 1) ? (q.data()[f / 2] & 0xf) : (q.data()[f / 2] >> 4);
-            const double wv = kNF4[code] * am.f()[f / 64];
+            const double wv = nf4_spec(code) * am.f()[f / 64];
             acc += x.get(i * k + kk) * wv;
             mag += std::fabs(x.get(i * k + kk) * wv);
           }
