@@ -190,10 +190,12 @@ TEST_CASE("linears load from each family with its global-scale convention", "[ch
     REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
     for (int64_t i = 0; i < 2 * n; ++i)
       CHECK(std::fabs(y.get(i) - ref.get(i)) <= 1e-5f * (1 + std::fabs(ref.get(i))));
-    CHECK(Q4_checkpoint_linear_create(session, c, "nope", &l) == Q4_ERR_NOT_FOUND);
     Q4_linear_destroy(l);
+    Q4_linear* none = nullptr;
+    CHECK(Q4_checkpoint_linear_create(session, c, "nope", &none) == Q4_ERR_NOT_FOUND);
+    CHECK(none == nullptr);
     Q4_checkpoint_close(c);
     std::remove(path.c_str());
   }
-  Q4_session_destroy(session);
+  CHECK(Q4_session_destroy(session) == Q4_OK);  // every linear was released
 }

@@ -564,7 +564,14 @@ TEST_CASE("100000 create/forward/destroy and fake-quantize/backward iterations l
   const long rss_end = rss_kb();
   INFO("RSS after warm-up " << rss_warm << " kB, at the end " << rss_end << " kB");
   CHECK(failures == 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizer quarantines and shadow memory grow RSS by design; there the
+  // leak checker (LSan) and the session counters below are the evidence.
+  (void)rss_end;
+  (void)rss_warm;
+#else
   CHECK(rss_end - rss_warm < 2048);
+#endif
   const Q4_session_stats st = s.stats();
   CHECK(st.live_linears == 0);
   CHECK(st.live_buffers == 0);
