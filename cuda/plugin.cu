@@ -328,6 +328,38 @@ int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const floa
   return Q4_OK;
 }
 
+// The large-M weight-only product of both formats: `dequantize` writes W as
+// fp32 [N, K]; activations are converted to fp32 when needed; cuBLASLt fp32
+// GEMM; then bias and the output dtype in the epilogue.
+template <class Dequantize>
+int32_t dequant_then_gemm(DeviceState& ds, const void* x, int32_t x_type, int64_t m, int64_t k, int64_t n,
+                          const void* bias, int32_t bias_type, void* out, int32_t out_type,
+                          cudaStream_t stream, Dequantize&& dequantize) {
+  DeviceBuffer w32, x32, y32;
+  if (int32_t st = alloc(w32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
+  if (int32_t st = alloc(y32, static_cast<size_t>(m * n) * 4, stream); st != Q4_OK) return st;
+  dequantize(static_cast<float*>(w32.p));
+  CK(cudaGetLastError());
+  const float* xf = static_cast<const float*>(x);
+  if (x_type != NVFP4_CUDA_F32) {
+    if (int32_t st = alloc(x32, static_cast<size_t>(m * k) * 4, stream); st != Q4_OK) return st;
+    const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * k, ds.sm_count);
+    to_f32_kernel<<<le.blocks, le.threads, 0, stream>>>(x, x_type, m * k, static_cast<float*>(x32.p));
+    CK(cudaGetLastError());
+    xf = static_cast<const float*>(x32.p);
+  }
+  if (int32_t st =
+          lt_gemm_f32(ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
+      st != Q4_OK) {
+    return st;
+  }
+  const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds.sm_count);
+  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias,
+                                                        bias_type, out, out_type);
+  CK(cudaGetLastError());
+  return Q4_OK;
+}
+
 // ---------------------------------------------------------------------------
 // Table entries
 // ---------------------------------------------------------------------------
@@ -553,31 +585,11 @@ int32_t plugin_nvfp4_linear(int32_t device, const void* x, int32_t x_type, int64
     });
   }
   // Large M: dequantize W once to fp32, then the cuBLASLt fp32 GEMM.
-  DeviceBuffer w32, x32, y32;
-  if (int32_t st = alloc(w32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
-  if (int32_t st = alloc(y32, static_cast<size_t>(m * n) * 4, stream); st != Q4_OK) return st;
-  const q4::cuda::Launch lb = q4::cuda::blocks_launch(n * (k / 16));
-  nvfp4_dequantize_kernel<<<lb.blocks, lb.threads, 0, stream>>>(wq, ws, layout, g, n, k, w32.p,
-                                                                NVFP4_CUDA_F32);
-  CK(cudaGetLastError());
-  const float* xf = static_cast<const float*>(x);
-  if (x_type != NVFP4_CUDA_F32) {
-    if (int32_t st = alloc(x32, static_cast<size_t>(m * k) * 4, stream); st != Q4_OK) return st;
-    const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * k, ds->sm_count);
-    to_f32_kernel<<<le.blocks, le.threads, 0, stream>>>(x, x_type, m * k, static_cast<float*>(x32.p));
-    CK(cudaGetLastError());
-    xf = static_cast<const float*>(x32.p);
-  }
-  if (int32_t st =
-          lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
-      st != Q4_OK) {
-    return st;
-  }
-  const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds->sm_count);
-  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias,
-                                                        bias_type, out, out_type);
-  CK(cudaGetLastError());
-  return Q4_OK;
+  return dequant_then_gemm(*ds, x, x_type, m, k, n, bias, bias_type, out, out_type, stream, [&](float* w32) {
+    const q4::cuda::Launch lb = q4::cuda::blocks_launch(n * (k / 16));
+    nvfp4_dequantize_kernel<<<lb.blocks, lb.threads, 0, stream>>>(wq, ws, layout, g, n, k, w32,
+                                                                  NVFP4_CUDA_F32);
+  });
 }
 
 // W4A4 on Blackwell: cuBLASLt block-scaled FP4 (A = W, B = X, TN), global
@@ -763,31 +775,11 @@ int32_t plugin_nf4_linear(int32_t device, const void* x, int32_t x_type, int64_t
           x, x_type, k, wq, absmax, lut, bs, n, bias, bias_type, out, out_type);
     });
   }
-  DeviceBuffer w32, x32, y32;
-  if (int32_t st = alloc(w32, static_cast<size_t>(n * k) * 4, stream); st != Q4_OK) return st;
-  if (int32_t st = alloc(y32, static_cast<size_t>(m * n) * 4, stream); st != Q4_OK) return st;
-  const q4::cuda::Launch ld = q4::cuda::elementwise_launch(n * k, ds->sm_count);
-  nf4_dequantize_kernel<<<ld.blocks, ld.threads, 0, stream>>>(wq, absmax, lut, bs, n * k, w32.p,
-                                                              NVFP4_CUDA_F32);
-  CK(cudaGetLastError());
-  const float* xf = static_cast<const float*>(x);
-  if (x_type != NVFP4_CUDA_F32) {
-    if (int32_t st = alloc(x32, static_cast<size_t>(m * k) * 4, stream); st != Q4_OK) return st;
-    const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * k, ds->sm_count);
-    to_f32_kernel<<<le.blocks, le.threads, 0, stream>>>(x, x_type, m * k, static_cast<float*>(x32.p));
-    CK(cudaGetLastError());
-    xf = static_cast<const float*>(x32.p);
-  }
-  if (int32_t st =
-          lt_gemm_f32(*ds, m, n, k, xf, static_cast<const float*>(w32.p), static_cast<float*>(y32.p), stream);
-      st != Q4_OK) {
-    return st;
-  }
-  const q4::cuda::Launch le = q4::cuda::elementwise_launch(m * n, ds->sm_count);
-  epilogue_kernel<<<le.blocks, le.threads, 0, stream>>>(static_cast<const float*>(y32.p), m, n, 1.0f, bias,
-                                                        bias_type, out, out_type);
-  CK(cudaGetLastError());
-  return Q4_OK;
+  return dequant_then_gemm(*ds, x, x_type, m, k, n, bias, bias_type, out, out_type, stream, [&](float* w32) {
+    const q4::cuda::Launch ld = q4::cuda::elementwise_launch(n * k, ds->sm_count);
+    nf4_dequantize_kernel<<<ld.blocks, ld.threads, 0, stream>>>(wq, absmax, lut, bs, n * k, w32,
+                                                                NVFP4_CUDA_F32);
+  });
 }
 
 }  // namespace

@@ -189,36 +189,37 @@ void set_gemm_blocking(const GemmBlocking& b) {
   g_mc.store(b.mc, std::memory_order_relaxed);
 }
 
-void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n, float* y,
-                  int32_t threads) {
+namespace {
+
+// Shared driver of the 4-bit products: the fused GEMV for small M, split
+// over N; the packed-panel GEMM otherwise. `Weights` is NvWeights or
+// Nf4Weights; gemv/panel are the matching kernel-table entries.
+template <class Weights, class Gemv, class Panel>
+void linear_packed(const KernelTable& kt, const float* x, int64_t m, const Weights& w, int64_t n, float* y,
+                   int32_t threads, Gemv gemv, Panel panel) {
   if (m <= kGemvMaxRows) {
     const int64_t chunk = gemv_chunk(n, threads);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      kt.nvfp4_gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
+      gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
     });
     return;
   }
-  panel_gemm(kt, x, m, w.k, n, y, threads, gemm_blocking(),
-             [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-               kt.nvfp4_panel(w, n0, rows, k0, kc, panel);
-             });
+  panel_gemm(
+      kt, x, m, w.k, n, y, threads, gemm_blocking(),
+      [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* buf) { panel(w, n0, rows, k0, kc, buf); });
+}
+
+}  // namespace
+
+void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n, float* y,
+                  int32_t threads) {
+  linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_panel);
 }
 
 void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads) {
-  if (m <= kGemvMaxRows) {
-    const int64_t chunk = gemv_chunk(n, threads);
-    parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
-      const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      kt.nf4_gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
-    });
-    return;
-  }
-  panel_gemm(kt, x, m, w.k, n, y, threads, gemm_blocking(),
-             [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-               kt.nf4_panel(w, n0, rows, k0, kc, panel);
-             });
+  linear_packed(kt, x, m, w, n, y, threads, kt.nf4_gemv, kt.nf4_panel);
 }
 
 void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
