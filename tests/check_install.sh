@@ -19,4 +19,9 @@ LD_LIBRARY_PATH="$libdir" "$tmp/cmake-consumer/consumer"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cc "$src/tests/consumer/consumer.c" $(pkg-config --cflags --libs nvfp4) -o "$tmp/pc-consumer"
 LD_LIBRARY_PATH="$libdir" "$tmp/pc-consumer"
+# The installed CLI starts without LD_LIBRARY_PATH (install RPATH).
+if [ -x "$tmp/prefix/bin/nvfp4" ]; then
+  env -u LD_LIBRARY_PATH "$tmp/prefix/bin/nvfp4" info >/dev/null
+  echo "installed nvfp4 CLI runs"
+fi
 echo "install ok: CMake package and pkg-config consumers built and ran"

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 int main() {
-  Q4_op_options o;
+  Q4_op_options o{};
   if (Q4_op_options_init(&o) != Q4_OK) return 1;
   float x[32] = {1.0f, -2.0f, 3.0f};
   unsigned char q[16], s[2];

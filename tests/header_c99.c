@@ -3,7 +3,7 @@
 #include <nvfp4/nvfp4.h>
 
 int main(void) {
-  Q4_op_options o;
+  Q4_op_options o = {0};
   NF4_state s;
   DLManagedTensorVersioned m;
   Q4_capabilities c;

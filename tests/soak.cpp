@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   for (auto& v : w2) v = nd(rng);
   int64_t ws[2] = {n, k};
   DLTensor tw1 = tensor(w1.data(), ws, 2, f32), tw2 = tensor(w2.data(), ws, 2, f32);
-  Q4_weight_bundle b1, b2;
+  Q4_weight_bundle b1{}, b2{};
   Q4_weight_bundle_init(&b1);
   b1.source = Q4_WEIGHT_FLOAT;
   b1.weight = &tw1;
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       int64_t xs[2] = {4, k}, ys[2] = {4, n}, qs[2] = {4, k / 2}, ss[2] = {4, k / 16};
       DLTensor tx = tensor(x.data(), xs, 2, f32), ty = tensor(y.data(), ys, 2, f32);
       DLTensor tq = tensor(q.data(), qs, 2, u8), tss = tensor(s.data(), ss, 2, u8);
-      Q4_op_options one;
+      Q4_op_options one{};
       Q4_op_options_init(&one);
       one.num_threads = 1 + t % 2;
       for (;;) {

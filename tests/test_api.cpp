@@ -82,7 +82,7 @@ TEST_CASE("failures reach the log callback at debug level, never stdout", "[api]
 }
 
 TEST_CASE("options init gives the documented defaults", "[api]") {
-  Q4_op_options o;
+  Q4_op_options o{};
   std::memset(&o, 0xff, sizeof o);
   REQUIRE(Q4_op_options_init(&o) == Q4_OK);
   CHECK(o.struct_size == sizeof o);

@@ -160,7 +160,7 @@ TEST_CASE("every ISA variant: NVFP4_scaled_mm (W4A4) and the dequant-matmul GEMM
         REQUIRE(NVFP4_dequantize(aq.t(), as.t(), 0, 1.0f, ad.t(), nullptr) == Q4_OK);
         for (int path : {Q4_PATH_AUTO, Q4_PATH_DEQUANT_MATMUL_ONLY}) {
           INFO("isa " << Q4_isa_name(isa) << " m=" << m << " n=" << n << " path " << path);
-          Q4_op_options o;
+          Q4_op_options o{};
           Q4_op_options_init(&o);
           o.compute_path = path;
           Tensor y({m, n}, t::f32());
@@ -223,7 +223,7 @@ TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
     Tensor x = t::random_float({m, k}, t::f32(), 6);
     Tensor first({m, n}, t::f32());
     for (int32_t threads : {1, 2, 3, 8}) {
-      Q4_op_options o;
+      Q4_op_options o{};
       Q4_op_options_init(&o);
       o.num_threads = threads;
       Tensor y({m, n}, t::f32());
@@ -260,7 +260,7 @@ TEST_CASE("fast math mode stays within its documented int8-activation bound", "[
   st.struct_size = sizeof st;
   st.blocksize = 32;
   st.absmax = am.t();
-  Q4_op_options fast;
+  Q4_op_options fast{};
   Q4_op_options_init(&fast);
   fast.math_mode = Q4_MATH_FAST;
   for (int64_t m : {1, 5, 12}) {
@@ -317,7 +317,7 @@ TEST_CASE("fast mode: a NaN activation gives NaN outputs, never undefined behavi
   Tensor x = t::random_float({2, k}, t::f32(), 4);
   x.set(5, std::nanf(""));
   x.set(k + 7, INFINITY);
-  Q4_op_options fast;
+  Q4_op_options fast{};
   Q4_op_options_init(&fast);
   fast.math_mode = Q4_MATH_FAST;
   Tensor y({2, n}, t::f32());

@@ -234,7 +234,7 @@ TEST_CASE("NVFP4_scaled_mm equals the fp64 product of the dequantized operands",
         Tensor bias({n}, t::f32());
         for (int64_t j = 0; j < n; ++j) bias.set(j, 0.25f * static_cast<float>(j));
         Tensor out({m, n}, dtype_for(which));
-        Q4_op_options o;
+        Q4_op_options o{};
         Q4_op_options_init(&o);
         o.compute_path = path;
         const float alpha = 0.01f * 0.02f;
@@ -272,7 +272,7 @@ TEST_CASE("NVFP4_linear equals x . dequant(W)^T in fp64, any batch dims", "[ops]
         REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
         Tensor x = t::random_float({2, 3, k}, dtype_for(xw), 4);
         Tensor out({2, 3, n}, dtype_for(ow));
-        Q4_op_options o;
+        Q4_op_options o{};
         Q4_op_options_init(&o);
         o.compute_path = path;
         REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, out.t(), &o) == Q4_OK);
@@ -418,7 +418,7 @@ TEST_CASE("NF4_scaled_mm equals x . dequant(W)^T in fp64", "[ops][nf4]") {
       Tensor bias({n}, t::f16());
       for (int64_t j = 0; j < n; ++j) bias.set(j, -0.5f * static_cast<float>(j));
       Tensor out({3, n}, dtype_for(ow));
-      Q4_op_options o;
+      Q4_op_options o{};
       Q4_op_options_init(&o);
       o.compute_path = path;
       REQUIRE(NF4_scaled_mm(x.t(), q.t(), &st, bias.t(), out.t(), &o) == Q4_OK);

@@ -31,7 +31,7 @@ struct Session {
 };
 
 Q4_session_config config(int32_t path = Q4_PATH_AUTO, int32_t backend = Q4_BACKEND_AUTO) {
-  Q4_session_config c;
+  Q4_session_config c{};
   Q4_session_config_init(&c);
   c.compute_path = path;
   c.backend = backend;
@@ -39,7 +39,7 @@ Q4_session_config config(int32_t path = Q4_PATH_AUTO, int32_t backend = Q4_BACKE
 }
 
 Q4_weight_bundle float_bundle(Tensor& w, int32_t format) {
-  Q4_weight_bundle b;
+  Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);
   b.format = format;
   b.source = Q4_WEIGHT_FLOAT;
@@ -93,7 +93,7 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
 
   Tensor sw({t::swizzled_bytes(n, k)}, t::u8());
   REQUIRE(NVFP4_swizzle_scales(sc.t(), sw.t()) == Q4_OK);
-  Q4_weight_bundle pb;
+  Q4_weight_bundle pb{};
   Q4_weight_bundle_init(&pb);
   pb.format = Q4_FORMAT_NVFP4;
   pb.source = Q4_WEIGHT_PACKED;
@@ -138,7 +138,7 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
   nst.nested_offset = off;
   Tensor dref({2, 3, n}, t::f32());
   REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &nst, nullptr, dref.t(), nullptr) == Q4_OK);
-  Q4_weight_bundle db;
+  Q4_weight_bundle db{};
   Q4_weight_bundle_init(&db);
   db.format = Q4_FORMAT_NF4;
   db.source = Q4_WEIGHT_PACKED;
@@ -544,7 +544,7 @@ TEST_CASE("100000 create/forward/destroy and fake-quantize/backward iterations l
   REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
   Tensor gy = t::random_float({2, n}, t::f32(), 33), gx({2, k}, t::f32()), gw({n, k}, t::f32());
   Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NVFP4);
-  Q4_op_options one;
+  Q4_op_options one{};
   Q4_op_options_init(&one);
   one.num_threads = 1;
   long rss_warm = 0;

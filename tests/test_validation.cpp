@@ -156,7 +156,7 @@ TEST_CASE("NVFP4_quantize rejects bad inputs without writing", "[validation]") {
   }
   {
     QuantSetup v;
-    Q4_op_options o;
+    Q4_op_options o{};
     Q4_op_options_init(&o);
     o.struct_size = 4;
     expect_failure([&] { return v.run(0, 0, &o); }, Q4_ERR_INVALID_ARGUMENT, fn, "struct_size");
@@ -215,7 +215,7 @@ TEST_CASE("NVFP4_dequantize / linear / scaled_mm reject bad inputs", "[validatio
   Tensor bias({7}, t::f32());
   expect_failure([&] { return NVFP4_linear(x.t(), q.t(), s.t(), 0, 1.0f, bias.t(), y.t(), nullptr); },
                  Q4_ERR_SHAPE, "NVFP4_linear", "'bias'");
-  Q4_op_options o;
+  Q4_op_options o{};
   Q4_op_options_init(&o);
   o.backend = Q4_BACKEND_NF4_KERNEL;
   expect_failure([&] { return NVFP4_linear(x.t(), q.t(), s.t(), 0, 1.0f, nullptr, y.t(), &o); },
@@ -332,7 +332,7 @@ TEST_CASE("NF4 entry points reject bad inputs", "[validation]") {
   Tensor yy_bad({2, 9}, t::f32());
   expect_failure([&] { return NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy_bad.t(), nullptr); },
                  Q4_ERR_SHAPE, "NF4_scaled_mm", "'w_qdata'");
-  Q4_op_options o;
+  Q4_op_options o{};
   Q4_op_options_init(&o);
   o.backend = Q4_BACKEND_NVFP4_KERNEL;
   expect_failure([&] { return NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy.t(), &o); }, Q4_ERR_UNSUPPORTED,
@@ -371,7 +371,7 @@ TEST_CASE("swizzle helpers and misc entry points reject bad inputs", "[validatio
   expect_failure([&] { return Q4_set_max_isa(1234); }, Q4_ERR_INVALID_ARGUMENT, "Q4_set_max_isa", "'isa'");
   expect_failure([&] { return Q4_set_log_level(9); }, Q4_ERR_INVALID_ARGUMENT, "Q4_set_log_level", "'level'");
   Q4_capabilities caps{};
-  caps.struct_size = 8;
+  caps.struct_size = 4;
   expect_failure([&] { return Q4_get_capabilities(&caps); }, Q4_ERR_INVALID_ARGUMENT, "Q4_get_capabilities",
                  "struct_size");
   expect_failure([&] { return Q4_get_capabilities(nullptr); }, Q4_ERR_NULL_POINTER, "Q4_get_capabilities",
@@ -414,7 +414,7 @@ TEST_CASE("empty tensors with huge leading dimensions return at once", "[validat
   CHECK(NVFP4_dequantize(&q, &s, Q4_SCALE_LINEAR, 1.0f, &x, nullptr) == Q4_OK);
   Q4_session* session = nullptr;
   REQUIRE(Q4_session_create(nullptr, &session) == Q4_OK);
-  Q4_weight_bundle b;
+  Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);
   b.source = Q4_WEIGHT_FLOAT;
   b.weight = &x;

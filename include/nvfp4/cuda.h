@@ -34,7 +34,7 @@ Q4_API int32_t NVFP4_is_managed_tensor(const DLTensor* t, int32_t* is_managed);
  * deleter frees the managed allocation. The result reports kDLCUDA (what
  * PyTorch accepts) unless Q4_MANAGED_REPORT_MANAGED is given. */
 Q4_API int32_t NVFP4_to_managed(const DLTensor* src, int32_t device, uint32_t flags,
-                                DLManagedTensorVersioned** out);
+                                struct DLManagedTensorVersioned** out);
 
 /* Prefetches a managed tensor to `device` (-1: to the CPU) on the caller's
  * stream (cudaStream_t as void*, NULL = default stream). */

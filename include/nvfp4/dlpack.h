@@ -65,7 +65,8 @@ typedef enum {
   kDLOneAPI = 14,
   kDLWebGPU = 15,
   kDLHexagon = 16,
-  kDLMAIA = 17
+  kDLMAIA = 17,
+  kDLTrn = 18
 } DLDeviceType;
 
 typedef struct {

@@ -6,7 +6,13 @@
  *    results through out-parameters;
  *  - status and enum values are pinned forever; new values are only appended;
  *  - structs that may grow start with `uint32_t struct_size` (set it to
- *    sizeof(the struct) before the call) and end with reserved fields;
+ *    sizeof(the struct) before the call) and end with reserved fields. A
+ *    smaller (older) struct is accepted: input fields past its size take
+ *    their zero defaults, output fields past it are not written; a larger
+ *    (newer) input struct may only carry zeros past what this library
+ *    knows. The *_init functions write at most struct_size bytes; a
+ *    struct_size of 0 (or any value that is not a size) means the ABI 1
+ *    size, so zero-initialized structs work;
  *  - nothing in this header depends on CUDA or the C++ standard library.
  *
  * Thread-safety: every function in this header is callable concurrently from
@@ -172,6 +178,7 @@ typedef struct Q4_op_options {
 } Q4_op_options;
 
 /* Fills *opts with the defaults (what a NULL opts means). */
+/* (Writes at most opts->struct_size bytes; see the struct_size rule above.) */
 Q4_API int32_t Q4_op_options_init(Q4_op_options* opts);
 
 /* ------------------------------------------------------------------------ */
@@ -262,6 +269,21 @@ typedef void (*Q4_log_callback)(int32_t level, const char* message, void* user);
 Q4_API int32_t Q4_set_log_callback(Q4_log_callback callback, void* user);
 Q4_API int32_t Q4_set_log_level(int32_t level);
 Q4_API int32_t Q4_get_log_level(void);
+
+/* ------------------------------------------------------------------------ */
+/* Library-owned tensors for older DLPack consumers.                         */
+/* ------------------------------------------------------------------------ */
+/* Wraps a versioned tensor the library handed out (a Q4_mutable_acquire
+ * snapshot, an NVFP4_to_managed result; any DLManagedTensorVersioned of
+ * major version 1 works) into a legacy, unversioned DLManagedTensor, the
+ * only form frameworks before DLPack 1.0 accept (NumPy < 2.1's
+ * from_dlpack, PyTorch < 2.3). On success the library takes ownership of
+ * `tensor`: calling (*out)->deleter(*out) releases both; on failure
+ * `tensor` stays the caller's. The legacy struct has no flags: a READ_ONLY
+ * snapshot stays read-only by contract (writing through it is undefined
+ * behaviour) and IS_COPIED is not reported; keep those facts with it.
+ * Thread-safe. */
+Q4_API int32_t Q4_dlpack_to_unversioned(struct DLManagedTensorVersioned* tensor, DLManagedTensor** out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -136,6 +136,8 @@ Q4_API int32_t Q4_linear_info_get(const Q4_linear* linear, Q4_linear_info* info)
 /* JSON diagnostics into buf (cap bytes incl. the terminating NUL). *needed
  * receives the size required; when cap is too small (or buf is NULL) the
  * call returns Q4_ERR_BUFFER_TOO_SMALL and writes nothing but *needed.
+ * buf == NULL is the size query: it does not touch Q4_last_error(); a
+ * non-NULL buffer that is too small is a failure and records a message.
  * Fields: format, backend, computePath, fallbackReason, nativeLoadState,
  * isa, device, unifiedMemory, scaleLayout, weightBytes, ... */
 Q4_API int32_t Q4_linear_diagnostics(const Q4_linear* linear, char* buf, size_t cap, size_t* needed);
@@ -161,7 +163,7 @@ Q4_API int32_t Q4_mutable_commit(Q4_mutable* tensor, uint64_t* version);
 Q4_API int32_t Q4_mutable_abort(Q4_mutable* tensor);
 /* A read-only snapshot of the current version that stays valid and
  * unchanged until its deleter is called, whatever is committed meanwhile. */
-Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, DLManagedTensorVersioned** snapshot, uint64_t* version);
+Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, struct DLManagedTensorVersioned** snapshot, uint64_t* version);
 Q4_API int32_t Q4_mutable_version(const Q4_mutable* tensor, uint64_t* version);
 
 /* ------------------------------------------------------------------------ */

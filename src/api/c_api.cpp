@@ -5,6 +5,8 @@
 
 #include "common/cpu_features.h"
 #include "common/error.h"
+#include "common/struct_size.h"
+#include "core/dlpack_export.h"
 #include "core/cuda_backend.h"
 #include "core/ops.h"
 #include "core/schema.h"
@@ -23,14 +25,7 @@ void copy_text(char* dst, size_t cap, const std::string& src) {
   dst[n] = '\0';
 }
 
-template <class T>
-void require_struct(const T* p, const char* name) {
-  if (p == nullptr) q4::fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
-  if (p->struct_size < sizeof(T)) {
-    q4::fail(Q4_ERR_INVALID_ARGUMENT, std::string(name) + "->struct_size",
-             "expected >= " + std::to_string(sizeof(T)) + ", got " + std::to_string(p->struct_size));
-  }
-}
+using q4::require_out_struct;
 
 }  // namespace
 
@@ -108,20 +103,20 @@ Q4_API int32_t Q4_abi_version(void) {
 
 Q4_API int32_t Q4_op_options_init(Q4_op_options* opts) {
   return api_call("Q4_op_options_init", [&] {
-    if (opts == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "opts", "pointer is NULL");
-    std::memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
+    static_assert(sizeof(Q4_op_options) == 88, "Q4_op_options of ABI 1 is 88 bytes");
+    Q4_op_options defaults;
+    std::memset(&defaults, 0, sizeof defaults);
+    q4::init_struct(opts, defaults, 88, "opts");
     return Q4_OK;
   });
 }
 
 Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps) {
   return api_call("Q4_get_capabilities", [&] {
-    require_struct(caps, "caps");
+    require_out_struct(caps, "caps");
     const q4::CpuInfo& cpu = q4::cpu_info();
     Q4_capabilities c;
     std::memset(&c, 0, sizeof c);
-    c.struct_size = caps->struct_size;
     c.abi_version = NVFP4_ABI_VERSION;
     c.cpu_features = cpu.features;
     c.isa_best = q4::best_isa();
@@ -144,7 +139,7 @@ Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps) {
     copy_text(c.cpu_brand, sizeof c.cpu_brand, cpu.brand);
     copy_text(c.cuda_archs, sizeof c.cuda_archs, cu.probe.compiled_archs);
     copy_text(c.native_load_state, sizeof c.native_load_state, cu.load_state);
-    std::memcpy(caps, &c, sizeof c);
+    q4::write_struct(caps, c, "caps");
     return Q4_OK;
   });
 }
@@ -163,8 +158,16 @@ Q4_API int32_t Q4_set_max_isa(int32_t isa) {
 
 Q4_API int32_t Q4_tune_matmul(int32_t dim, int32_t runs, int32_t persist, Q4_tune_result* result) {
   return api_call("Q4_tune_matmul", [&] {
-    require_struct(result, "result");
+    require_out_struct(result, "result");
     q4::tuner::tune(dim, runs, persist != 0, result);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t Q4_dlpack_to_unversioned(DLManagedTensorVersioned* tensor, DLManagedTensor** out) {
+  return api_call("Q4_dlpack_to_unversioned", [&] {
+    if (out == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "out", "output pointer is NULL");
+    *out = q4::core::to_unversioned(tensor);
     return Q4_OK;
   });
 }
@@ -284,7 +287,7 @@ Q4_API int32_t NVFP4_swizzled_scale_size(int64_t rows, int64_t k, int64_t* bytes
 
 Q4_API int32_t Q4_detect_schema(const Q4_tensor_desc* tensors, size_t count, Q4_schema_summary* summary) {
   return api_call("Q4_detect_schema", [&] {
-    require_struct(summary, "summary");
+    require_out_struct(summary, "summary");
     const q4::schema::Detection d = q4::schema::detect(tensors, count);
     q4::schema::fill_summary(d, summary);
     if (!d.problems.empty()) q4::fail(Q4_ERR_SCHEMA, "", d.problems.front());
@@ -299,16 +302,23 @@ Q4_API int32_t Q4_detect_linears(const Q4_tensor_desc* tensors, size_t count, Q4
     if (capacity > 0 && out == nullptr) {
       q4::fail(Q4_ERR_NULL_POINTER, "out", "array is NULL with capacity > 0");
     }
-    for (size_t i = 0; i < capacity; ++i) {
-      if (out[i].struct_size < sizeof(Q4_linear_schema)) {
+    // The array's stride is the caller's sizeof(Q4_linear_schema), given by
+    // out[0].struct_size (an older or newer header may differ from ours).
+    const size_t stride = capacity > 0 ? q4::checked_struct_size(out[0].struct_size, "out[0]") : 0;
+    auto entry = [&](size_t i) {
+      return reinterpret_cast<Q4_linear_schema*>(reinterpret_cast<char*>(out) + i * stride);
+    };
+    for (size_t i = 1; i < capacity; ++i) {
+      if (entry(i)->struct_size != stride) {
         q4::fail(Q4_ERR_INVALID_ARGUMENT, "out[" + std::to_string(i) + "].struct_size",
-                 "expected >= " + std::to_string(sizeof(Q4_linear_schema)));
+                 "every entry must carry the same struct_size as out[0] (" + std::to_string(stride) +
+                     "), got " + std::to_string(entry(i)->struct_size));
       }
     }
     const q4::schema::Detection d = q4::schema::detect(tensors, count);
     *num_found = d.linears.size();
     for (size_t i = 0; i < d.linears.size() && i < capacity; ++i) {
-      q4::schema::fill_linear(d.linears[i], &out[i]);
+      q4::schema::fill_linear(d.linears[i], entry(i));
     }
     if (!d.problems.empty()) q4::fail(Q4_ERR_SCHEMA, "", d.problems.front());
     if (capacity < d.linears.size()) {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/struct_size.h"
 #include "core/session.h"
 #include "nvfp4/nvfp4.h"
 
@@ -13,9 +14,10 @@ extern "C" {
 
 Q4_API int32_t Q4_session_config_init(Q4_session_config* config) {
   return api_call("Q4_session_config_init", [&] {
-    if (config == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "config", "pointer is NULL");
-    std::memset(config, 0, sizeof *config);
-    config->struct_size = sizeof *config;
+    static_assert(sizeof(Q4_session_config) == 88, "Q4_session_config of ABI 1 is 88 bytes");
+    Q4_session_config defaults;
+    std::memset(&defaults, 0, sizeof defaults);
+    q4::init_struct(config, defaults, 88, "config");
     return Q4_OK;
   });
 }
@@ -42,10 +44,6 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
   return api_call("Q4_session_get_stats", [&] {
     if (session == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
     if (stats == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "stats", "pointer is NULL");
-    if (stats->struct_size < sizeof(Q4_session_stats)) {
-      q4::fail(Q4_ERR_INVALID_ARGUMENT, "stats->struct_size",
-               "expected >= " + std::to_string(sizeof(Q4_session_stats)));
-    }
     q4::core::fill_stats(*session, stats);
     return Q4_OK;
   });
@@ -54,17 +52,17 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
 Q4_API int32_t Q4_session_diagnostics(const Q4_session* session, char* buf, size_t cap, size_t* needed) {
   return api_call("Q4_session_diagnostics", [&] {
     if (session == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
-    q4::core::copy_out(q4::core::session_diagnostics(*session), buf, cap, needed);
-    return Q4_OK;
+    return q4::core::copy_out(q4::core::session_diagnostics(*session), buf, cap, needed);
   });
 }
 
 Q4_API int32_t Q4_weight_bundle_init(Q4_weight_bundle* bundle) {
   return api_call("Q4_weight_bundle_init", [&] {
-    if (bundle == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "bundle", "pointer is NULL");
-    std::memset(bundle, 0, sizeof *bundle);
-    bundle->struct_size = sizeof *bundle;
-    bundle->format = Q4_FORMAT_NVFP4;
+    static_assert(sizeof(Q4_weight_bundle) == 120, "Q4_weight_bundle of ABI 1 is 120 bytes");
+    Q4_weight_bundle defaults;
+    std::memset(&defaults, 0, sizeof defaults);
+    defaults.format = Q4_FORMAT_NVFP4;
+    q4::init_struct(bundle, defaults, 120, "bundle");
     return Q4_OK;
   });
 }
@@ -109,8 +107,7 @@ Q4_API int32_t Q4_linear_info_get(const Q4_linear* linear, Q4_linear_info* info)
 Q4_API int32_t Q4_linear_diagnostics(const Q4_linear* linear, char* buf, size_t cap, size_t* needed) {
   return api_call("Q4_linear_diagnostics", [&] {
     if (linear == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
-    q4::core::copy_out(q4::core::linear_diagnostics(*linear), buf, cap, needed);
-    return Q4_OK;
+    return q4::core::copy_out(q4::core::linear_diagnostics(*linear), buf, cap, needed);
   });
 }
 

@@ -205,7 +205,7 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
   }
   const schema::Linear& l = *found;
   std::vector<std::vector<uint8_t>> keep;
-  Q4_weight_bundle b;
+  Q4_weight_bundle b{};
   std::memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
   b.format = l.format;
@@ -385,8 +385,7 @@ Q4_API int32_t Q4_checkpoint_tensor(const Q4_checkpoint* checkpoint, size_t inde
 Q4_API int32_t Q4_checkpoint_metadata(const Q4_checkpoint* checkpoint, const char* key, char* buf, size_t cap,
                                       size_t* needed) {
   return api_call("Q4_checkpoint_metadata", [&] {
-    q4::core::copy_out(q4::core::metadata(checkpoint, key), buf, cap, needed);
-    return Q4_OK;
+    return q4::core::copy_out(q4::core::metadata(checkpoint, key), buf, cap, needed);
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/struct_size.h"
 #include "common/thread_pool.h"
 #include "formats/codec.h"
 #include "kernels/ref/ref_ops.h"
@@ -140,14 +141,9 @@ int64_t require_blocksize(int64_t bs, const char* name) {
   }
 }
 
-Nf4State parse_nf4_state(const NF4_state* state, int64_t n) {
-  if (state == nullptr) fail(Q4_ERR_NULL_POINTER, "state", "NF4_state pointer is NULL");
-  constexpr uint32_t kMinSize = offsetof(NF4_state, reserved);
-  if (state->struct_size < kMinSize) {
-    fail(Q4_ERR_INVALID_ARGUMENT, "state->struct_size",
-         "expected >= " + std::to_string(kMinSize) + " (sizeof(NF4_state)), got " +
-             std::to_string(state->struct_size));
-  }
+Nf4State parse_nf4_state(const NF4_state* state_in, int64_t n) {
+  const NF4_state st = read_struct(state_in, "state");
+  const NF4_state* state = &st;
   Nf4State s;
   s.stats.blocksize = require_blocksize(state->blocksize, "state->blocksize");
   const int64_t nblocks = (n + s.stats.blocksize - 1) / s.stats.blocksize;

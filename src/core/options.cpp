@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/struct_size.h"
 
 namespace q4 {
 namespace {
@@ -30,15 +31,11 @@ ResolvedOptions resolve_options_allow_cuda(const Q4_op_options* opts) {
 }
 
 namespace {
-ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda) {
+ResolvedOptions resolve(const Q4_op_options* opts_in, bool allow_cuda) {
   ResolvedOptions r;
-  if (opts == nullptr) return r;
-  constexpr uint32_t kMinSize = offsetof(Q4_op_options, reserved);
-  if (opts->struct_size < kMinSize) {
-    fail(Q4_ERR_INVALID_ARGUMENT, "opts->struct_size",
-         "expected >= " + std::to_string(kMinSize) + " (set it to sizeof(Q4_op_options)), got " +
-             std::to_string(opts->struct_size));
-  }
+  if (opts_in == nullptr) return r;
+  const Q4_op_options o = read_struct(opts_in, "opts");
+  const Q4_op_options* opts = &o;
   require_range(opts->compute_path, Q4_PATH_AUTO, Q4_PATH_DEQUANT_MATMUL_ONLY, "compute_path");
   require_range(opts->backend, Q4_BACKEND_AUTO, Q4_BACKEND_DEQUANT_MATMUL, "backend");
   require_range(opts->target, Q4_TARGET_AUTO, Q4_TARGET_CUDA, "target");
@@ -48,10 +45,8 @@ ResolvedOptions resolve(const Q4_op_options* opts, bool allow_cuda) {
          "expected >= 0 (0 = default), got " + std::to_string(opts->num_threads));
   }
   if (opts->reserved0 != 0) fail(Q4_ERR_INVALID_ARGUMENT, "opts->reserved0", "must be 0");
-  if (opts->struct_size >= sizeof(Q4_op_options)) {
-    for (uint64_t v : opts->reserved) {
-      if (v != 0) fail(Q4_ERR_INVALID_ARGUMENT, "opts->reserved", "reserved fields must be 0");
-    }
+  for (uint64_t v : opts->reserved) {
+    if (v != 0) fail(Q4_ERR_INVALID_ARGUMENT, "opts->reserved", "reserved fields must be 0");
   }
   if (opts->target == Q4_TARGET_CUDA && !allow_cuda) {
     fail(Q4_ERR_NOT_AVAILABLE, "opts->target",

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/struct_size.h"
 
 namespace q4::schema {
 namespace {
@@ -257,10 +258,10 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
   return out;
 }
 
-void fill_summary(const Detection& d, Q4_schema_summary* s) {
-  const uint32_t size = s->struct_size;
-  std::memset(s, 0, sizeof(Q4_schema_summary));
-  s->struct_size = size;
+void fill_summary(const Detection& d, Q4_schema_summary* out) {
+  Q4_schema_summary summary;
+  std::memset(&summary, 0, sizeof summary);
+  Q4_schema_summary* s = &summary;
   bool nvfp4 = false, nf4 = false;
   int32_t family = Q4_SCHEMA_NONE;
   bool one_family = true;
@@ -277,18 +278,20 @@ void fill_summary(const Detection& d, Q4_schema_summary* s) {
   s->family = one_family ? family : Q4_SCHEMA_NONE;
   s->num_linears = static_cast<int32_t>(d.linears.size());
   s->num_incomplete = static_cast<int32_t>(d.problems.size());
+  write_struct(out, summary, "summary");
 }
 
-void fill_linear(const Linear& l, Q4_linear_schema* out) {
-  const uint32_t size = out->struct_size;
-  std::memset(out, 0, sizeof(Q4_linear_schema));
-  out->struct_size = size;
+void fill_linear(const Linear& l, Q4_linear_schema* dst) {
+  Q4_linear_schema entry;
+  std::memset(&entry, 0, sizeof entry);
+  Q4_linear_schema* out = &entry;
   out->format = l.format;
   out->family = l.family;
   out->prefix_len = static_cast<int32_t>(l.prefix.size());
   out->prefix_tensor = l.prefix_tensor;
   for (int i = 0; i < Q4_MAX_ROLES; ++i) out->roles[i] = l.roles[i];
   out->global_scale_inverted = l.global_scale_inverted ? 1 : 0;
+  write_struct(dst, entry, "out[i]");
 }
 
 const char* family_name(int32_t family) {

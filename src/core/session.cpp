@@ -9,6 +9,7 @@
 
 #include "common/cpu_features.h"
 #include "common/error.h"
+#include "common/struct_size.h"
 #include "common/tensor.h"
 #include "common/thread_pool.h"
 #include "core/cuda_backend.h"
@@ -78,36 +79,29 @@ const char* um_name(int32_t um) {
   }
 }
 
-template <class T>
-void require_struct_size(const T* p, const char* name, size_t min_size) {
-  if (p == nullptr) fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
-  if (p->struct_size < min_size) {
-    fail(Q4_ERR_INVALID_ARGUMENT, std::string(name) + "->struct_size",
-         "expected >= " + std::to_string(min_size) + ", got " + std::to_string(p->struct_size));
-  }
-}
-
 }  // namespace
 
-void copy_out(const std::string& text, char* buf, size_t cap, size_t* needed) {
+int32_t copy_out(const std::string& text, char* buf, size_t cap, size_t* needed) {
   if (needed == nullptr) fail(Q4_ERR_NULL_POINTER, "needed", "output pointer is NULL");
   *needed = text.size() + 1;
-  if (buf == nullptr || cap < text.size() + 1) {
+  if (buf == nullptr) return Q4_ERR_BUFFER_TOO_SMALL;  // the size query
+  if (cap < text.size() + 1) {
     fail(Q4_ERR_BUFFER_TOO_SMALL, "cap",
-         "need " + std::to_string(text.size() + 1) + " bytes, got " +
-             std::to_string(buf == nullptr ? 0 : cap));
+         "need " + std::to_string(text.size() + 1) + " bytes, got " + std::to_string(cap));
   }
   std::memcpy(buf, text.data(), text.size());
   buf[text.size()] = '\0';
+  return Q4_OK;
 }
 
 // ---------------------------------------------------------------------------
 // Sessions
 // ---------------------------------------------------------------------------
-SessionSettings resolve_session_config(const Q4_session_config* c) {
+SessionSettings resolve_session_config(const Q4_session_config* config) {
   SessionSettings s;
-  if (c == nullptr) return s;
-  require_struct_size(c, "config", offsetof(Q4_session_config, reserved));
+  if (config == nullptr) return s;
+  const Q4_session_config cfg = read_struct(config, "config");
+  const Q4_session_config* c = &cfg;
   // Reuse the per-call option checks for the shared fields.
   Q4_op_options o{};
   o.struct_size = sizeof o;
@@ -141,10 +135,9 @@ SessionSettings resolve_session_config(const Q4_session_config* c) {
 }
 
 void fill_stats(const Q4_session& s, Q4_session_stats* out) {
-  const uint32_t size = out->struct_size;
+  require_out_struct(out, "stats");
   Q4_session_stats r;
   std::memset(&r, 0, sizeof r);
-  r.struct_size = size;
   r.live_linears = s.counters->linears.load();
   r.live_mutables = s.counters->mutables.load();
   r.live_snapshots = s.counters->snapshots.load();
@@ -153,7 +146,7 @@ void fill_stats(const Q4_session& s, Q4_session_stats* out) {
   r.managed_bytes = s.counters->managed_bytes.load();
   r.forwards = s.counters->forwards.load();
   r.implicit_copies = s.counters->implicit_copies.load();
-  std::memcpy(out, &r, sizeof r);
+  write_struct(out, r, "stats");
 }
 
 void destroy_session(Q4_session* s) {
@@ -314,10 +307,11 @@ void prepare_from_packed(const Q4_weight_bundle& w, const std::shared_ptr<Sessio
   }
 }
 
-std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* w, const SessionSettings& st,
+std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, const SessionSettings& st,
                                               const std::shared_ptr<SessionCounters>& c, CpuPath path,
                                               int32_t expect_format, int64_t expect_n, int64_t expect_k) {
-  require_struct_size(w, "weight", offsetof(Q4_weight_bundle, reserved));
+  const Q4_weight_bundle wb = read_struct(bundle, "weight");
+  const Q4_weight_bundle* w = &wb;
   if (w->format != Q4_FORMAT_NVFP4 && w->format != Q4_FORMAT_NF4) {
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->format",
          "expected Q4_FORMAT_NVFP4 (1) or Q4_FORMAT_NF4 (2), got " + std::to_string(w->format));
@@ -399,8 +393,7 @@ namespace q4::core {
 
 Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   if (s == nullptr) fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
-  require_struct_size(w, "weight", offsetof(Q4_weight_bundle, reserved));
-  const int32_t format = w->format == Q4_FORMAT_NF4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NVFP4;
+  const int32_t format = read_struct(w, "weight").format == Q4_FORMAT_NF4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NVFP4;
   const CpuPath path = choose_cpu_path(s->settings.ops, format);  // forced wrong kernel -> error
   check_math_mode(s->settings.ops, path);
   auto l = std::make_unique<Q4_linear>();
@@ -493,11 +486,10 @@ void destroy_linear(Q4_linear* l) {
 
 void linear_info(const Q4_linear* l, Q4_linear_info* out) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
-  require_struct_size(out, "info", sizeof(Q4_linear_info));
+  require_out_struct(out, "info");
   const auto w = l->current();
   Q4_linear_info r;
   std::memset(&r, 0, sizeof r);
-  r.struct_size = out->struct_size;
   r.format = l->format;
   r.backend = l->backend_used;
   r.compute_path = l->settings.ops.compute_path;
@@ -511,7 +503,7 @@ void linear_info(const Q4_linear* l, Q4_linear_info* out) {
   r.in_features = l->k;
   r.weight_bytes = w->bytes();
   r.weight_version = l->version.load();
-  std::memcpy(out, &r, sizeof r);
+  write_struct(out, r, "info");
 }
 
 std::string linear_diagnostics(const Q4_linear& l) {

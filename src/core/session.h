@@ -86,7 +86,8 @@ void fake_quantize(const DLTensor* x, DLTensor* out, float g, float* g_out, cons
 void linear_backward(const DLTensor* grad_y, const DLTensor* x, const DLTensor* wq, const DLTensor* ws,
                      int32_t layout, float g, DLTensor* grad_x, DLTensor* grad_w, const Q4_op_options* opts);
 
-// Writes `text` + NUL into buf when it fits; *needed = size + 1.
-void copy_out(const std::string& text, char* buf, size_t cap, size_t* needed);
+// Writes `text` + NUL into buf when it fits; *needed = size + 1. A NULL buf
+// is the size query: Q4_ERR_BUFFER_TOO_SMALL returned, no error recorded.
+int32_t copy_out(const std::string& text, char* buf, size_t cap, size_t* needed);
 
 }  // namespace q4::core

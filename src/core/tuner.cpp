@@ -17,6 +17,7 @@
 
 #include "common/cpu_features.h"
 #include "common/error.h"
+#include "common/struct_size.h"
 #include "kernels/dispatch.h"
 
 namespace q4::tuner {
@@ -172,7 +173,6 @@ void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
 
   Q4_tune_result r;
   std::memset(&r, 0, sizeof r);
-  r.struct_size = out->struct_size;
   r.dim = dim;
   r.runs = runs;
   r.candidates = candidates;
@@ -186,7 +186,7 @@ void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
   r.persisted = persisted ? 1 : 0;
   copy_text(r.cache_path, sizeof r.cache_path, path);
   copy_text(r.cpu_signature, sizeof r.cpu_signature, cpu_signature());
-  std::memcpy(out, &r, sizeof r);
+  write_struct(out, r, "result");
 }
 
 }  // namespace q4::tuner

@@ -138,7 +138,7 @@ void check_unchanged(const std::vector<FuzzTensor*>& inputs) {
 }
 
 Q4_op_options pick_options(Reader& r) {
-  Q4_op_options o;
+  Q4_op_options o{};
   Q4_op_options_init(&o);
   const uint8_t b = r.u8();
   o.compute_path = b & 3;
@@ -236,14 +236,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     default: {
       // Sessions, linears, mutable tensors.
-      Q4_session_config cfg;
+      Q4_session_config cfg{};
       Q4_session_config_init(&cfg);
       cfg.compute_path = r.small(4);
       cfg.backend = r.small(5);
       cfg.math_mode = r.small(2);
       Q4_session* s = nullptr;
       if (Q4_session_create((r.u8() & 3) ? &cfg : nullptr, &s) != Q4_OK) break;
-      Q4_weight_bundle wb;
+      Q4_weight_bundle wb{};
       Q4_weight_bundle_init(&wb);
       wb.format = static_cast<int32_t>(r.small(4));
       wb.source = static_cast<int32_t>(r.small(3));

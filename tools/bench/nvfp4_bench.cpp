@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
   }
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  Q4_op_options opts;
+  Q4_op_options opts{};
   Q4_op_options_init(&opts);
   opts.num_threads = threads;
   Q4_capabilities caps{};
