@@ -2,7 +2,11 @@
 # Installs the Debian packages the build and the tests need. Idempotent and
 # quiet; uses sudo only when not already root.
 set -euo pipefail
-packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils valgrind abigail-tools python3-numpy libcli11-dev)
+packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils valgrind abigail-tools libcli11-dev
+  clang-format clang-tidy libopenblas-dev
+  python3-numpy python3-pytest python3-torch  # the Python binding's tests (Debian's python3)
+  mono-mcs mono-runtime)                      # the .NET binding, built with mcs, tested with mono
+# (rustc/cargo come with the machine image; the Rust binding needs no crates.)
 # --cross: the aarch64 cross toolchain and qemu-user for the NEON tests.
 if [ "${1:-}" = "--cross" ]; then
   packages=(g++-aarch64-linux-gnu qemu-user)

@@ -11,9 +11,9 @@ if [ "$actual" != "$expected" ]; then
   diff <(echo "$expected") <(echo "$actual") || true
   exit 1
 fi
-bad=$(echo "$actual" | grep -Ev '^(NVFP4_|NF4_|Q4_)' || true)
+bad=$(echo "$actual" | grep -Ev '^(NVFP4_|NF4_|MXFP4_|Q4_)' || true)
 if [ -n "$bad" ]; then
   echo "symbols outside the public prefixes: $bad"
   exit 1
 fi
-echo "exports ok: $(echo "$actual" | wc -l) symbols, all NVFP4_/NF4_/Q4_"
+echo "exports ok: $(echo "$actual" | wc -l) symbols, all NVFP4_/NF4_/MXFP4_/Q4_"

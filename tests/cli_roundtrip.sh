@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round trip through the nvfp4 tool: a generated bf16 checkpoint quantized to
 # every layout, read back, detected as the right family, verified against the
-# dequantized reference, with the key names, dtypes and shapes of SPEC 1.6.
+# dequantized reference, with the key names, dtypes and shapes of docs/formats.md.
 # Usage: cli_roundtrip.sh NVFP4_TOOL PYTHON3
 set -euo pipefail
 tool=$1 py=$2

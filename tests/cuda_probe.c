@@ -15,6 +15,7 @@ int main(void) {
   if (c.cuda_state == Q4_CUDA_READY) return 0;
   if (strlen(c.native_load_state) == 0) return 1;
   uint64_t f = 0, t = 0;
+  if (NVFP4_empty_cache() != Q4_OK) return 1; /* no-op without a device */
   if (NVFP4_memory_info(0, &f, &t) != Q4_ERR_NOT_AVAILABLE) return 1;
   printf("NVFP4_memory_info: %s\n", Q4_last_error());
   float x[32] = {0};

@@ -154,8 +154,8 @@ TEST_CASE("output structs of any size are filled up to that size", "[abi][struct
 }
 
 TEST_CASE("Q4_detect_linears steps through the caller's array by its struct_size", "[abi][struct_size]") {
-  const char* names[] = {"a.weight", "a.weight_scale", "a.weight_scale_2", "b.weight", "b.weight_scale",
-                         "b.weight_scale_2"};
+  const char* names[] = {"a.weight", "a.weight_scale", "a.weight_scale_2",
+                         "b.weight", "b.weight_scale", "b.weight_scale_2"};
   std::vector<Q4_tensor_desc> d(6);
   for (size_t i = 0; i < 6; ++i) {
     d[i].name = names[i];

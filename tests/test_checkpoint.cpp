@@ -1,4 +1,4 @@
-// Safetensors reader/writer and layer loading (SPEC §1.6): every malformed
+// Safetensors reader/writer and layer loading (docs/formats.md, checkpoint families): every malformed
 // header class is rejected with Q4_ERR_FORMAT and a specific message; the
 // writer round-trips; linears load from each family with the right global
 // scale convention.
@@ -21,7 +21,8 @@ std::string temp_path(const std::string& stem) {
   return "/tmp/nvfp4-test-" + std::to_string(::getpid()) + "-" + stem + ".safetensors";
 }
 
-std::vector<uint8_t> image(const std::string& header, size_t data_bytes, bool fix_length = true, uint64_t len = 0) {
+std::vector<uint8_t> image(const std::string& header, size_t data_bytes, bool fix_length = true,
+                           uint64_t len = 0) {
   const uint64_t n = fix_length ? header.size() : len;
   std::vector<uint8_t> out;
   out.reserve(8 + header.size() + data_bytes);

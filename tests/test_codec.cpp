@@ -68,8 +68,9 @@ uint32_t e4m3_oracle(float x) {
 }
 
 // The spec's codebook as fp32 (exact: the decimals are fp32 values).
-float nf4_spec(uint32_t c) { return static_cast<float>(t::kNf4Spec[c]); }
-
+float nf4_spec(uint32_t c) {
+  return static_cast<float>(t::kNf4Spec[c]);
+}
 
 }  // namespace
 
@@ -189,7 +190,8 @@ TEST_CASE("NF4 encode: codebook values, midpoints go to the lower code", "[codec
     const float y = static_cast<float>(i) / 100000.0f;
     uint32_t best = 0;
     for (uint32_t c = 1; c < 16; ++c) {
-      if (std::fabs(static_cast<double>(y) - nf4_spec(c)) < std::fabs(static_cast<double>(y) - nf4_spec(best)))
+      if (std::fabs(static_cast<double>(y) - nf4_spec(c)) <
+          std::fabs(static_cast<double>(y) - nf4_spec(best)))
         best = c;
     }
     if (nf4_encode(y) != best) ++bad;
@@ -234,7 +236,7 @@ TEST_CASE("fp16 and bf16 conversions", "[codec][half]") {
 }
 
 TEST_CASE("swizzle offsets follow the cuBLASLt VEC16_UE4M3 formula", "[codec][swizzle]") {
-  // Spot values computed by hand from SPEC §1.4.
+  // Spot values computed by hand from the swizzle formula of docs/formats.md.
   CHECK(swizzle_offset(0, 0, 4) == 0);
   CHECK(swizzle_offset(0, 1, 4) == 1);
   CHECK(swizzle_offset(0, 3, 4) == 3);
@@ -264,7 +266,7 @@ TEST_CASE("swizzle offsets follow the cuBLASLt VEC16_UE4M3 formula", "[codec][sw
   }
 }
 
-TEST_CASE("NVFP4 quantization steps follow SPEC 1.3", "[codec][nvfp4]") {
+TEST_CASE("NVFP4 quantization steps follow the reference algorithm", "[codec][nvfp4]") {
   CHECK(nvfp4_global_scale_from_amax(0.0f) == 1.0f);
   CHECK(nvfp4_global_scale_from_amax(2688.0f) == 1.0f);
   CHECK(nvfp4_global_scale_from_amax(1.0f) == 1.0f / 2688.0f);

@@ -1,14 +1,27 @@
-// CPU unit tests of the CUDA backend's GPU-free logic (cuda/seams.h) and of
-// the CUDA entry points' behaviour when no device is usable.
+// CPU unit tests of the CUDA backend's GPU-free logic (plugin/seams.h, the
+// cuBLASLt object ownership of src/plugin/lt_objects.h, the NF4 block coding of
+// formats/nf4_block.h) and of the CUDA entry points' behaviour when no device
+// is usable.
+#include <dlfcn.h>
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "cuda/seams.h"
+#include "formats/nf4_block.h"
+#include "plugin/lt_objects.h"
+#include "plugin/managed_copy.h"
+#include "plugin/plugin_abi.h"
+#include "plugin/seams.h"
+#include "plugin/workspace_pool.h"
 #include "test_util.h"
 
 using namespace q4::cuda;
+using q4::fmt::nf4_quantize_block;
 
 TEST_CASE("cuBLASLt FP4 GEMM parameters for row-major Y = X W^T (TN)", "[cuda][seams]") {
   const LtGemmParams p = lt_fp4_gemm_params(/*M=*/8, /*N=*/4096, /*K=*/11008);
@@ -74,14 +87,20 @@ TEST_CASE("capability interpretation from device attributes", "[cuda][seams]") {
   CHECK(split_archs("80; 90,100a").size() == 3);
 }
 
-TEST_CASE("plugin search order: next to the core, then the environment, then the loader path",
-          "[cuda][seams]") {
-  const auto order = plugin_search_order("/opt/lib", "/custom/libNVFP4_cuda.so");
+TEST_CASE(
+    "plugin search order: the environment overrides; else next to the core (as loaded and resolved), "
+    "then the loader path",
+    "[cuda][seams]") {
+  const auto forced = plugin_search_order({"/opt/lib"}, "/custom/libNVFP4_cuda.so");
+  REQUIRE(forced.size() == 1);
+  CHECK(forced[0] == "/custom/libNVFP4_cuda.so");
+  const auto order = plugin_search_order({"/app/bin", "/opt/lib"}, nullptr);
   REQUIRE(order.size() == 3);
-  CHECK(order[0] == "/opt/lib/libNVFP4_cuda.so");
-  CHECK(order[1] == "/custom/libNVFP4_cuda.so");
+  CHECK(order[0] == "/app/bin/libNVFP4_cuda.so");
+  CHECK(order[1] == "/opt/lib/libNVFP4_cuda.so");
   CHECK(order[2] == "libNVFP4_cuda.so");
-  CHECK(plugin_search_order("", nullptr).size() == 1);
+  CHECK(plugin_search_order({"/opt/lib", "/opt/lib"}, "").size() == 2);
+  CHECK(plugin_search_order({}, nullptr).size() == 1);
 }
 
 TEST_CASE("CUDA entry points without a usable device return clear statuses", "[cuda]") {
@@ -109,6 +128,7 @@ TEST_CASE("CUDA entry points without a usable device return clear statuses", "[c
   CHECK(NVFP4_memory_info(0, &f, &tot) == Q4_ERR_NOT_AVAILABLE);
   CHECK(NVFP4_managed_prefetch(x.t(), 0, nullptr) == Q4_ERR_NOT_AVAILABLE);
   CHECK(Q4_cuda_synchronize(0, nullptr) == Q4_ERR_NOT_AVAILABLE);
+  CHECK(NVFP4_empty_cache() == Q4_OK);  // nothing cached without a device
   // Operations on kDLCUDA tensors: validated, then NOT_AVAILABLE.
   t::Tensor q({2, 16}, t::u8()), s({2, 2}, t::u8());
   x.dl.device = DLDevice{kDLCUDA, 0};
@@ -133,4 +153,607 @@ TEST_CASE("CUDA entry points without a usable device return clear statuses", "[c
   // Host memory mixed with device memory is refused.
   t::Tensor host_q({2, 16}, t::u8());
   CHECK(NVFP4_quantize(x.t(), host_q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr) == Q4_ERR_DEVICE);
+}
+
+// ---------------------------------------------------------------------------
+// cuBLASLt object ownership (src/plugin/lt_objects.h) against a fake cuBLASLt that
+// counts live objects and fails one chosen call.
+// ---------------------------------------------------------------------------
+namespace {
+
+struct FakeDescObj {};
+struct FakeLayoutObj {
+  LtElem type;
+  int64_t rows, cols, ld;
+};
+struct FakePrefObj {};
+
+struct FakeLt {
+  using Status = int;
+  using Desc = FakeDescObj*;
+  using Layout = FakeLayoutObj*;
+  using Pref = FakePrefObj*;
+  struct Algo {
+    int id = 0;
+  };
+  static constexpr Status kOk = 0;
+  static constexpr Status kFailed = 13;
+
+  int fail_at = -1;  // index of the call that fails (-1: none)
+  int calls = 0, set_calls = 0;
+  int live = 0, created = 0, destroyed = 0, bad_destroys = 0;
+  int heuristic_found = 1;
+  std::set<const void*> objects;
+  std::vector<std::pair<LtDescAttr, LtDescValue>> attrs;
+  std::vector<std::string> log;
+
+  bool fails(const char* what) {
+    log.emplace_back(what);
+    return calls++ == fail_at;
+  }
+  template <class T>
+  T* make(T value) {
+    T* p = new T(value);
+    objects.insert(p);
+    ++live;
+    ++created;
+    return p;
+  }
+  template <class T>
+  void drop(T* p) {
+    if (objects.erase(p) != 1) {
+      ++bad_destroys;  // double destroy or foreign handle
+      return;
+    }
+    delete p;
+    --live;
+    ++destroyed;
+  }
+
+  Status desc_create(Desc* d) {
+    if (fails("desc_create")) return kFailed;
+    *d = make(FakeDescObj{});
+    return kOk;
+  }
+  Status desc_set(Desc d, LtDescAttr a, const LtDescValue& v) {
+    ++set_calls;
+    if (objects.count(d) == 0) ++bad_destroys;  // use of a dead descriptor
+    if (fails("desc_set")) return kFailed;
+    attrs.emplace_back(a, v);
+    return kOk;
+  }
+  Status layout_create(Layout* l, LtElem e, int64_t rows, int64_t cols, int64_t ld) {
+    if (fails("layout_create")) return kFailed;
+    *l = make(FakeLayoutObj{e, rows, cols, ld});
+    return kOk;
+  }
+  Status pref_create(Pref* p) {
+    if (fails("pref_create")) return kFailed;
+    *p = make(FakePrefObj{});
+    return kOk;
+  }
+  Status pref_set_workspace(Pref, size_t) { return fails("pref_set_workspace") ? kFailed : kOk; }
+  std::vector<std::pair<LtOperand, uint32_t>> alignments;
+  Status pref_set_alignment(Pref, LtOperand o, uint32_t bytes) {
+    if (fails("pref_set_alignment")) return kFailed;
+    alignments.emplace_back(o, bytes);
+    return kOk;
+  }
+  int heuristic_calls = 0;
+  Status heuristic(Desc, Layout, Layout, Layout, Pref, Algo* algo, int* found) {
+    ++heuristic_calls;
+    if (fails("heuristic")) return kFailed;
+    *found = heuristic_found;
+    if (heuristic_found > 0) algo->id = 42;
+    return kOk;
+  }
+  void destroy(Desc d) { drop(d); }
+  void destroy(Layout l) { drop(l); }
+  void destroy(Pref p) { drop(p); }
+};
+
+// Setup plus heuristic query of one GEMM, failing call `fail_at`. Returns
+// the number of fake calls made.
+int run_setup(FakeLt& api, LtElem type, bool* failed) {
+  const LtGemmParams p = lt_fp4_gemm_params(32, 64, 128);
+  static const char w_scale = 0, x_scale = 0;
+  *failed = false;
+  {
+    LtGemm<FakeLt> g;
+    const LtResult<FakeLt> r = lt_build_gemm(api, p, type, &w_scale, &x_scale, g);
+    if (!r.ok()) {
+      *failed = true;
+      CHECK(r.status == FakeLt::kFailed);
+      CHECK(std::string(r.step).find("cublasLt") == 0);
+      CHECK(api.live == 0);  // nothing survives a failed setup
+      CHECK_FALSE(g.desc);
+      CHECK_FALSE(g.a);
+      CHECK_FALSE(g.c);
+    } else {
+      CHECK(api.live == 4);  // descriptor and three layouts
+      FakeLt::Algo algo;
+      int found = -1;
+      const LtResult<FakeLt> h = lt_find_algo(api, g, size_t{32} << 20, LtAlignment{}, &algo, &found);
+      if (api.fail_at >= 0 && api.log[static_cast<size_t>(api.fail_at)] == "heuristic") {
+        CHECK(h.ok());  // a failing heuristic query means "no algorithm": fallback or UNSUPPORTED
+        CHECK(found == 0);
+        *failed = true;
+      } else if (!h.ok()) {
+        *failed = true;
+        CHECK(h.status == FakeLt::kFailed);
+        CHECK(std::string(h.step).find("cublasLtMatmulPreference") == 0);
+      } else {
+        CHECK(found == 1);
+        CHECK(algo.id == 42);
+      }
+      CHECK(api.live == 4);  // the preference never outlives the query
+    }
+  }
+  CHECK(api.live == 0);
+  CHECK(api.created == api.destroyed);
+  CHECK(api.bad_destroys == 0);
+  return api.calls;
+}
+
+}  // namespace
+
+TEST_CASE("cuBLASLt setup: every failing call returns an error and leaks nothing", "[cuda][seams][lt]") {
+  for (const LtElem type : {LtElem::kFp4E2M1, LtElem::kF32}) {
+    FakeLt clean;
+    bool failed = true;
+    const int total = run_setup(clean, type, &failed);
+    CHECK_FALSE(failed);
+    const int sets = type == LtElem::kFp4E2M1 ? 6 : 2;
+    CHECK(clean.set_calls == sets);
+    CHECK(total ==
+          1 + sets + 3 + 3 + 4);  // desc, attributes, layouts; pref, workspace, heuristic, 4 alignments
+    int set_failures = 0;
+    for (int i = 0; i < total; ++i) {
+      CAPTURE(static_cast<int>(type), i);
+      FakeLt api;
+      api.fail_at = i;
+      run_setup(api, type, &failed);
+      CHECK(failed);
+      if (api.log[static_cast<size_t>(i)] == "desc_set") ++set_failures;
+    }
+    CHECK(set_failures == sets);  // every SetAttribute position was made to fail
+  }
+}
+
+TEST_CASE("cuBLASLt setup: TN descriptor, block scales of A = W and B = X, layouts", "[cuda][seams][lt]") {
+  FakeLt api;
+  const LtGemmParams p = lt_fp4_gemm_params(/*M=*/32, /*N=*/64, /*K=*/128);
+  const char w_scale = 0, x_scale = 0;
+  LtGemm<FakeLt> g;
+  REQUIRE(lt_build_gemm(api, p, LtElem::kFp4E2M1, &w_scale, &x_scale, g).ok());
+  REQUIRE(api.attrs.size() == 6);
+  CHECK(api.attrs[0].first == LtDescAttr::kTransA);
+  CHECK(api.attrs[0].second.transpose);
+  CHECK(api.attrs[1].first == LtDescAttr::kTransB);
+  CHECK_FALSE(api.attrs[1].second.transpose);
+  CHECK(api.attrs[2].first == LtDescAttr::kAScaleModeVec16Ue4m3);
+  CHECK(api.attrs[3].first == LtDescAttr::kBScaleModeVec16Ue4m3);
+  CHECK(api.attrs[4].first == LtDescAttr::kAScalePointer);
+  CHECK(api.attrs[4].second.pointer == &w_scale);
+  CHECK(api.attrs[5].first == LtDescAttr::kBScalePointer);
+  CHECK(api.attrs[5].second.pointer == &x_scale);
+  CHECK(g.a.get()->type == LtElem::kFp4E2M1);
+  CHECK(g.a.get()->rows == 128);
+  CHECK(g.a.get()->cols == 64);
+  CHECK(g.b.get()->cols == 32);
+  CHECK(g.c.get()->type == LtElem::kF32);
+  CHECK(g.c.get()->ld == 64);
+  // Rebuilding into the same holder releases the previous objects first.
+  REQUIRE(lt_build_gemm(api, p, LtElem::kF32, nullptr, nullptr, g).ok());
+  CHECK(api.live == 4);
+  // Moves transfer ownership exactly once.
+  LtGemm<FakeLt> moved;
+  moved.desc = std::move(g.desc);
+  CHECK_FALSE(g.desc);
+  CHECK(moved.desc);
+  g.reset();
+  CHECK(api.live == 1);
+  moved.reset();
+  CHECK(api.live == 0);
+  CHECK(api.bad_destroys == 0);
+}
+
+TEST_CASE("cuBLASLt setup: no heuristic result is not an error", "[cuda][seams][lt]") {
+  FakeLt api;
+  api.heuristic_found = 0;
+  LtGemm<FakeLt> g;
+  REQUIRE(lt_build_gemm(api, lt_fp4_gemm_params(8, 16, 32), LtElem::kFp4E2M1, nullptr, nullptr, g).ok());
+  FakeLt::Algo algo;
+  int found = -1;
+  CHECK(lt_find_algo(api, g, 1024, LtAlignment{}, &algo, &found).ok());
+  CHECK(found == 0);
+  CHECK(api.live == 4);
+}
+
+// ---------------------------------------------------------------------------
+// The CUDA NF4 quantize kernel's per-block coding (formats/nf4_block.h).
+// ---------------------------------------------------------------------------
+TEST_CASE("CUDA NF4 block coding: odd count pads with the code of 0.0 (bitsandbytes)", "[cuda][seams][nf4]") {
+  const float x[3] = {0.75f, -0.3f, 0.2f};
+  uint8_t q[2] = {0, 0};
+  float absmax = -1.0f;
+  nf4_quantize_block([&](int64_t i) { return x[i]; }, 0, 3, q, &absmax);
+  CHECK(absmax == 0.75f);
+  CHECK(q[0] == 0xf3);
+  CHECK(q[1] == 0xa7);
+  // All-zero block: every element (and the pad) codes as 7.
+  const float z[3] = {0.0f, 0.0f, 0.0f};
+  nf4_quantize_block([&](int64_t i) { return z[i]; }, 0, 3, q, &absmax);
+  CHECK(absmax == 0.0f);
+  CHECK(q[0] == 0x77);
+  CHECK(q[1] == 0x77);
+  // The last block of an odd count starts after the full ones.
+  float y[67];
+  for (int i = 0; i < 67; ++i) y[i] = 0.01f * static_cast<float>(i - 33);
+  y[66] = -0.5f;
+  uint8_t q2[34] = {};
+  float am[2] = {};
+  nf4_quantize_block([&](int64_t i) { return y[i]; }, 0, 64, q2, &am[0]);
+  nf4_quantize_block([&](int64_t i) { return y[i]; }, 64, 67, q2, &am[1]);
+  CHECK(am[1] == 0.5f);
+  CHECK((q2[33] & 0xfu) == 7u);  // pad
+  CHECK((q2[33] >> 4) == 0u);    // -0.5 / 0.5 = -1.0: code 0
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t code = (i & 1) ? (q2[i / 2] & 0xfu) : (q2[i / 2] >> 4);
+    CHECK(code == q4::fmt::nf4_encode(fminf(1.0f, fmaxf(-1.0f, y[i] * (1.0f / am[0])))));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The built plugin's table without a device: handshake, empty_cache() with
+// nothing cached, the descriptor checks of run(). Skipped when the plugin
+// was not built next to the core library.
+// ---------------------------------------------------------------------------
+TEST_CASE("CUDA plugin table: handshake, run() descriptor checks, empty_cache() with nothing cached",
+          "[cuda][plugin]") {
+  Dl_info info{};
+  REQUIRE(dladdr(reinterpret_cast<void*>(&Q4_get_capabilities), &info) != 0);
+  std::string dir = info.dli_fname != nullptr ? info.dli_fname : "";
+  dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+  void* h = dlopen((dir + "/libNVFP4_cuda.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    WARN("libNVFP4_cuda.so not built next to the core; plugin table not exercised");
+    return;
+  }
+  auto entry = reinterpret_cast<nvfp4_cuda_plugin_entry_fn>(dlsym(h, "nvfp4_cuda_plugin_entry"));
+  REQUIRE(entry != nullptr);
+  nvfp4_cuda_plugin t{};
+  CHECK(entry(NVFP4_CUDA_PLUGIN_ABI - 1, &t) == Q4_ERR_UNSUPPORTED);  // another ABI is refused
+  CHECK(t.abi == 0);
+  CHECK(entry(NVFP4_CUDA_PLUGIN_ABI, nullptr) == Q4_ERR_NULL_POINTER);
+  REQUIRE(entry(NVFP4_CUDA_PLUGIN_ABI, &t) == Q4_OK);
+  CHECK(t.struct_size == sizeof t);
+  CHECK(t.abi == NVFP4_CUDA_PLUGIN_ABI);
+  REQUIRE(t.run != nullptr);
+  REQUIRE(t.empty_cache != nullptr);
+  CHECK(t.empty_cache() == Q4_OK);  // nothing cached yet: no-op
+  CHECK(t.run(nullptr) == Q4_ERR_NULL_POINTER);
+  nvfp4_cuda_op op{};
+  op.struct_size = 8;
+  op.op = NVFP4_CUDA_OP_NVFP4_QUANTIZE;
+  CHECK(t.run(&op) == Q4_ERR_INVALID_ARGUMENT);  // a descriptor older than the plugin's
+  op.struct_size = sizeof op;
+  op.op = 99;
+  op.bad_index = 5;
+  op.used_fallback = 1;
+  CHECK(t.run(&op) == Q4_ERR_UNSUPPORTED);
+  CHECK(std::string(t.last_error()).find("99") != std::string::npos);
+  CHECK(op.bad_index == -1);  // results are reset before dispatch
+  CHECK(op.used_fallback == 0);
+  nvfp4_cuda_probe probe{};
+  REQUIRE(t.probe(&probe) == Q4_OK);
+  if (probe.device_count == 0) {
+    // A real operation: the device cannot be made current, reported as a CUDA error.
+    op.op = NVFP4_CUDA_OP_NF4_QUANTIZE;
+    op.device = 0;
+    CHECK(t.run(&op) == Q4_ERR_CUDA);
+    CHECK(std::string(t.last_error()).find("cudaSetDevice") != std::string::npos);
+    CHECK(t.empty_cache() == Q4_OK);  // still nothing cached
+  }
+  // The handle stays open: the core may hold the same plugin.
+}
+
+// ---------------------------------------------------------------------------
+// NVFP4_to_managed's steps (src/plugin/managed_copy.h) against a fake
+// plugin table: whichever step fails, the managed allocation is freed.
+// ---------------------------------------------------------------------------
+namespace {
+
+struct FakeManaged {
+  int allocs = 0, frees = 0, copies = 0, advises = 0, prefetches = 0;
+  int fail_step = -1;  // 0 alloc, 1 copy, 2 advise, 3 prefetch
+  char block[64] = {};
+};
+FakeManaged g_fm;
+
+int32_t fm_alloc(size_t, void** p) {
+  if (g_fm.fail_step == 0) return Q4_ERR_OUT_OF_MEMORY;
+  ++g_fm.allocs;
+  *p = g_fm.block;
+  return Q4_OK;
+}
+int32_t fm_free(void*) {
+  ++g_fm.frees;
+  return Q4_OK;
+}
+int32_t fm_copy(void*, const void*, size_t) {
+  ++g_fm.copies;
+  return g_fm.fail_step == 1 ? Q4_ERR_CUDA : Q4_OK;
+}
+int32_t fm_advise(void*, size_t, int32_t) {
+  ++g_fm.advises;
+  return g_fm.fail_step == 2 ? Q4_ERR_CUDA : Q4_OK;
+}
+int32_t fm_prefetch(const void*, size_t, int32_t, void*) {
+  ++g_fm.prefetches;
+  return g_fm.fail_step == 3 ? Q4_ERR_CUDA : Q4_OK;
+}
+
+nvfp4_cuda_plugin fake_managed_table() {
+  nvfp4_cuda_plugin t{};
+  t.alloc_managed = fm_alloc;
+  t.free_managed = fm_free;
+  t.copy = fm_copy;
+  t.advise_read_mostly = fm_advise;
+  t.prefetch = fm_prefetch;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("to_managed frees its allocation when advise or prefetch fails", "[cuda][seams][managed]") {
+  const nvfp4_cuda_plugin api = fake_managed_table();
+  float src[4] = {};
+  for (int step = -1; step <= 3; ++step) {
+    g_fm = FakeManaged{};
+    g_fm.fail_step = step;
+    const ManagedCopy r = managed_copy(api, src, sizeof src, false, 0, true, true);
+    INFO("failing step " << step);
+    if (step < 0) {
+      CHECK(r.status == Q4_OK);
+      CHECK(r.allocation == g_fm.block);
+      CHECK(r.data == g_fm.block);
+      CHECK(g_fm.frees == 0);  // the caller owns it now
+    } else {
+      CHECK(r.status != Q4_OK);
+      CHECK(r.allocation == nullptr);
+      CHECK(g_fm.frees == g_fm.allocs);  // nothing leaked (no free when the alloc itself failed)
+    }
+  }
+  // An already-managed source is a view: nothing allocated, nothing freed,
+  // even when the advice fails.
+  g_fm = FakeManaged{};
+  g_fm.fail_step = 2;
+  const ManagedCopy v = managed_copy(api, src, sizeof src, true, 0, true, false);
+  CHECK(v.status != Q4_OK);
+  CHECK(g_fm.allocs == 0);
+  CHECK(g_fm.frees == 0);
+  CHECK(g_fm.copies == 0);
+}
+
+TEST_CASE("prefetch to a device needs concurrent managed access", "[cuda][seams][managed]") {
+  const std::string archs = "80;90;100a;120a;121a";
+  // Pageable access without concurrent managed access (e.g. WSL): zero-copy
+  // reading is possible, cudaMemPrefetchAsync to the device is not.
+  const DeviceCaps pageable_only = interpret_caps(9, 0, 1, 0, 1, archs);
+  CHECK(pageable_only.zero_copy);
+  CHECK_FALSE(pageable_only.prefetch);
+  CHECK(interpret_caps(12, 1, 1, 1, 1, archs).prefetch);  // GB10
+  CHECK(interpret_caps(9, 0, 1, 1, 0, archs).prefetch);   // H100 on Linux
+  CHECK_FALSE(interpret_caps(8, 6, 1, 0, 0, archs).prefetch);
+  CHECK_FALSE(interpret_caps(9, 0, 0, 1, 1, archs).prefetch);  // no managed memory at all
+}
+
+// ---------------------------------------------------------------------------
+// The heuristic cache of the plugin's GEMMs (lt_plan_gemm, LtAlgoCache).
+// ---------------------------------------------------------------------------
+TEST_CASE("cuBLASLt heuristic: asked with the operands' real alignment, cached per alignment",
+          "[cuda][seams][lt]") {
+  alignas(256) static unsigned char buf[1024];
+  CHECK(pointer_alignment(buf) == 256);
+  CHECK(pointer_alignment(buf + 16) == 16);
+  CHECK(pointer_alignment(buf + 3) == 1);
+  CHECK(pointer_alignment(buf + 512) == 256);  // capped at 256
+  const LtGemmParams p = lt_fp4_gemm_params(32, 64, 128);
+  FakeLt api;
+  LtAlgoCache<FakeLt::Algo> cache;
+  LtAlgoKey key;
+  key.m = p.m;
+  key.n = p.n;
+  key.k = p.k;
+  key.ldc = p.ldc;
+  key.elem = static_cast<int32_t>(LtElem::kFp4E2M1);
+  key.align = lt_alignment(buf, buf + 8, buf);
+  CHECK(key.align.b == 8);
+  FakeLt::Algo algo;
+  bool available = false;
+  {
+    LtGemm<FakeLt> g;
+    REQUIRE(lt_plan_gemm(api, cache, key, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available)
+                .ok());
+  }
+  CHECK(available);
+  // The preference told cuBLASLt that B sits at an 8-byte offset.
+  REQUIRE(api.alignments.size() == 4);
+  CHECK(api.alignments[0] == std::make_pair(LtOperand::kA, 256u));
+  CHECK(api.alignments[1] == std::make_pair(LtOperand::kB, 8u));
+  // Same key: no second query. Another alignment: its own query.
+  {
+    LtGemm<FakeLt> g;
+    REQUIRE(lt_plan_gemm(api, cache, key, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available)
+                .ok());
+  }
+  CHECK(api.heuristic_calls == 1);
+  LtAlgoKey aligned = key;
+  aligned.align = lt_alignment(buf, buf, buf);
+  {
+    LtGemm<FakeLt> g;
+    REQUIRE(
+        lt_plan_gemm(api, cache, aligned, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available)
+            .ok());
+  }
+  CHECK(api.heuristic_calls == 2);
+  CHECK(cache.size() == 2);
+  CHECK(api.live == 0);
+}
+
+TEST_CASE("cuBLASLt heuristic: 'no FP4 algorithm' is cached and skips the whole setup", "[cuda][seams][lt]") {
+  const LtGemmParams p = lt_fp4_gemm_params(32, 64, 128);
+  FakeLt api;
+  api.heuristic_found = 0;  // sm_80 / sm_90: no block-scaled FP4 GEMM
+  LtAlgoCache<FakeLt::Algo> cache;
+  LtAlgoKey key;
+  key.m = p.m;
+  key.n = p.n;
+  key.k = p.k;
+  FakeLt::Algo algo;
+  bool available = true;
+  {
+    LtGemm<FakeLt> g;
+    REQUIRE(lt_plan_gemm(api, cache, key, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available)
+                .ok());
+  }
+  CHECK_FALSE(available);
+  const int calls_first = api.calls;
+  CHECK(calls_first > 0);
+  for (int i = 0; i < 3; ++i) {
+    LtGemm<FakeLt> g;
+    available = true;
+    REQUIRE(lt_plan_gemm(api, cache, key, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available)
+                .ok());
+    CHECK_FALSE(available);
+    CHECK_FALSE(g.desc);  // nothing built
+  }
+  CHECK(api.calls == calls_first);  // not one cuBLASLt call after the first answer
+  CHECK(api.created == api.destroyed);
+  // A failing setup call is not an answer: nothing cached, asked again next time.
+  FakeLt flaky;
+  flaky.fail_at = 0;
+  LtAlgoCache<FakeLt::Algo> c2;
+  {
+    LtGemm<FakeLt> g;
+    CHECK_FALSE(
+        lt_plan_gemm(flaky, c2, key, p, LtElem::kFp4E2M1, nullptr, nullptr, 1024, g, &algo, &available).ok());
+  }
+  CHECK(c2.size() == 0);
+}
+
+// ---------------------------------------------------------------------------
+// cuBLASLt workspaces per stream (src/plugin/workspace_pool.h).
+// ---------------------------------------------------------------------------
+namespace {
+
+struct FakeWs {
+  using Stream = int;  // stream number
+  using Event = int;   // 0: none
+  int allocs = 0, frees = 0, events = 0, events_destroyed = 0;
+  std::vector<std::pair<int, int>> records;  // (event, stream)
+  std::vector<std::pair<int, int>> waits;    // (stream, event)
+  std::vector<std::unique_ptr<char[]>> blocks;
+  int32_t alloc(size_t, void** p) {
+    blocks.emplace_back(new char[1]);
+    *p = blocks.back().get();
+    ++allocs;
+    return Q4_OK;
+  }
+  void free(void*) { ++frees; }
+  int32_t event_create(Event* e) {
+    *e = ++events;
+    return Q4_OK;
+  }
+  void event_destroy(Event) { ++events_destroyed; }
+  int32_t record(Event e, Stream s) {
+    records.emplace_back(e, s);
+    return Q4_OK;
+  }
+  int32_t wait(Stream s, Event e) {
+    waits.emplace_back(s, e);
+    return Q4_OK;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuBLASLt workspaces: one per stream, never shared by concurrent streams",
+          "[cuda][seams][workspace]") {
+  FakeWs b;
+  WorkspacePool<FakeWs> pool(32 << 20, 2);
+  size_t s1 = 0, s2 = 0, s1b = 0;
+  void *p1 = nullptr, *p2 = nullptr, *p1b = nullptr;
+  // Two streams in flight at once (two host threads): distinct workspaces.
+  REQUIRE(pool.acquire(b, 101, 1, &s1, &p1) == Q4_OK);
+  REQUIRE(pool.acquire(b, 202, 2, &s2, &p2) == Q4_OK);
+  CHECK(p1 != p2);
+  // The same stream again (ordered by the stream): its own workspace back.
+  REQUIRE(pool.acquire(b, 101, 1, &s1b, &p1b) == Q4_OK);
+  CHECK(p1b == p1);
+  pool.release(b, s1b, 1);
+  pool.release(b, s1, 1);
+  pool.release(b, s2, 2);
+  CHECK(b.allocs == 2);
+  CHECK(b.records.size() == 3);
+  // A third stream over the cap takes the least recently used free one, but
+  // only after waiting (on the GPU) for that workspace's last use.
+  size_t s3 = 0;
+  void* p3 = nullptr;
+  REQUIRE(pool.acquire(b, 303, 3, &s3, &p3) == Q4_OK);
+  CHECK(p3 == p2);  // stream 202 was acquired least recently (101 twice, later)
+  REQUIRE(b.waits.size() == 1);
+  CHECK(b.waits[0].first == 3);
+  CHECK(b.waits[0].second == 2);  // the event of workspace 2, recorded on stream 2
+  // While it is held, a fourth stream cannot take it nor stream 202's held
+  // one: a new workspace beyond the cap.
+  size_t s4 = 0, s5 = 0;
+  void *p4 = nullptr, *p5 = nullptr;
+  REQUIRE(pool.acquire(b, 202, 2, &s4, &p4) == Q4_OK);
+  REQUIRE(pool.acquire(b, 404, 4, &s5, &p5) == Q4_OK);
+  CHECK(p5 != p3);
+  CHECK(p5 != p4);
+  CHECK(b.allocs == 3);
+  pool.release(b, s3, 3);
+  pool.release(b, s4, 2);
+  pool.release(b, s5, 4);
+  pool.clear(b);
+  CHECK(b.frees == 3);
+  CHECK(b.events_destroyed == 3);
+  CHECK(pool.size() == 0);
+}
+
+TEST_CASE("dequantize-then-GEMM works in bounded column tiles", "[cuda][seams]") {
+  // 28672 x 8192 (a Llama-70B MLP layer): 940 MB of fp32 if done at once.
+  const int64_t n = 28672, k = 8192;
+  const int64_t rows = dequant_tile_rows(n, k, kDequantScratchBytes);
+  CHECK(rows * k * 4 <= kDequantScratchBytes);
+  CHECK(rows == 2048);
+  CHECK((n + rows - 1) / rows == 14);
+  CHECK(dequant_tile_rows(100, 64, kDequantScratchBytes) == 100);  // small layers: one tile
+  CHECK(dequant_tile_rows(10, int64_t{1} << 30, 1024) == 1);       // at least one row
+  CHECK(dequant_tile_rows(1000, 1024, 40 * 1024 * 4) % 16 == 0);   // 40 rows fit, 32 used
+  CHECK(dequant_tile_rows(1000, 1024, 40 * 1024 * 4) == 32);
+}
+
+TEST_CASE("FP4 GEMM is not attempted below compute capability 10", "[cuda][seams]") {
+  CHECK_FALSE(lt_fp4_device_possible(8));  // A100, RTX 30xx
+  CHECK_FALSE(lt_fp4_device_possible(9));  // H100
+  CHECK(lt_fp4_device_possible(10));       // B200
+  CHECK(lt_fp4_device_possible(12));       // RTX 50xx, GB10
+}
+
+TEST_CASE("CUDA fp16/bf16 outputs write the CPU codec's NaN patterns, not 0x7fff", "[cuda][seams]") {
+  for (const uint32_t bits : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, 0x7fffffffu}) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    CAPTURE(bits);
+    CHECK(out_f16_bits(v) == q4::fmt::f32_to_f16(v));
+    CHECK(out_bf16_bits(v) == q4::fmt::f32_to_bf16(v));
+    CHECK(out_f16_bits(v) != 0x7fff);  // what __float2half_rn writes for every NaN
+    CHECK((out_bf16_bits(v) != 0x7fff || q4::fmt::f32_to_bf16(v) == 0x7fff));
+  }
+  CHECK(out_f16_bits(1.0f) == 0x3c00);
+  CHECK(out_bf16_bits(-2.0f) == 0xc000);
 }

@@ -150,6 +150,42 @@ int main() {
     for (int64_t i = 0; i < mm * n; ++i)
       worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
     check(worst < 1e-3, "GPU scaled_mm within 1e-3 of the CPU (worst " + std::to_string(worst) + ")");
+
+    // Concurrent scaled_mm on two streams (each thread's per-thread default
+    // stream, the same handle value cudaStreamPerThread = 0x2 for both):
+    // each stream gets its own cuBLASLt workspace, so the results match a
+    // single call exactly.
+    std::vector<float> y_ref(yg, yg + mm * n);
+    auto same = [&](const float* y) {  // a shared workspace would corrupt whole tiles
+      for (size_t i = 0; i < y_ref.size(); ++i)
+        if (std::fabs(y[i] - y_ref[i]) > 1e-5f * (1 + std::fabs(y_ref[i]))) return false;
+      return true;
+    };
+    int bad = 0;
+    std::mutex mu;
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 2; ++i) {
+      ts.emplace_back([&] {
+        Q4_op_options o{};
+        o.struct_size = sizeof o;
+        Q4_op_options_init(&o);
+        o.stream = reinterpret_cast<void*>(uintptr_t{2});  // cudaStreamPerThread
+        Managed out(hy0);
+        for (int it = 0; it < 8; ++it) {
+          const bool ok = NVFP4_scaled_mm(daq.t(), das.t(), dwq.t(), dws.t(), Q4_SCALE_LINEAR, alpha, nullptr,
+                                          out.t(), &o) == Q4_OK &&
+                          Q4_cuda_synchronize(0, o.stream) == Q4_OK &&
+                          same(reinterpret_cast<const float*>(out.bytes()));
+          if (!ok) {
+            std::lock_guard<std::mutex> lock(mu);
+            ++bad;
+          }
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    check(bad == 0, "concurrent scaled_mm on two streams matches the single call");
+    check(NVFP4_empty_cache() == Q4_OK, "empty_cache after use");
   }
 
   // NF4 on the GPU: quantize bit-identical, dequantize and linear vs the CPU.
@@ -188,6 +224,39 @@ int main() {
     for (int64_t i = 0; i < m * n; ++i)
       worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
     check(worst < 1e-4, "GPU NF4 linear within 1e-4 of the CPU");
+  }
+
+  // NF4, odd element count: the spare low nibble codes 0.0 (7), as bitsandbytes.
+  {
+    float v[3] = {0.75f, -0.3f, 0.2f};
+    uint8_t q0[2] = {0, 0};
+    float a0[1] = {0.0f};
+    int64_t vs[1] = {3}, q2s[1] = {2}, a1s[1] = {1};
+    Managed dv(host(v, vs, 1, f32)), dq(host(q0, q2s, 1, u8)), da(host(a0, a1s, 1, f32));
+    check(NF4_quantize(dv.t(), dq.t(), da.t(), 64, nullptr) == Q4_OK, "GPU NF4 quantize, odd count");
+    Q4_cuda_synchronize(0, nullptr);
+    check(dq.bytes()[0] == 0xf3 && dq.bytes()[1] == 0xa7, "NF4 [0.75, -0.3, 0.2] -> f3 a7");
+  }
+
+  // Non-finite inputs: the first bad flat index is reported (block reductions).
+  {
+    std::vector<float> bad_x(rows * k, 1.0f);
+    bad_x[rows * k - 5] = NAN;
+    bad_x[77777] = INFINITY;
+    bad_x[123457] = NAN;
+    DLTensor hb = host(bad_x.data(), xs, 2, f32);
+    std::vector<uint8_t> bq(rows * k / 2), bsc(rows * k / 16), bq4(rows * k / 2);
+    std::vector<float> bam(rows * k / 64);
+    int64_t b4s[1] = {rows * k / 2}, bas[1] = {rows * k / 64};
+    Managed db(hb), dbq(host(bq.data(), qs, 2, u8)), dbs(host(bsc.data(), ss, 2, u8)),
+        dbq4(host(bq4.data(), b4s, 1, u8)), dba(host(bam.data(), bas, 1, f32));
+    check(NVFP4_quantize(db.t(), dbq.t(), dbs.t(), Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr) ==
+                  Q4_ERR_NON_FINITE &&
+              std::string(Q4_last_error()).find("77777") != std::string::npos,
+          "GPU NVFP4 quantize reports the first non-finite index");
+    check(NF4_quantize(db.t(), dbq4.t(), dba.t(), 64, nullptr) == Q4_ERR_NON_FINITE &&
+              std::string(Q4_last_error()).find("77777") != std::string::npos,
+          "GPU NF4 quantize reports the first non-finite index");
   }
 
   // Managed memory: an already-managed input comes back as a view.

@@ -1,14 +1,34 @@
-// Every CPU kernel variant available on this machine (forced through the ISA
-// cap) against fp64 oracles and against the scalar table: odd shapes, every
-// activation dtype, thread-count invariance. Exact mode's documented bound:
+// Every CPU kernel variant available on this machine: through the public
+// entry points (forced by the ISA cap) against fp64 oracles and the scalar
+// table, and table by table, entry by entry, against the scalar reference
+// of src/kernels/ref/ (second half of this file). Exact mode's documented bound:
 //   |y - y_ref| <= (K + 16) * 2^-24 * sum_k |x_k * w_k|   (+ output rounding)
 // where y_ref is the fp64 product of the same (dequantized) operands.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <new>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "formats/codec.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_table.h"
+#include "kernels/portable.h"
+#include "kernels/ref/ref_ops.h"
+#include "nvfp4/session.h"
 #include "test_util.h"
 
 using t::Tensor;
@@ -213,6 +233,70 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
   }
 }
 
+TEST_CASE("fp16/bf16 activations in the GEMV path: same result as their fp32 values", "[kernels]") {
+  // The GEMV kernels convert fp16/bf16 in registers; the products must be
+  // bit-identical to those of the fp32 values of the same activations, on
+  // every ISA table (and the panel GEMM, M > 8, as well).
+  for (int64_t k : {64, 272, 4096}) {
+    const int64_t n = 37;
+    Tensor w = t::random_float({n, k}, t::f32(), 11);
+    Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+    float g = 0;
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+    Tensor nq({n * k / 2}, t::u8()), na({(n * k + 63) / 64}, t::f32());
+    Tensor wflat = t::random_float({n * k}, t::f32(), 12);
+    REQUIRE(NF4_quantize(wflat.t(), nq.t(), na.t(), 64, nullptr) == Q4_OK);
+    for (DLDataType dt : {t::f16(), t::bf16()}) {
+      for (int64_t m : {1, 3, 8, 9}) {
+        Tensor xh = t::random_float({m, k}, dt, static_cast<uint32_t>(m + k));
+        Tensor xf({m, k}, t::f32());
+        for (int64_t i = 0; i < m * k; ++i) xf.set(i, xh.get(i));
+        for (int32_t isa : available_isas()) {
+          IsaGuard guard(isa);
+          Q4_op_options o{};
+          Q4_op_options_init(&o);
+          INFO("k=" << k << " m=" << m << " bf16=" << (dt.code == kDLBfloat) << " isa=" << isa);
+          Tensor y1({m, n}, t::f32()), y2({m, n}, t::f32());
+          REQUIRE(NVFP4_linear(xh.t(), wq.t(), ws.t(), 0, g, nullptr, y1.t(), &o) == Q4_OK);
+          REQUIRE(NVFP4_linear(xf.t(), wq.t(), ws.t(), 0, g, nullptr, y2.t(), &o) == Q4_OK);
+          CHECK(same_bytes(y1, y2));
+          NF4_state st{};
+          st.struct_size = sizeof st;
+          st.blocksize = 64;
+          st.absmax = na.t();
+          REQUIRE(NF4_scaled_mm(xh.t(), nq.t(), &st, nullptr, y1.t(), &o) == Q4_OK);
+          REQUIRE(NF4_scaled_mm(xf.t(), nq.t(), &st, nullptr, y2.t(), &o) == Q4_OK);
+          CHECK(same_bytes(y1, y2));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and nothing is written",
+          "[kernels]") {
+  const int64_t rows = 64, k = 512;
+  for (float given : {0.0f, 1e-3f}) {
+    for (int64_t bad : {int64_t{0}, int64_t{5000}, rows * k - 1}) {
+      Tensor x = t::random_float({rows, k}, t::f32(), 21);
+      x.set(bad, std::numeric_limits<float>::quiet_NaN());
+      x.set(std::min(rows * k - 1, bad + 20000), std::numeric_limits<float>::infinity());
+      Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
+      q.fill(0x3c);
+      s.fill(0x5a);
+      const std::vector<uint8_t> q0 = q.snapshot(), s0 = s.snapshot();
+      Q4_op_options o{};
+      Q4_op_options_init(&o);
+      o.num_threads = 2;
+      INFO("given=" << given << " bad=" << bad);
+      CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), 0, given, nullptr, &o) == Q4_ERR_NON_FINITE);
+      CHECK(std::string(Q4_last_error()).find("flat index " + std::to_string(bad)) != std::string::npos);
+      CHECK(q.snapshot() == q0);
+      CHECK(s.snapshot() == s0);
+    }
+  }
+}
+
 TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
   const int64_t n = 70, k = 320;
   Tensor w = t::random_float({n, k}, t::f32(), 5);
@@ -323,4 +407,598 @@ TEST_CASE("fast mode: a NaN activation gives NaN outputs, never undefined behavi
   Tensor y({2, n}, t::f32());
   REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &fast) == Q4_OK);
   for (int64_t i = 0; i < 2 * n; ++i) CHECK(std::isnan(y.get(i)));
+}
+
+// ---------------------------------------------------------------------------
+// Every entry of every kernel table this CPU runs, called directly (forced
+// through kern::table_for) and compared with the scalar reference of
+// src/kernels/ref/: bit-exact for quantize, dequantize, panels and amax;
+// within the exact-mode bound for the products.
+// ---------------------------------------------------------------------------
+namespace {
+
+namespace kern = q4::kern;
+namespace ref = q4::ref;
+
+enum Kind : int {
+  kNvfp4Gemv,
+  kNf4Gemv,
+  kNvfp4Panel,
+  kNf4Panel,
+  kF32Panel,
+  kGemmMicro,
+  kQuantize,
+  kDequantize,
+  kAmax,
+  kKinds
+};
+const char* const kKindName[kKinds] = {"nvfp4_gemv",     "nf4_gemv",         "nvfp4_panel",
+                                       "nf4_panel",      "f32_panel",        "gemm_micro",
+                                       "nvfp4_quantize", "nvfp4_dequantize", "amax"};
+
+// (isa, kind) pairs whose comparison ran.
+using Coverage = std::set<std::pair<int32_t, int>>;
+
+// Kernel tables compiled into this build, split by whether this CPU runs them.
+std::vector<int32_t> compiled_tables(bool runnable) {
+  std::vector<int32_t> out;
+  for (int32_t isa : q4::kIsaPreference) {
+    if (q4::isa_compiled(isa) && q4::cpu_has_isa(q4::cpu_info(), isa) == runnable) out.push_back(isa);
+  }
+  return out;
+}
+
+std::vector<float> randoms(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(gen);
+  return v;
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+// 64-byte aligned floats (panels are read with aligned vector loads).
+std::unique_ptr<float[], AlignedFree> aligned_floats(size_t n, float fill) {
+  std::unique_ptr<float[], AlignedFree> p(
+      static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64))));
+  std::fill(p.get(), p.get() + n, fill);
+  return p;
+}
+
+bool same_floats(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// An NVFP4 weight [n, k] quantized by the reference.
+struct NvMatrix {
+  std::vector<uint8_t> q, s;
+  kern::NvWeights w;
+  NvMatrix(int64_t n, int64_t k, uint32_t seed)
+      : q(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * k / 16)) {
+    const std::vector<float> x = randoms(static_cast<size_t>(n * k), seed, 3.0f);
+    const float g = ref::amax(x.data(), n * k) / (6.0f * 448.0f);
+    ref::nvfp4_quantize(x.data(), n, k, g, q.data(), s.data());
+    w = kern::NvWeights{q.data(), s.data(), g, k};
+  }
+};
+
+// An NF4 weight of n*k elements with random codes and absmax.
+struct Nf4Matrix {
+  std::vector<uint8_t> q;
+  std::vector<float> absmax, lut;
+  kern::Nf4Weights w;
+  Nf4Matrix(int64_t n, int64_t k, int32_t shift, uint32_t seed)
+      : q(static_cast<size_t>((n * k + 1) / 2)), lut(16) {
+    const int64_t bs = int64_t{1} << shift;
+    std::mt19937 gen(seed);
+    for (uint8_t& b : q) b = static_cast<uint8_t>(gen());
+    absmax = randoms(static_cast<size_t>((n * k + bs - 1) / bs), seed + 1, 2.0f);
+    for (float& a : absmax) a = std::fabs(a) + 0.01f;
+    for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+    w = kern::Nf4Weights{q.data(), absmax.data(), lut.data(), k, bs, shift};
+  }
+};
+
+// Checks y[i*ldy + (j - n0)] of a GEMV entry against the reference product.
+template <class Dot>
+size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1,
+                       const float* y, int64_t ldy, Dot&& dot) {
+  size_t bad = 0;
+  for (int32_t i = 0; i < m; ++i) {
+    for (int64_t j = n0; j < n1; ++j) {
+      const ref::Dot d = dot(x + i * ldx, j);
+      if (std::fabs(y[i * ldy + (j - n0)] - d.value) > ref::product_bound(k, d.magnitude)) ++bad;
+    }
+  }
+  return bad;
+}
+
+void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
+  for (int64_t k : {16, 32, 48, 272, 528}) {
+    const int64_t n = 19, n0 = 3, n1 = n;
+    NvMatrix mat(n, k, static_cast<uint32_t>(k));
+    for (int32_t m = 1; m <= kern::kGemvMaxRows; ++m) {
+      INFO(kKindName[kNvfp4Gemv] << " k=" << k << " m=" << m);
+      const int64_t ldx = k + 5, ldy = n1 - n0 + 2;
+      const std::vector<float> x = randoms(static_cast<size_t>(m * ldx), static_cast<uint32_t>(m + k));
+      std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
+      t.nvfp4_gemv(x.data(), ldx, m, mat.w, n0, n1, y.data(), ldy);
+      CHECK(gemv_violations(x.data(), ldx, m, k, n0, n1, y.data(), ldy,
+                            [&](const float* xi, int64_t j) { return ref::nvfp4_dot(xi, mat.w, j); }) == 0);
+      CHECK(y[static_cast<size_t>(ldy - 1)] == -7.0f);  // columns past n1 - n0 untouched
+    }
+  }
+  cov.insert({t.isa, kNvfp4Gemv});
+}
+
+void check_nf4_gemv(const kern::KernelTable& t, Coverage& cov) {
+  for (int64_t k : {32, 40, 64, 96, 544}) {
+    for (int32_t shift : {5, 6, 8}) {
+      const int64_t n = 13, n0 = 2, n1 = 11;
+      Nf4Matrix mat(n, k, shift, static_cast<uint32_t>(k + shift));
+      for (int32_t m : {1, 2, 3, 5, 8}) {
+        INFO(kKindName[kNf4Gemv] << " k=" << k << " blocksize=" << (1 << shift) << " m=" << m);
+        const int64_t ldx = k + 3, ldy = n1 - n0;
+        const std::vector<float> x = randoms(static_cast<size_t>(m * ldx), static_cast<uint32_t>(m * 7 + k));
+        std::vector<float> y(static_cast<size_t>(m * ldy));
+        t.nf4_gemv(x.data(), ldx, m, mat.w, n0, n1, y.data(), ldy);
+        CHECK(gemv_violations(x.data(), ldx, m, k, n0, n1, y.data(), ldy,
+                              [&](const float* xi, int64_t j) { return ref::nf4_dot(xi, mat.w, j); }) == 0);
+      }
+    }
+  }
+  cov.insert({t.isa, kNf4Gemv});
+}
+
+// (k0, kc) pairs: aligned to the 16-element blocks and not.
+const std::pair<int64_t, int64_t> kPanelSpans[] = {{0, 256}, {16, 80}, {48, 35}, {3, 17}, {0, 528}};
+
+void check_panels(const kern::KernelTable& t, Coverage& cov) {
+  const int32_t nr = t.panel_nr;
+  const int64_t k = 528, n0 = 5, n = n0 + nr;
+  NvMatrix nv(n, k, 11);
+  Nf4Matrix nf(n, k, 6, 12);
+  const int64_t ldw = k + 3;
+  const std::vector<float> wf = randoms(static_cast<size_t>(n * ldw), 13);
+  for (const auto& [k0, kc] : kPanelSpans) {
+    for (int32_t rows : {nr, nr - 3, 1}) {
+      INFO("panels k0=" << k0 << " kc=" << kc << " rows=" << rows << " nr=" << nr);
+      const size_t size = static_cast<size_t>(kc * nr);
+      auto want = aligned_floats(size, 0.0f), got = aligned_floats(size, std::nanf(""));
+      ref::nvfp4_panel(nv.w, n0, rows, k0, kc, want.get(), nr);
+      t.nvfp4_panel(nv.w, n0, rows, k0, kc, got.get());
+      CHECK(same_floats(want.get(), got.get(), size));
+      got = aligned_floats(size, std::nanf(""));
+      ref::nf4_panel(nf.w, n0, rows, k0, kc, want.get(), nr);
+      t.nf4_panel(nf.w, n0, rows, k0, kc, got.get());
+      CHECK(same_floats(want.get(), got.get(), size));
+      got = aligned_floats(size, std::nanf(""));
+      ref::f32_panel(wf.data(), ldw, n0, rows, k0, kc, want.get(), nr);
+      t.f32_panel(wf.data(), ldw, n0, rows, k0, kc, got.get());
+      CHECK(same_floats(want.get(), got.get(), size));
+    }
+  }
+  cov.insert({t.isa, kNvfp4Panel});
+  cov.insert({t.isa, kNf4Panel});
+  cov.insert({t.isa, kF32Panel});
+}
+
+void check_gemm_micro(const kern::KernelTable& t, Coverage& cov) {
+  const int32_t nr = t.panel_nr;
+  for (int64_t kc : {1, 17, 256}) {
+    auto panel = aligned_floats(static_cast<size_t>(kc * nr), 0.0f);
+    const std::vector<float> pv = randoms(static_cast<size_t>(kc * nr), static_cast<uint32_t>(kc));
+    std::copy(pv.begin(), pv.end(), panel.get());
+    for (int32_t mr = 1; mr <= t.micro_mr; ++mr) {
+      for (int32_t nused : {nr, nr - 1, 1}) {
+        for (bool accumulate : {false, true}) {
+          INFO(kKindName[kGemmMicro] << " kc=" << kc << " mr=" << mr << " nr=" << nused
+                                     << " acc=" << accumulate);
+          const int64_t ldx = kc + 3, ldy = nr + 4;
+          const std::vector<float> x =
+              randoms(static_cast<size_t>((mr + 1) * ldx), static_cast<uint32_t>(mr));
+          const std::vector<float> y0 = randoms(static_cast<size_t>((mr + 1) * ldy), 77);
+          std::vector<float> y = y0;
+          t.gemm_micro(x.data(), ldx, mr, panel.get(), kc, y.data(), ldy, nused, accumulate);
+          size_t bad = 0, touched = 0;
+          for (int32_t i = 0; i <= mr; ++i) {
+            for (int64_t r = 0; r < ldy; ++r) {
+              const size_t at = static_cast<size_t>(i * ldy + r);
+              if (i == mr || r >= nused) {
+                touched += y[at] != y0[at];
+                continue;
+              }
+              ref::Dot d = ref::panel_dot(x.data() + i * ldx, panel.get(), kc, nr, static_cast<int32_t>(r));
+              double bound = ref::product_bound(kc, d.magnitude);
+              if (accumulate) {
+                d.value += y0[at];
+                bound += std::ldexp(1.0, -24) * (std::fabs(d.value) + std::fabs(y0[at]));
+              }
+              bad += std::fabs(y[at] - d.value) > bound;
+            }
+          }
+          CHECK(bad == 0);
+          CHECK(touched == 0);
+        }
+      }
+    }
+  }
+  cov.insert({t.isa, kGemmMicro});
+}
+
+// (rows, k): several groups of 16 blocks plus a tail, a tail only, a whole group.
+const std::pair<int64_t, int64_t> kQuantShapes[] = {{37, 272}, {3, 16}, {1, 512}};
+
+void check_quantize_dequantize(const kern::KernelTable& t, Coverage& cov) {
+  for (const auto& [rows, k] : kQuantShapes) {
+    std::vector<float> x = randoms(static_cast<size_t>(rows * k), static_cast<uint32_t>(rows * k), 5.0f);
+    for (int64_t i = 0; i < 16 && i < rows * k; ++i) x[static_cast<size_t>(i)] = 0.0f;  // zero block
+    if (rows * k > 48) {
+      x[20] = 1e-30f;  // underflowing scale
+      x[40] = 0.25f;   // ties
+      x[41] = -0.75f;
+    }
+    for (float g : {ref::amax(x.data(), rows * k) / (6.0f * 448.0f), 3e-3f, 1e-12f}) {
+      INFO("quantize rows=" << rows << " k=" << k << " g=" << g);
+      const size_t nq = static_cast<size_t>(rows * k / 2), ns = static_cast<size_t>(rows * k / 16);
+      std::vector<uint8_t> q_ref(nq), s_ref(ns), q(nq, 0xee), s(ns, 0xee);
+      ref::nvfp4_quantize(x.data(), rows, k, g, q_ref.data(), s_ref.data());
+      t.nvfp4_quantize(x.data(), rows, k, g, q.data(), s.data());
+      CHECK(q == q_ref);
+      CHECK(s == s_ref);
+      // Dequantize the reference codes, plus subnormal and zero scales.
+      s_ref[0] = 0;
+      if (ns > 1) s_ref[1] = 1;
+      std::vector<float> d_ref(static_cast<size_t>(rows * k)), d(static_cast<size_t>(rows * k), -1.0f);
+      ref::nvfp4_dequantize(q_ref.data(), s_ref.data(), g, rows, k, d_ref.data());
+      t.nvfp4_dequantize(q_ref.data(), s_ref.data(), g, rows, k, d.data());
+      CHECK(same_floats(d.data(), d_ref.data(), d.size()));
+    }
+  }
+  cov.insert({t.isa, kQuantize});
+  cov.insert({t.isa, kDequantize});
+}
+
+void check_amax(const kern::KernelTable& t, Coverage& cov) {
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 31, 32, 33, 1000}) {
+    std::vector<float> x = randoms(static_cast<size_t>(n) + 1, static_cast<uint32_t>(n), 4.0f);
+    if (n > 2) x[static_cast<size_t>(n / 2)] = -9.5f;
+    x[static_cast<size_t>(n)] = 100.0f;  // past the end: never read
+    INFO("amax n=" << n);
+    CHECK(t.amax(x.data(), n) == ref::amax(x.data(), n));
+    // absmax_bits: the bits of the same amax on finite input, and
+    // >= 0x7f800000 as soon as one element is NaN or Inf.
+    const float a = ref::amax(x.data(), n);
+    uint32_t abits;
+    std::memcpy(&abits, &a, 4);
+    CHECK(t.absmax_bits(x.data(), n) == abits);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        if (n == 0) continue;
+        std::vector<float> xb = x;
+        xb[static_cast<size_t>(at)] = bad;
+        CHECK(t.absmax_bits(xb.data(), n) >= 0x7f800000u);
+      }
+    }
+  }
+  cov.insert({t.isa, kAmax});
+}
+
+void check_table(const kern::KernelTable& t, Coverage& cov) {
+  check_nvfp4_gemv(t, cov);
+  check_nf4_gemv(t, cov);
+  check_panels(t, cov);
+  check_gemm_micro(t, cov);
+  check_quantize_dequantize(t, cov);
+  check_amax(t, cov);
+}
+
+void warn_skipped_tables() {
+  const std::vector<int32_t> skipped = compiled_tables(false);
+  for (int32_t isa : skipped)
+    WARN("SKIPPED kernel table " << q4::isa_name(isa) << ": this CPU cannot run it");
+  if (!skipped.empty()) WARN("SKIPPED: " << skipped.size() << " kernel table(s) not compared on this CPU");
+}
+
+}  // namespace
+
+TEST_CASE("kernel tables: every entry of every table this CPU runs matches the scalar reference",
+          "[kernels][tables]") {
+  warn_skipped_tables();
+  Coverage cov;
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& t = kern::table_for(isa);
+    INFO("table " << q4::isa_name(isa));
+    REQUIRE(t.isa == isa);
+    check_table(t, cov);
+  }
+}
+
+TEST_CASE("kernel tables: every (table, entry) pair runnable here was compared with the reference",
+          "[kernels][tables]") {
+  // The comparisons run again here (ctest runs each test case in its own
+  // process) and record what they compared.
+  Coverage cov;
+  const std::vector<int32_t> runnable = compiled_tables(true);
+  for (int32_t isa : runnable) check_table(kern::table_for(isa), cov);
+  Coverage expected;
+  for (int32_t isa : runnable) {
+    for (int kind = 0; kind < kKinds; ++kind) expected.insert({isa, kind});
+  }
+  CHECK(cov == expected);
+  // The SIMD tables are compiled in, so a SIMD table is among them whenever
+  // the CPU runs it; report which entries are the ISA's own kernels (not the
+  // portable fill-in the scalar table also uses).
+#if defined(__x86_64__)
+  CHECK(q4::isa_compiled(Q4_ISA_AVX2));
+  CHECK(q4::isa_compiled(Q4_ISA_AVX512));
+#elif defined(__aarch64__)
+  CHECK(q4::isa_compiled(Q4_ISA_NEON));
+#endif
+  size_t simd_tables = 0;
+  const kern::KernelTable& s = kern::scalar_table();
+  for (int32_t isa : runnable) {
+    if (isa == Q4_ISA_SCALAR) continue;
+    ++simd_tables;
+    const kern::KernelTable& t = kern::table_for(isa);
+    std::string own;
+    const bool distinct[kKinds] = {t.nvfp4_gemv != s.nvfp4_gemv,
+                                   t.nf4_gemv != s.nf4_gemv,
+                                   t.nvfp4_panel != s.nvfp4_panel,
+                                   t.nf4_panel != s.nf4_panel,
+                                   t.f32_panel != s.f32_panel,
+                                   t.gemm_micro != s.gemm_micro,
+                                   t.nvfp4_quantize != s.nvfp4_quantize,
+                                   t.nvfp4_dequantize != s.nvfp4_dequantize,
+                                   t.amax != s.amax};
+    for (int kind = 0; kind < kKinds; ++kind) {
+      if (distinct[kind]) own += std::string(own.empty() ? "" : ", ") + kKindName[kind];
+    }
+    WARN("table " << q4::isa_name(isa) << " compared; entries other than the scalar table's: " << own);
+    CHECK(!own.empty());
+  }
+  if (simd_tables == 0) WARN("no SIMD kernel table runnable here: only the scalar table was compared");
+}
+
+TEST_CASE("kernel tables compiled in that this CPU cannot run", "[.][isa-skipped]") {
+  const std::vector<int32_t> skipped = compiled_tables(false);
+  for (int32_t isa : skipped) std::cout << "SKIPPED kernel table " << q4::isa_name(isa) << "\n";
+  std::cout << "SKIPPED: " << skipped.size() << " kernel table(s) this CPU cannot run\n";
+  SUCCEED();
+}
+
+TEST_CASE("NF4 quantize of an odd count writes code 7 in the spare nibble, as bitsandbytes does",
+          "[kernels][nf4]") {
+  const float x[3] = {0.75f, -0.3f, 0.2f};
+  uint8_t q[2] = {0xff, 0xff};
+  float absmax = 0;
+  kern::nf4_quantize(kern::FloatPtr{x, kern::FType::F32}, 3, 64, q, &absmax);
+  CHECK(q[0] == 0xf3);
+  CHECK(q[1] == 0xa7);
+  CHECK(absmax == 0.75f);
+  // The same through the public entry point.
+  Tensor xt({3}, t::f32()), qt({2}, t::u8()), at({1}, t::f32());
+  for (int i = 0; i < 3; ++i) xt.set(i, x[i]);
+  REQUIRE(NF4_quantize(xt.t(), qt.t(), at.t(), 64, nullptr) == Q4_OK);
+  CHECK(qt.data()[0] == 0xf3);
+  CHECK(qt.data()[1] == 0xa7);
+}
+
+// ---------------------------------------------------------------------------
+// Integer paths (W4A4 NVFP4_scaled_mm, fast math mode): every table this CPU
+// runs gives results BIT-IDENTICAL to the scalar reference's fixed fp32
+// order (q4::ref::i8_product), for every thread count.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// Random NVFP4 [rows, k]: random codes, finite E4M3 scales within +-[2^-9, 448].
+// normal_only: no zero / subnormal scale codes (the kernels' fast decode path).
+void random_nvfp4(int64_t rows, int64_t k, uint32_t seed, std::vector<uint8_t>& q, std::vector<uint8_t>& s,
+                  bool normal_only = false) {
+  std::mt19937 gen(seed);
+  q.resize(static_cast<size_t>(rows * k / 2));
+  s.resize(static_cast<size_t>(rows * k / 16));
+  for (auto& b : q) b = static_cast<uint8_t>(gen() & 0xffu);
+  for (auto& b : s) {
+    uint8_t c = static_cast<uint8_t>(gen() & 0xffu);
+    if ((c & 0x7f) == 0x7f) c = 0x38;  // no NaN codes
+    if (normal_only && (c & 0x78) == 0) c = static_cast<uint8_t>(c | 0x40);
+    b = c;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the reference on every table",
+          "[kernels][int8]") {
+  const std::vector<int32_t> runnable = compiled_tables(true);
+  for (int32_t isa : compiled_tables(false))
+    WARN("SKIPPED integer kernels of " << q4::isa_name(isa) << ": this CPU cannot run them");
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 1, 16},
+                          {1, 37, 48},
+                          {3, 16, 272},
+                          {8, 33, 1040},
+                          {9, 17, 2064},
+                          {5, 64, 4096},
+                          {130, 21, 160},
+                          {17, 50, 1024},
+                          // m <= 4, k % 128 == 0: the direct GEMV entries where a table has them
+                          {1, 37, 1024},
+                          {2, 16, 128},
+                          {3, 100, 2048},
+                          {4, 50, 384},
+                          {1, 1, 256}};
+  int native = 0;
+  for (int32_t isa : runnable) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    if (!kt.i8_native) {
+      WARN("table " << q4::isa_name(isa)
+                    << " has no integer kernels of its own (fast mode falls back to exact)");
+    } else {
+      ++native;
+    }
+    for (const Shape& sh : shapes) {
+      for (bool normal_only : {false, true}) {
+        const int64_t m = sh.m, n = sh.n, k = sh.k;
+        INFO("isa " << q4::isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " normal scales only "
+                    << normal_only);
+        std::vector<uint8_t> wq, ws, aq, as;
+        random_nvfp4(n, k, static_cast<uint32_t>(7 * n + k), wq, ws, normal_only);
+        random_nvfp4(m, k, static_cast<uint32_t>(11 * m + k), aq, as);
+        const float g = 0.375f;
+        const kern::NvWeights w{wq.data(), ws.data(), g, k};
+        std::vector<int8_t> xq(static_cast<size_t>(m * k));
+        std::vector<float> xs(static_cast<size_t>(m * k / 16));
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+
+        // W4A4.
+        ref::i8_from_nvfp4(aq.data(), as.data(), m, k, xq.data(), xs.data());
+        ref::i8_product(xq.data(), xs.data(), m, w, n, 0.25f * g, want.data());
+        for (int32_t threads : {1, 2, 3}) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, w, n, got.data(), threads);
+          INFO("W4A4, threads " << threads);
+          CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+        }
+        // Fast mode (int8 activations), with wide-range activations.
+        std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + 3 * k), 4.0f);
+        for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-3f;
+        if (k >= 32) std::fill(x.begin() + 16, x.begin() + 32, 0.0f);  // an all-zero block
+        ref::i8_quantize(x.data(), m, k, xq.data(), xs.data());
+        ref::i8_product(xq.data(), xs.data(), m, w, n, 0.5f * g, want.data());
+        for (int32_t threads : {1, 2, 3}) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          kern::linear_nvfp4_int8(kt, x.data(), m, w, n, got.data(), threads);
+          INFO("fast, threads " << threads);
+          CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+        }
+      }
+    }
+  }
+  CHECK(native >= 1);  // the scalar table at least
+}
+
+TEST_CASE("integer kernels: the W4A4 integer result equals the exact fp32 path within its bound",
+          "[kernels][int8]") {
+  // The integer block sums are exact; only the fp32 accumulation over K/16
+  // blocks rounds: |y - y_exact| <= (K/16 + 2) 2^-24 sum|a w|.
+  const int64_t m = 6, n = 40, k = 528;
+  std::vector<uint8_t> wq, ws, aq, as;
+  random_nvfp4(n, k, 5, wq, ws);
+  random_nvfp4(m, k, 6, aq, as);
+  const kern::NvWeights w{wq.data(), ws.data(), 1.0f, k};
+  std::vector<float> y(static_cast<size_t>(m * n));
+  kern::scaled_mm_w4a4_int8(kern::table_for(Q4_ISA_SCALAR), aq.data(), as.data(), m, w, n, y.data(), 1);
+  const kern::NvWeights a{aq.data(), as.data(), 1.0f, k};
+  size_t bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p = static_cast<double>(ref::nvfp4_weight(a, i, kk)) * ref::nvfp4_weight(w, j, kk);
+        exact += p;
+        mag += std::fabs(p);
+      }
+      if (std::fabs(y[static_cast<size_t>(i * n + j)] - exact) >
+          (k / 16 + 2) * std::ldexp(1.0, -24) * mag + 1e-30)
+        ++bad;
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-identical across ISAs",
+          "[kernels][int8]") {
+  const int64_t m = 12, n = 40, k = 160;
+  Tensor a = t::random_float({m, k}, t::f32(), 61), b = t::random_float({n, k}, t::f32(), 62);
+  Tensor aq({m, k / 2}, t::u8()), as({m, k / 16}, t::u8()), bq({n, k / 2}, t::u8()), bs({n, k / 16}, t::u8());
+  REQUIRE(NVFP4_quantize(a.t(), aq.t(), as.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
+  REQUIRE(NVFP4_quantize(b.t(), bq.t(), bs.t(), 0, 0.25f, nullptr, nullptr) == Q4_OK);
+  Q4_op_options fast{};
+  Q4_op_options_init(&fast);
+  fast.math_mode = Q4_MATH_FAST;
+  Tensor first_mm({m, n}, t::f32()), first_fast({m, n}, t::f32());
+  bool have_first = false;
+  for (int32_t isa : available_isas()) {
+    IsaGuard guard(isa);
+    INFO("isa " << Q4_isa_name(isa));
+    const bool native = kern::table_for(isa).i8_native;
+    Tensor y({m, n}, t::f32()), yf({m, n}, t::f32());
+    REQUIRE(NVFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), 0, 0.125f, nullptr, y.t(), nullptr) == Q4_OK);
+    CHECK(Q4_last_isa_used() == isa);
+    REQUIRE(NVFP4_linear(a.t(), bq.t(), bs.t(), 0, 0.5f, nullptr, yf.t(), &fast) == Q4_OK);
+    CHECK(Q4_last_isa_used() == isa);
+    if (!native) continue;
+    if (!have_first) {
+      first_mm = y;
+      first_fast = yf;
+      have_first = true;
+    } else {
+      CHECK(same_bytes(y, first_mm));
+      CHECK(same_bytes(yf, first_fast));
+    }
+  }
+}
+
+TEST_CASE("linear diagnostics tell which math ran (mathModeUsed, mathFallbackReason)", "[kernels][int8]") {
+  Q4_session_config c{};
+  Q4_session_config_init(&c);
+  c.math_mode = Q4_MATH_FAST;
+  Q4_session* s = nullptr;
+  REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
+  Tensor w = t::random_float({24, 64}, t::f32(), 71);
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+    Q4_weight_bundle bnd{};
+    Q4_weight_bundle_init(&bnd);
+    bnd.format = format;
+    bnd.source = Q4_WEIGHT_FLOAT;
+    bnd.weight = w.t();
+    Q4_linear* l = nullptr;
+    REQUIRE(Q4_linear_create(s, &bnd, &l) == Q4_OK);
+    Q4_linear_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+    size_t needed = 0;
+    Q4_linear_diagnostics(l, nullptr, 0, &needed);
+    std::string j(needed, '\0');
+    REQUIRE(Q4_linear_diagnostics(l, j.data(), j.size(), &needed) == Q4_OK);
+    INFO(j);
+    CHECK(info.math_mode == Q4_MATH_FAST);
+    const bool native = kern::table_for(q4::active_isa()).i8_native;
+    if (format == Q4_FORMAT_NVFP4 && native) {
+      CHECK(j.find("\"mathModeUsed\":\"fast\"") != std::string::npos);
+      CHECK(j.find("\"mathFallbackReason\":\"\"") != std::string::npos);
+    } else {
+      CHECK(j.find("\"mathModeUsed\":\"exact\"") != std::string::npos);
+      CHECK(j.find("\"mathFallbackReason\":\"\"") == std::string::npos);
+    }
+    Q4_linear_destroy(l);
+  }
+  Q4_session_destroy(s);
+}
+
+TEST_CASE("integer roof probe of every runnable table counts its int8 ops", "[kernels][int8]") {
+  for (int32_t isa : compiled_tables(true)) {
+    const double ops = kern::table_for(isa).i8_probe(1000);
+    INFO("isa " << q4::isa_name(isa));
+    CHECK(ops > 0.0);
+    CHECK(std::fmod(ops, 1000.0) == 0.0);
+  }
+}
+
+TEST_CASE("integer roof of each runnable table (prints GOP/s)", "[.][i8-roof]") {
+  for (int32_t isa : compiled_tables(true)) {
+    const auto& kt = kern::table_for(isa);
+    kt.i8_probe(100000);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    const double ops = kt.i8_probe(20000000);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << q4::isa_name(isa) << ": " << ops / s / 1e9 << " int8 GOP/s (one thread)\n";
+  }
 }

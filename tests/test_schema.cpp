@@ -1,4 +1,4 @@
-// Q4_detect_schema / Q4_detect_linears over the four families of SPEC §1.6.
+// Q4_detect_schema / Q4_detect_linears over the four families of docs/formats.md.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -222,4 +222,81 @@ TEST_CASE("schema entry points validate their arguments", "[schema]") {
   CHECK(std::string(Q4_schema_name(Q4_SCHEMA_NVFP4_MODELOPT)) == "nvfp4-modelopt");
   CHECK(std::string(Q4_format_name(Q4_FORMAT_NF4)) == "nf4");
   CHECK(std::string(Q4_dtype_name(Q4_DTYPE_F8_E4M3)) == "F8_E4M3");
+}
+
+TEST_CASE("gpt-oss MXFP4 experts: original and Hugging Face key families", "[schema][mxfp4]") {
+  // Original checkpoint: P.blocks [E, N, K/32, 16] + P.scales [E, N, K/32].
+  Keys orig;
+  orig.add("block.0.mlp.mlp1_weight.blocks", Q4_DTYPE_U8, {32, 5760, 90, 16})
+      .add("block.0.mlp.mlp1_weight.scales", Q4_DTYPE_U8, {32, 5760, 90})
+      .add("block.0.mlp.mlp1_bias", Q4_DTYPE_BF16, {32, 5760})
+      .add("block.0.mlp.mlp2_weight.blocks", Q4_DTYPE_U8, {32, 2880, 90, 16})
+      .add("block.0.mlp.mlp2_weight.scales", Q4_DTYPE_U8, {32, 2880, 90})
+      .add("block.0.attn.qkv.weight", Q4_DTYPE_BF16, {5120, 2880});
+  int32_t st = -1;
+  Q4_schema_summary s = summary_of(orig, &st);
+  CHECK(st == Q4_OK);
+  CHECK(s.format == Q4_FORMAT_MXFP4);
+  CHECK(s.family == Q4_SCHEMA_MXFP4_GPT_OSS);
+  CHECK(s.num_linears == 2);
+  CHECK(s.family_counts[Q4_SCHEMA_MXFP4_GPT_OSS] == 2);
+  std::vector<Q4_linear_schema> ls = linears_of(orig, &st);
+  REQUIRE(st == Q4_OK);
+  REQUIRE(ls.size() == 2);
+  CHECK(prefix_of(orig, ls[0]) == "block.0.mlp.mlp1_weight");
+  CHECK(ls[0].format == Q4_FORMAT_MXFP4);
+  CHECK(ls[0].roles[Q4_ROLE_WEIGHT] == 0);
+  CHECK(ls[0].roles[Q4_ROLE_SCALE] == 1);
+  CHECK(ls[0].roles[Q4_ROLE_BIAS] == 2);
+  CHECK(ls[1].roles[Q4_ROLE_BIAS] == -1);
+
+  // Hugging Face conversion: P_blocks + P_scales (+ P_bias).
+  Keys hf;
+  hf.add("model.layers.0.mlp.experts.gate_up_proj_blocks", Q4_DTYPE_U8, {32, 5760, 90, 16})
+      .add("model.layers.0.mlp.experts.gate_up_proj_scales", Q4_DTYPE_U8, {32, 5760, 90})
+      .add("model.layers.0.mlp.experts.gate_up_proj_bias", Q4_DTYPE_BF16, {32, 5760})
+      .add("model.layers.0.mlp.experts.down_proj_blocks", Q4_DTYPE_U8, {32, 2880, 1440})
+      .add("model.layers.0.mlp.experts.down_proj_scales", Q4_DTYPE_U8, {32, 2880, 90});
+  s = summary_of(hf, &st);
+  CHECK(st == Q4_OK);
+  CHECK(s.format == Q4_FORMAT_MXFP4);
+  CHECK(s.num_linears == 2);
+  ls = linears_of(hf, &st);
+  REQUIRE(ls.size() == 2);
+  CHECK(prefix_of(hf, ls[0]) == "model.layers.0.mlp.experts.gate_up_proj");
+  CHECK(ls[0].roles[Q4_ROLE_BIAS] == 2);
+  CHECK(prefix_of(hf, ls[1]) == "model.layers.0.mlp.experts.down_proj");
+  CHECK(std::string(Q4_schema_name(Q4_SCHEMA_MXFP4_GPT_OSS)) == "mxfp4-gpt-oss");
+  CHECK(std::string(Q4_format_name(Q4_FORMAT_MXFP4)) == "mxfp4");
+
+  // Missing scales, wrong dtype, disagreeing shapes.
+  Keys missing;
+  missing.add("e.blocks", Q4_DTYPE_U8, {2, 4, 1, 16});
+  s = summary_of(missing, &st);
+  CHECK(st == Q4_ERR_SCHEMA);
+  CHECK(std::string(Q4_last_error()).find("e.scales") != std::string::npos);
+  Keys dtype;
+  dtype.add("d_blocks", Q4_DTYPE_U8, {2, 4, 1, 16}).add("d_scales", Q4_DTYPE_F32, {2, 4, 1});
+  s = summary_of(dtype, &st);
+  CHECK(st == Q4_ERR_SCHEMA);
+  CHECK(std::string(Q4_last_error()).find("dtype F32") != std::string::npos);
+  Keys shape;
+  shape.add("h_blocks", Q4_DTYPE_U8, {2, 4, 2, 16}).add("h_scales", Q4_DTYPE_U8, {2, 4, 1});
+  s = summary_of(shape, &st);
+  CHECK(st == Q4_ERR_SCHEMA);
+  CHECK(std::string(Q4_last_error()).find("shapes disagree") != std::string::npos);
+  // A non-uint8 tensor that merely ends in ".blocks" is not a 4-bit linear.
+  Keys other;
+  other.add("vision.blocks", Q4_DTYPE_F32, {4, 4});
+  s = summary_of(other, &st);
+  CHECK(st == Q4_OK);
+  CHECK(s.format == Q4_FORMAT_NONE);
+
+  // With NVFP4 linears as well the checkpoint is mixed.
+  Keys mixed = orig;
+  mixed.add("lm.weight").add("lm.weight_scale").add("lm.weight_scale_2");
+  s = summary_of(mixed, &st);
+  CHECK(st == Q4_OK);
+  CHECK(s.format == Q4_FORMAT_MIXED);
+  CHECK(s.family == Q4_SCHEMA_NONE);
 }

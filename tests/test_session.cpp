@@ -1,5 +1,5 @@
 // Sessions, linears, policies, diagnostics, mutable tensors, training
-// helpers (SPEC §4, §5), mirroring the original design's test cases.
+// helpers (docs/abi.md §5, §9), mirroring the original design's test cases.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -216,8 +216,10 @@ TEST_CASE("policies: compute paths, overrides, targets and unified memory", "[se
       {Q4_PATH_AUTO, Q4_BACKEND_AUTO, Q4_FORMAT_NVFP4, Q4_OK, Q4_BACKEND_NVFP4_KERNEL, false},
       {Q4_PATH_KERNEL_ONLY, Q4_BACKEND_AUTO, Q4_FORMAT_NVFP4, Q4_OK, Q4_BACKEND_NVFP4_KERNEL, false},
       {Q4_PATH_KERNEL_OR_FALLBACK, Q4_BACKEND_AUTO, Q4_FORMAT_NF4, Q4_OK, Q4_BACKEND_NF4_KERNEL, false},
-      {Q4_PATH_DEQUANT_MATMUL_ONLY, Q4_BACKEND_AUTO, Q4_FORMAT_NVFP4, Q4_OK, Q4_BACKEND_DEQUANT_MATMUL, true},
-      {Q4_PATH_AUTO, Q4_BACKEND_DEQUANT_MATMUL, Q4_FORMAT_NF4, Q4_OK, Q4_BACKEND_DEQUANT_MATMUL, true},
+      // Requesting dequant-matmul is a choice, not a fallback.
+      {Q4_PATH_DEQUANT_MATMUL_ONLY, Q4_BACKEND_AUTO, Q4_FORMAT_NVFP4, Q4_OK, Q4_BACKEND_DEQUANT_MATMUL,
+       false},
+      {Q4_PATH_AUTO, Q4_BACKEND_DEQUANT_MATMUL, Q4_FORMAT_NF4, Q4_OK, Q4_BACKEND_DEQUANT_MATMUL, false},
       {Q4_PATH_KERNEL_ONLY, Q4_BACKEND_NF4_KERNEL, Q4_FORMAT_NVFP4, Q4_ERR_UNSUPPORTED, 0, false},
       {Q4_PATH_AUTO, Q4_BACKEND_NVFP4_KERNEL, Q4_FORMAT_NF4, Q4_ERR_UNSUPPORTED, 0, false},
       {Q4_PATH_KERNEL_ONLY, Q4_BACKEND_DEQUANT_MATMUL, Q4_FORMAT_NVFP4, Q4_ERR_INVALID_ARGUMENT, 0, false},
@@ -298,7 +300,11 @@ TEST_CASE("activations are read in place, never copied implicitly", "[session]")
   CHECK(s.stats().implicit_copies == 0);
   Tensor xh = t::random_float({4, 32}, t::f16(), 8);
   REQUIRE(Q4_linear_forward(l, xh.t(), y.t()) == Q4_OK);
-  CHECK(s.stats().implicit_copies == 1);  // an fp16 input is converted, and counted
+  CHECK(s.stats().implicit_copies == 0);  // GEMV (M <= 8): fp16 converted in registers, no copy
+  Tensor xh16 = t::random_float({16, 32}, t::f16(), 9);
+  Tensor y16({16, 8}, t::f32());
+  REQUIRE(Q4_linear_forward(l, xh16.t(), y16.t()) == Q4_OK);
+  CHECK(s.stats().implicit_copies == 1);  // the panel GEMM (M > 8) converts a copy, counted
   Q4_linear_destroy(l);
 }
 

@@ -13,13 +13,24 @@
 
 namespace t {
 
-// The NF4 codebook exactly as SPEC 1.5 writes it (decimals), for oracles
+// The NF4 codebook exactly as docs/formats.md lists it (decimals), for oracles
 // that must not depend on the library's own table.
-constexpr double kNf4Spec[16] = {-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-                                 -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-                                 0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
-                                 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-                                 0.7229568362236023, 1.0};
+constexpr double kNf4Spec[16] = {-1.0,
+                                 -0.6961928009986877,
+                                 -0.5250730514526367,
+                                 -0.39491748809814453,
+                                 -0.28444138169288635,
+                                 -0.18477343022823334,
+                                 -0.09105003625154495,
+                                 0.0,
+                                 0.07958029955625534,
+                                 0.16093020141124725,
+                                 0.24611230194568634,
+                                 0.33791524171829224,
+                                 0.44070982933044434,
+                                 0.5626170039176941,
+                                 0.7229568362236023,
+                                 1.0};
 
 // bitsandbytes' NF4 decision thresholds as it writes them (fp32 literals of
 // the double-precision midpoints of the codebook). A value equal to one goes

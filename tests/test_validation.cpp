@@ -1,4 +1,4 @@
-// Every bad-input class of SPEC §3.6 on every entry point: a specific status,
+// Every bad-input class of docs/abi.md §10 on every entry point: a specific status,
 // a message naming the function and argument, nothing written, inputs intact.
 #include <catch2/catch.hpp>
 
@@ -226,7 +226,7 @@ TEST_CASE("NVFP4_dequantize / linear / scaled_mm reject bad inputs", "[validatio
   expect_failure([&] { return NVFP4_linear(x.t(), q.t(), s.t(), 0, 1.0f, nullptr, y.t(), &o); },
                  Q4_ERR_INVALID_ARGUMENT, "NVFP4_linear", "KernelOnly");
   expect_failure([&] { return NVFP4_linear(x.t(), q.t(), s.t(), 0, 1.0f, nullptr, x.t(), nullptr); },
-                 Q4_ERR_SHAPE, "NVFP4_linear", "'w_qdata'");  // out = x: N = 32 disagrees first
+                 Q4_ERR_SHAPE, "NVFP4_linear", "'out'");  // out = x: N = 32 is not the 8 rows of w_qdata
 
   // scaled_mm: alpha, B's bytes, scale sizes, aliasing.
   Tensor mm({8, 8}, t::f32());
@@ -331,7 +331,7 @@ TEST_CASE("NF4 entry points reject bad inputs", "[validation]") {
   REQUIRE(NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy.t(), nullptr) == Q4_OK);
   Tensor yy_bad({2, 9}, t::f32());
   expect_failure([&] { return NF4_scaled_mm(xx.t(), q.t(), &ws, nullptr, yy_bad.t(), nullptr); },
-                 Q4_ERR_SHAPE, "NF4_scaled_mm", "'w_qdata'");
+                 Q4_ERR_SHAPE, "NF4_scaled_mm", "'out'");  // a wrong out is reported against out
   Q4_op_options o{};
   Q4_op_options_init(&o);
   o.backend = Q4_BACKEND_NVFP4_KERNEL;

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Valgrind memcheck of the Python binding test. CPython and NumPy report
+# Valgrind memcheck of the Python package's smoke test
+# (tests/python/test_python_binding.py run as a script: it imports the nvfp4
+# package from bindings/python and prints "python binding ok"). CPython and NumPy report
 # their own (definite) leaks at exit; this fails only when an error or a
 # definite leak has a libNVFP4 frame in its stack.
 # Usage: valgrind_python.sh VALGRIND PYTHON TEST LIBRARY

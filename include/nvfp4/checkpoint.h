@@ -1,6 +1,6 @@
 /* libNVFP4 — safetensors checkpoints: read (memory-mapped, zero-copy,
  * strictly validated), write (atomic), detect the 4-bit schema of each
- * linear and create linears from it (SPEC §1.6).
+ * linear and create linears from it (docs/formats.md).
  *
  * Thread-safety: a reader may be used from several threads at once (it is
  * immutable after open); a writer is not thread-safe.

@@ -1,5 +1,5 @@
-/* libNVFP4 — unified (managed) memory helpers and CUDA queries (SPEC §2.3,
- * §3.4, §3.5). The CUDA code lives in a plugin (libNVFP4_cuda.so) that the
+/* libNVFP4 — unified (managed) memory helpers and CUDA queries (docs/cuda.md,
+ * docs/abi.md §9). The CUDA code lives in a plugin (libNVFP4_cuda.so) that the
  * core loads on first use; without a driver, device or plugin every
  * function here returns a clear status (Q4_ERR_NOT_AVAILABLE) and the
  * capabilities' native_load_state says why. Thread-safe.
@@ -47,6 +47,13 @@ Q4_API int32_t NVFP4_memory_info(int32_t device, uint64_t* free_bytes, uint64_t*
 /* Waits for the work the library queued on `stream` (NULL: the default
  * stream) of `device`; needed before the CPU reads managed outputs. */
 Q4_API int32_t Q4_cuda_synchronize(int32_t device, void* stream);
+
+/* Releases what the CUDA backend caches between calls on every device: the
+ * cuBLASLt workspaces, stream-ordered pool memory and cuBLASLt heuristic
+ * results (waits for each device that has any first). Later calls rebuild
+ * them on demand. Q4_OK and nothing done without CUDA (no plugin, no
+ * device, or no CUDA call made yet). */
+Q4_API int32_t NVFP4_empty_cache(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,4 +1,4 @@
-/* libNVFP4 — stateless NVFP4 and NF4 operations (SPEC §2.3).
+/* libNVFP4 — stateless NVFP4, NF4 and MXFP4 operations (docs/api.md).
  *
  * Tensors are DLPack: inputs are borrowed `const DLTensor*` that the library
  * never modifies; outputs are caller-allocated `DLTensor*` written in place.
@@ -100,6 +100,43 @@ Q4_API int32_t NVFP4_unswizzle_scales(const DLTensor* swizzled, DLTensor* linear
 /* Byte size of the swizzled scale buffer for a [rows, K] weight; writes
  * roundup(rows,128) * roundup(K/16,4) to *bytes. */
 Q4_API int32_t NVFP4_swizzled_scale_size(int64_t rows, int64_t k, int64_t* bytes);
+
+/* ------------------------------------------------------------------------ */
+/* MXFP4 (OCP Microscaling v1.0, docs/formats.md): E2M1 elements (element 2j
+ * in the low nibble, as NVFP4) in blocks of 32 sharing one E8M0 scale byte
+ * (2^(byte-127), 0xFF = NaN); no global scale. K must be a multiple of 32.
+ * Scales are kDLUInt/8 or kDLFloat8_e8m0fnu/8, in layout scale_layout:
+ * rows*K/32 bytes linear, or roundup(rows,128)*roundup(K/32,4) swizzled
+ * (cuBLASLt VEC32_UE8M0, zero padding). Packed data and float tensors as for
+ * NVFP4. CPU only for now: kDLCUDA tensors are Q4_ERR_UNSUPPORTED, and so
+ * are the products under compute_path KernelOnly or a kernel backend (they
+ * run dequantize-then-fp32-GEMM, exact in the weight, see docs/api.md). */
+/* ------------------------------------------------------------------------ */
+
+/* x [..., K] float -> qdata (rows*K/2 bytes) + E8M0 scales, the OCP rule:
+ * e = floor(log2(block amax)) - 2 clamped to [-127,127] (all-zero block:
+ * byte 0x00), elements x/2^e rounded to E2M1 (RNE, saturating at +-6). NaN/Inf
+ * in x is Q4_ERR_NON_FINITE naming the first offending flat index. */
+Q4_API int32_t MXFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale, int32_t scale_layout,
+                              const Q4_op_options* opts);
+
+/* qdata + scale -> out [..., K] float: e2m1(code) * 2^(byte-127), exact in
+ * fp32 (byte 0xFF: NaN). */
+Q4_API int32_t MXFP4_dequantize(const DLTensor* qdata, const DLTensor* scale, int32_t scale_layout,
+                                DLTensor* out, const Q4_op_options* opts);
+
+/* out[..., N] = x[..., K] . dequant(W)[N, K]^T (+ bias). W's bytes may have
+ * any contiguous shape, e.g. one expert [1, N, K/2] of an [E, N, K/2]
+ * stack addressed by byte_offset (no copy). */
+Q4_API int32_t MXFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                            int32_t scale_layout, const DLTensor* bias, DLTensor* out,
+                            const Q4_op_options* opts);
+
+/* out[M,N] = alpha * dequant(A)[M,K] . dequant(B)[N,K]^T (+ bias[N]). M from
+ * out's leading dims, N from its last dim, K from A's bytes (B's when M=0). */
+Q4_API int32_t MXFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLTensor* b_qdata,
+                               const DLTensor* b_scale, int32_t scale_layout, float alpha,
+                               const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 
 #ifdef __cplusplus
 } /* extern "C" */

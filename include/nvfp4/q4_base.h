@@ -1,7 +1,7 @@
 /* libNVFP4 — format-neutral base of the C ABI: export macro, status codes,
  * errors, version, enums, options, capabilities, logging.
  *
- * Conventions (SPEC §2.1):
+ * Conventions (docs/abi.md):
  *  - every fallible function returns an int32_t status (Q4_OK == 0) and writes
  *    results through out-parameters;
  *  - status and enum values are pinned forever; new values are only appended;
@@ -94,16 +94,16 @@ Q4_API int32_t Q4_abi_version(void);
 /* Enumerations (pinned values).                                             */
 /* ------------------------------------------------------------------------ */
 /* Layout of a block-scale argument; always stated by the caller. */
-#define Q4_SCALE_LINEAR 0   /* [rows, K/16] row-major bytes                 */
-#define Q4_SCALE_SWIZZLED 1 /* cuBLASLt VEC16_UE4M3 tiled layout (SPEC §1.4) */
+#define Q4_SCALE_LINEAR 0   /* [rows, K/16] row-major bytes (MXFP4: K/32)   */
+#define Q4_SCALE_SWIZZLED 1 /* cuBLASLt VEC16_UE4M3 (MXFP4: VEC32_UE8M0) tiled layout (docs/formats.md) */
 
-/* Compute path (SPEC §3.2). */
+/* Compute path (docs/abi.md §8). */
 #define Q4_PATH_AUTO 0 /* == KERNEL_OR_FALLBACK */
 #define Q4_PATH_KERNEL_ONLY 1
 #define Q4_PATH_KERNEL_OR_FALLBACK 2
 #define Q4_PATH_DEQUANT_MATMUL_ONLY 3
 
-/* Backend override (SPEC §3.1). */
+/* Backend override (docs/abi.md §8). */
 #define Q4_BACKEND_AUTO 0
 #define Q4_BACKEND_NVFP4_KERNEL 1
 #define Q4_BACKEND_NF4_KERNEL 2
@@ -122,7 +122,8 @@ Q4_API int32_t Q4_abi_version(void);
 #define Q4_FORMAT_NONE 0
 #define Q4_FORMAT_NVFP4 1
 #define Q4_FORMAT_NF4 2
-#define Q4_FORMAT_MIXED 3 /* a checkpoint holding linears of both formats */
+#define Q4_FORMAT_MIXED 3 /* a checkpoint holding linears of more than one format */
+#define Q4_FORMAT_MXFP4 4 /* OCP MXFP4: E2M1, blocks of 32, E8M0 scales     */
 
 /* CPU instruction-set levels of the kernel table. */
 #define Q4_ISA_SCALAR 0

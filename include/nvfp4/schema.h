@@ -1,4 +1,4 @@
-/* libNVFP4 — checkpoint schema detection by tensor keys (SPEC §1.6).
+/* libNVFP4 — checkpoint schema detection by tensor keys (docs/formats.md).
  *
  * The caller lists a checkpoint's tensors (name, plus dtype/shape when
  * known); the library finds every 4-bit linear, its schema family and the
@@ -40,10 +40,13 @@ extern "C" {
 #define Q4_SCHEMA_NVFP4_LEGACY 2     /* libNVFP4 .qdata/.scale, g = 1    */
 #define Q4_SCHEMA_NVFP4_MODELOPT 3   /* ModelOpt, g = weight_scale_2     */
 #define Q4_SCHEMA_NVFP4_COMPRESSED 4 /* compressed-tensors, g = 1/global */
+#define Q4_SCHEMA_MXFP4_GPT_OSS         \
+  5 /* gpt-oss MXFP4 .blocks/.scales or \
+       _blocks/_scales, experts leading */
 
 /* Roles of a linear's tensors: index into Q4_linear_schema.roles. */
 #define Q4_ROLE_WEIGHT 0       /* packed 4-bit data                   */
-#define Q4_ROLE_SCALE 1        /* NVFP4 block scales / NF4 absmax     */
+#define Q4_ROLE_SCALE 1        /* NVFP4/MXFP4 block scales, NF4 absmax */
 #define Q4_ROLE_GLOBAL_SCALE 2 /* weight_scale_2 / weight_global_scale */
 #define Q4_ROLE_INPUT_SCALE 3  /* input_scale / input_global_scale    */
 #define Q4_ROLE_QUANT_MAP 4    /* NF4 codebook                        */
@@ -68,7 +71,7 @@ typedef struct Q4_tensor_desc {
 /* One 4-bit linear found in the list. */
 typedef struct Q4_linear_schema {
   uint32_t struct_size;
-  int32_t format;                /* Q4_FORMAT_NVFP4 / Q4_FORMAT_NF4             */
+  int32_t format;                /* Q4_FORMAT_NVFP4 / NF4 / MXFP4               */
   int32_t family;                /* Q4_SCHEMA_*                                  */
   int32_t prefix_len;            /* the prefix is the first prefix_len bytes of  */
   int32_t prefix_tensor;         /* tensors[prefix_tensor].name                  */
@@ -81,7 +84,7 @@ typedef struct Q4_linear_schema {
 /* Whole-checkpoint summary. */
 typedef struct Q4_schema_summary {
   uint32_t struct_size;
-  int32_t format;           /* Q4_FORMAT_NONE/NVFP4/NF4/MIXED               */
+  int32_t format;           /* Q4_FORMAT_NONE/NVFP4/NF4/MXFP4/MIXED         */
   int32_t family;           /* the family when all linears share one, else
                                Q4_SCHEMA_NONE                               */
   int32_t num_linears;      /* complete 4-bit linears found                 */

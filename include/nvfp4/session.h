@@ -1,5 +1,5 @@
 /* libNVFP4 — sessions, reusable 4-bit linears, mutable tensors shared by
- * actors, diagnostics, and training helpers (SPEC §3.2, §3.5, §4, §5).
+ * actors, diagnostics, and training helpers (docs/abi.md §5, §9).
  *
  * Ownership:
  *  - A session owns and counts everything created from it
@@ -37,7 +37,7 @@ typedef struct Q4_session Q4_session;
 typedef struct Q4_linear Q4_linear;
 typedef struct Q4_mutable Q4_mutable;
 
-/* Unified-memory policy (SPEC §3.5). */
+/* Unified-memory policy (docs/abi.md §9). */
 #define Q4_UM_DISABLED 0
 #define Q4_UM_PREFER 1  /* use managed memory where it works, else record why */
 #define Q4_UM_REQUIRE 2 /* fail when managed memory is unavailable            */
@@ -139,7 +139,9 @@ Q4_API int32_t Q4_linear_info_get(const Q4_linear* linear, Q4_linear_info* info)
  * buf == NULL is the size query: it does not touch Q4_last_error(); a
  * non-NULL buffer that is too small is a failure and records a message.
  * Fields: format, backend, computePath, fallbackReason, nativeLoadState,
- * isa, device, unifiedMemory, scaleLayout, weightBytes, ... */
+ * isa, device, unifiedMemory, scaleLayout, mathMode, mathModeUsed (the math
+ * a forward runs now: "exact" when fast mode falls back) and
+ * mathFallbackReason (empty unless it does), weightBytes, ... */
 Q4_API int32_t Q4_linear_diagnostics(const Q4_linear* linear, char* buf, size_t cap, size_t* needed);
 Q4_API int32_t Q4_session_diagnostics(const Q4_session* session, char* buf, size_t cap, size_t* needed);
 
@@ -163,24 +165,15 @@ Q4_API int32_t Q4_mutable_commit(Q4_mutable* tensor, uint64_t* version);
 Q4_API int32_t Q4_mutable_abort(Q4_mutable* tensor);
 /* A read-only snapshot of the current version that stays valid and
  * unchanged until its deleter is called, whatever is committed meanwhile. */
-Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, struct DLManagedTensorVersioned** snapshot, uint64_t* version);
+Q4_API int32_t Q4_mutable_acquire(Q4_mutable* tensor, struct DLManagedTensorVersioned** snapshot,
+                                  uint64_t* version);
 Q4_API int32_t Q4_mutable_version(const Q4_mutable* tensor, uint64_t* version);
-
-/* ------------------------------------------------------------------------ */
-/* Training helpers (straight-through estimator).                            */
-/* ------------------------------------------------------------------------ */
-/* out = dequantize(quantize(x)) in one call (any float dtypes, K % 16 == 0). */
-Q4_API int32_t NVFP4_fake_quantize(const DLTensor* x, DLTensor* out, float global_scale,
-                                   float* global_scale_out, const Q4_op_options* opts);
-/* Linear backward with the NVFP4 weight: grad_x[M,K] = grad_y[M,N] .
- * dequant(W)[N,K]; grad_w[N,K] = grad_y^T . x[M,K] (fp32 accumulation).
- * grad_x or grad_w may be NULL to skip it; x is needed only for grad_w. */
-Q4_API int32_t NVFP4_linear_backward(const DLTensor* grad_y, const DLTensor* x, const DLTensor* w_qdata,
-                                     const DLTensor* w_scale, int32_t scale_layout, float global_scale,
-                                     DLTensor* grad_x, DLTensor* grad_w, const Q4_op_options* opts);
 
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+/* The training helpers lived here before they got their own header. */
+#include "nvfp4/training.h"
 
 #endif /* NVFP4_SESSION_H_ */

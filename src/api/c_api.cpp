@@ -1,29 +1,23 @@
 // The extern "C" layer: every function is an exception firewall around the
-// core (STYLE rule 6). Nothing here computes; it converts and reports.
+// core. Nothing here computes; it converts and reports.
 #include <cstring>
 #include <string>
 
 #include "common/cpu_features.h"
+#include "common/enum_tables.h"
 #include "common/error.h"
 #include "common/struct_size.h"
-#include "core/dlpack_export.h"
+#include "core/capabilities.h"
 #include "core/cuda_backend.h"
+#include "core/dlpack_export.h"
 #include "core/ops.h"
 #include "core/schema.h"
 #include "core/tuner.h"
-#include "cuda/seams.h"
-#include "kernels/dispatch.h"
 #include "nvfp4/nvfp4.h"
 
 namespace {
 
 using q4::api_call;
-
-void copy_text(char* dst, size_t cap, const std::string& src) {
-  const size_t n = src.size() < cap - 1 ? src.size() : cap - 1;
-  std::memcpy(dst, src.data(), n);
-  dst[n] = '\0';
-}
 
 using q4::require_out_struct;
 
@@ -114,31 +108,7 @@ Q4_API int32_t Q4_op_options_init(Q4_op_options* opts) {
 Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps) {
   return api_call("Q4_get_capabilities", [&] {
     require_out_struct(caps, "caps");
-    const q4::CpuInfo& cpu = q4::cpu_info();
-    Q4_capabilities c;
-    std::memset(&c, 0, sizeof c);
-    c.abi_version = NVFP4_ABI_VERSION;
-    c.cpu_features = cpu.features;
-    c.isa_best = q4::best_isa();
-    c.isa_active = q4::active_isa();
-    c.num_cpus = cpu.num_cpus;
-    const q4::cuda::PluginState& cu = q4::cuda::plugin();
-    c.cuda_state = q4::cuda::cuda_state();
-    c.cuda_runtime_version = cu.probe.runtime_version;
-    c.cuda_driver_version = cu.probe.driver_version;
-    c.cuda_device_count = cu.loaded ? cu.probe.device_count : 0;
-    for (int32_t d = 0; d < c.cuda_device_count; ++d) {
-      const auto& a = cu.probe.devices[d];
-      const q4::cuda::DeviceCaps dc =
-          q4::cuda::interpret_caps(a.cc_major, a.cc_minor, a.managed_memory, a.concurrent_managed_access,
-                                   a.pageable_memory_access, cu.probe.compiled_archs);
-      if (dc.zero_copy) c.managed_memory = 1;
-      if (dc.fp4_tensor_cores) c.fp4_tensor_cores = 1;
-    }
-    copy_text(c.cpu_vendor, sizeof c.cpu_vendor, cpu.vendor);
-    copy_text(c.cpu_brand, sizeof c.cpu_brand, cpu.brand);
-    copy_text(c.cuda_archs, sizeof c.cuda_archs, cu.probe.compiled_archs);
-    copy_text(c.native_load_state, sizeof c.native_load_state, cu.load_state);
+    const Q4_capabilities c = q4::core::capabilities();
     q4::write_struct(caps, c, "caps");
     return Q4_OK;
   });
@@ -173,7 +143,7 @@ Q4_API int32_t Q4_dlpack_to_unversioned(DLManagedTensorVersioned* tensor, DLMana
 }
 
 Q4_API int32_t Q4_last_isa_used(void) {
-  return q4::kern::last_isa_used();
+  return q4::core::last_isa_used();
 }
 
 Q4_API int32_t Q4_set_log_callback(Q4_log_callback callback, void* user) {
@@ -227,6 +197,40 @@ Q4_API int32_t NVFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DL
                             const Q4_op_options* opts) {
   return api_call("NVFP4_linear", [&] {
     q4::core::nvfp4_linear(x, w_qdata, w_scale, scale_layout, global_scale, bias, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t MXFP4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale, int32_t scale_layout,
+                              const Q4_op_options* opts) {
+  return api_call("MXFP4_quantize", [&] {
+    q4::core::mxfp4_quantize(x, qdata, scale, scale_layout, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t MXFP4_dequantize(const DLTensor* qdata, const DLTensor* scale, int32_t scale_layout,
+                                DLTensor* out, const Q4_op_options* opts) {
+  return api_call("MXFP4_dequantize", [&] {
+    q4::core::mxfp4_dequantize(qdata, scale, scale_layout, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t MXFP4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                            int32_t scale_layout, const DLTensor* bias, DLTensor* out,
+                            const Q4_op_options* opts) {
+  return api_call("MXFP4_linear", [&] {
+    q4::core::mxfp4_linear(x, w_qdata, w_scale, scale_layout, bias, out, opts);
+    return Q4_OK;
+  });
+}
+
+Q4_API int32_t MXFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLTensor* b_qdata,
+                               const DLTensor* b_scale, int32_t scale_layout, float alpha,
+                               const DLTensor* bias, DLTensor* out, const Q4_op_options* opts) {
+  return api_call("MXFP4_scaled_mm", [&] {
+    q4::core::mxfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, scale_layout, alpha, bias, out, opts);
     return Q4_OK;
   });
 }
@@ -378,14 +382,18 @@ Q4_API int32_t Q4_cuda_synchronize(int32_t device, void* stream) {
   });
 }
 
+Q4_API int32_t NVFP4_empty_cache(void) {
+  return api_call("NVFP4_empty_cache", [&] { return q4::cuda::empty_cache(); });
+}
+
 Q4_API const char* Q4_schema_name(int32_t family) {
-  return q4::schema::family_name(family);
+  return q4::names::family_name(family);
 }
 Q4_API const char* Q4_format_name(int32_t format) {
-  return q4::schema::format_name(format);
+  return q4::names::format_name(format);
 }
 Q4_API const char* Q4_dtype_name(int32_t dtype) {
-  return q4::schema::dtype_name(dtype);
+  return q4::names::dtype_name(dtype);
 }
 
 }  // extern "C"

@@ -5,7 +5,10 @@
 
 #include "common/error.h"
 #include "common/struct_size.h"
+#include "core/linear.h"
+#include "core/mutable_tensor.h"
 #include "core/session.h"
+#include "core/training.h"
 #include "nvfp4/nvfp4.h"
 
 using q4::api_call;

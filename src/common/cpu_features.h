@@ -1,5 +1,5 @@
 // CPU feature detection (CPUID + XGETBV on x86-64, HWCAP on aarch64) and the
-// ISA level the kernel table may use (SPEC §3.3).
+// ISA level the kernel table may use (docs/abi.md §8).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Errors inside the core: the core throws q4::Error (status + message); the
 // extern "C" layer turns every exception into a status with api_call(), the
-// one exception firewall (STYLE rule 6). The message is kept per thread for
+// one exception firewall. The message is kept per thread for
 // Q4_last_error().
 #pragma once
 

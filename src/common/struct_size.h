@@ -86,7 +86,8 @@ void init_struct(T* p, const T& defaults, size_t abi1_size, const char* name) {
   if (p == nullptr) fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
   (void)name;
   const uint32_t given = p->struct_size;
-  const uint32_t size = given < kMinStructSize || given > kMaxStructSize ? static_cast<uint32_t>(abi1_size) : given;
+  const uint32_t size =
+      given < kMinStructSize || given > kMaxStructSize ? static_cast<uint32_t>(abi1_size) : given;
   T v = defaults;
   v.struct_size = size;
   std::memcpy(p, &v, size < sizeof(T) ? size : sizeof(T));

@@ -6,7 +6,6 @@
 
 #include "common/error.h"
 #include "common/thread_pool.h"
-#include "formats/codec.h"
 
 namespace q4 {
 namespace {
@@ -19,6 +18,7 @@ ElemType classify(const DLDataType& dt) {
   if (dt.code == kDLBfloat && dt.bits == 16 && dt.lanes == 1) return ElemType::BF16;
   if (dt.code == kDLUInt && dt.bits == 8 && dt.lanes == 1) return ElemType::U8;
   if (dt.code == kDLFloat8_e4m3fn && dt.bits == 8 && dt.lanes == 1) return ElemType::E4M3;
+  if (dt.code == kDLFloat8_e8m0fnu && dt.bits == 8 && dt.lanes == 1) return ElemType::E8M0;
   if (dt.code == kDLFloat4_e2m1fn && dt.bits == 4 && dt.lanes == 1) return ElemType::FP4;
   if (dt.code == kDLFloat4_e2m1fn && dt.bits == 4 && dt.lanes == 2) return ElemType::FP4x2;
   return ElemType::Other;
@@ -69,6 +69,8 @@ const char* elem_type_name(ElemType t) {
       return "float4_e2m1fn";
     case ElemType::FP4x2:
       return "float4_e2m1fn_x2";
+    case ElemType::E8M0:
+      return "float8_e8m0fnu";
     default:
       return "unsupported";
   }
@@ -105,7 +107,7 @@ TensorRef check_tensor_impl(const DLTensor* t, const char* name, bool allow_cuda
 TensorRef check_tensor(const DLTensor* t, const char* name) {
   return check_tensor_impl(t, name, false);
 }
-TensorRef check_tensor_gpu(const DLTensor* t, const char* name) {
+TensorRef check_tensor_any(const DLTensor* t, const char* name) {
   return check_tensor_impl(t, name, true);
 }
 
@@ -205,6 +207,13 @@ void require_scale_bytes(const TensorRef& t) {
   if (t.type != ElemType::U8 && t.type != ElemType::E4M3) {
     fail(Q4_ERR_DTYPE, t.name,
          std::string("expected E4M3 scales as uint8 or float8_e4m3fn, got ") + elem_type_name(t.type));
+  }
+}
+
+void require_e8m0_bytes(const TensorRef& t) {
+  if (t.type != ElemType::U8 && t.type != ElemType::E8M0) {
+    fail(Q4_ERR_DTYPE, t.name,
+         std::string("expected E8M0 scales as uint8 or float8_e8m0fnu, got ") + elem_type_name(t.type));
   }
 }
 

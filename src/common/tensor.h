@@ -1,4 +1,4 @@
-// Validated views of borrowed DLPack tensors (SPEC §2.2, §3.6). Every entry
+// Validated views of borrowed DLPack tensors (docs/abi.md §7, §10). Every entry
 // point turns its DLTensor arguments into TensorRefs first; a TensorRef is
 // proof that the descriptor is well formed, compact, CPU-accessible and
 // that its byte range does not overflow.
@@ -20,6 +20,7 @@ enum class ElemType : uint8_t {
   E4M3,   // kDLFloat8_e4m3fn
   FP4,    // kDLFloat4_e2m1fn bits 4 lanes 1: two logical elements per byte
   FP4x2,  // kDLFloat4_e2m1fn bits 4 lanes 2: one byte per element
+  E8M0,   // kDLFloat8_e8m0fnu (MXFP4 scales)
   Other,
 };
 
@@ -48,14 +49,16 @@ struct TensorRef {
 // CUDAHost, CUDAManaged), compact strides, size overflow, alignment to the
 // element size. Throws q4::Error naming `name`.
 TensorRef check_tensor(const DLTensor* t, const char* name);
-// The same checks for the CUDA backend: also accepts kDLCUDA (the data is
+// The same checks, also accepting kDLCUDA: for the validators, which decide
+// the placement of a call after parsing all its tensors (kDLCUDA data is
 // then never dereferenced on the host).
-TensorRef check_tensor_gpu(const DLTensor* t, const char* name);
+TensorRef check_tensor_any(const DLTensor* t, const char* name);
 
 // Requirements on a parsed tensor, each throwing a specific status.
 void require_float(const TensorRef& t);                // F32/F16/BF16
 void require_packed_bytes(const TensorRef& t);         // U8/FP4/FP4x2
 void require_scale_bytes(const TensorRef& t);          // U8/E4M3
+void require_e8m0_bytes(const TensorRef& t);           // U8/E8M0
 void require_type(const TensorRef& t, ElemType type);  // exact type
 void require_min_ndim(const TensorRef& t, int32_t ndim);
 void require_nbytes(const TensorRef& t, int64_t expected, const std::string& why);

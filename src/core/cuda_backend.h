@@ -4,11 +4,11 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 
-#include "cuda/plugin_abi.h"
+#include "core/op_desc.h"
 #include "nvfp4/nvfp4.h"
+#include "plugin/plugin_abi.h"
 
 namespace q4::cuda {
 
@@ -17,7 +17,7 @@ struct PluginState {
   bool loaded = false;     // dlopen + handshake succeeded
   std::string path;        // the file that was loaded
   std::string load_state;  // human-readable nativeLoadState
-  nvfp4_cuda_plugin_v1 api{};
+  nvfp4_cuda_plugin api{};
   nvfp4_cuda_probe probe{};
 };
 
@@ -27,27 +27,17 @@ const PluginState& plugin();
 // Q4_CUDA_* for the capabilities.
 int32_t cuda_state();
 
-// True when any of the tensors lives in CUDA device memory (kDLCUDA).
-bool any_on_device(std::initializer_list<const DLTensor*> tensors);
+// The validated operations on a CUDA device: each marshals its descriptor
+// into one plugin call (the plugin validates nothing of its own).
+void run(const core::Nvfp4QuantizeDesc& d);
+void run(const core::Nvfp4DequantizeDesc& d);
+void run(const core::Nf4QuantizeDesc& d);
+void run(const core::Nf4DequantizeDesc& d);
+void run(const core::ProductDesc& d);
 
-// Stateless operations on CUDA tensors (validated like the CPU ones).
-void nvfp4_quantize(const DLTensor* x, DLTensor* q, DLTensor* s, int32_t layout, float g, float* g_out,
-                    const Q4_op_options* opts);
-void nvfp4_dequantize(const DLTensor* q, const DLTensor* s, int32_t layout, float g, DLTensor* out,
-                      const Q4_op_options* opts);
-void nvfp4_linear(const DLTensor* x, const DLTensor* wq, const DLTensor* ws, int32_t layout, float g,
-                  const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
-void nvfp4_scaled_mm(const DLTensor* aq, const DLTensor* as, const DLTensor* bq, const DLTensor* bs,
-                     int32_t layout, float alpha, const DLTensor* bias, DLTensor* out,
-                     const Q4_op_options* opts);
-
-void nf4_quantize(const DLTensor* x, DLTensor* q, DLTensor* absmax, int32_t blocksize,
-                  const Q4_op_options* opts);
-void nf4_dequantize(const DLTensor* q, const NF4_state* state, DLTensor* out, const Q4_op_options* opts);
-void nf4_scaled_mm(const DLTensor* x, const DLTensor* wq, const NF4_state* state, const DLTensor* bias,
-                   DLTensor* out, const Q4_op_options* opts);
-// True when an NF4 state references CUDA device memory.
-bool state_on_device(const NF4_state* state);
+// Releases the plugin's cached workspaces and heuristics (Q4_OK without a
+// plugin).
+int32_t empty_cache();
 
 // Unified-memory helpers behind the public NVFP4_* functions.
 int32_t can_use_managed(int32_t device);

@@ -9,7 +9,7 @@
 #include "common/struct_size.h"
 #include "common/thread_pool.h"
 #include "formats/codec.h"
-#include "kernels/ref/ref_ops.h"
+#include "kernels/portable.h"
 
 namespace q4::core {
 
@@ -106,7 +106,7 @@ LinearScales linear_scales(const TensorRef& s, int32_t layout, int64_t rows, int
     return l;
   }
   l.storage.resize(static_cast<size_t>(rows * (k / 16)));
-  ref::unswizzle(s.data, rows, k / 16, l.storage.data());
+  kern::unswizzle_scales(s.data, rows, k / 16, l.storage.data());
   l.p = l.storage.data();
   return l;
 }
@@ -114,7 +114,7 @@ LinearScales linear_scales(const TensorRef& s, int32_t layout, int64_t rows, int
 Bias parse_bias(const DLTensor* bias, int64_t n) {
   Bias b;
   if (bias == nullptr) return b;
-  b.ref = check_tensor(bias, "bias");
+  b.ref = check_tensor_any(bias, "bias");
   require_float(b.ref);
   require_numel(b.ref, n, "one per output feature N");
   b.ptr = as_input(b.ref);
@@ -147,7 +147,7 @@ Nf4State parse_nf4_state(const NF4_state* state_in, int64_t n) {
   Nf4State s;
   s.stats.blocksize = require_blocksize(state->blocksize, "state->blocksize");
   const int64_t nblocks = (n + s.stats.blocksize - 1) / s.stats.blocksize;
-  s.absmax = check_tensor(state->absmax, "state->absmax");
+  s.absmax = check_tensor_any(state->absmax, "state->absmax");
   s.nested = state->nested_absmax != nullptr;
   if (!s.nested) {
     require_type(s.absmax, ElemType::F32);
@@ -164,13 +164,13 @@ Nf4State parse_nf4_state(const NF4_state* state_in, int64_t n) {
     if (!std::isfinite(state->nested_offset)) {
       fail(Q4_ERR_INVALID_ARGUMENT, "state->nested_offset", "must be finite");
     }
-    s.nested_absmax = check_tensor(state->nested_absmax, "state->nested_absmax");
+    s.nested_absmax = check_tensor_any(state->nested_absmax, "state->nested_absmax");
     require_type(s.nested_absmax, ElemType::F32);
     require_numel(s.nested_absmax, (nblocks + nbs - 1) / nbs, "one per nested block of absmax");
     if (state->nested_quant_map == nullptr) {
       fail(Q4_ERR_NULL_POINTER, "state->nested_quant_map", "required when nested_absmax is set");
     }
-    s.nested_map = check_tensor(state->nested_quant_map, "state->nested_quant_map");
+    s.nested_map = check_tensor_any(state->nested_quant_map, "state->nested_quant_map");
     require_type(s.nested_map, ElemType::F32);
     require_numel(s.nested_map, 256, "256-entry nested quantization map");
     s.stats.qabsmax = s.absmax.data;
@@ -180,7 +180,7 @@ Nf4State parse_nf4_state(const NF4_state* state_in, int64_t n) {
     s.stats.nested_blocksize = nbs;
   }
   if (state->quant_map != nullptr) {
-    s.quant_map = check_tensor(state->quant_map, "state->quant_map");
+    s.quant_map = check_tensor_any(state->quant_map, "state->quant_map");
     require_type(s.quant_map, ElemType::F32);
     require_numel(s.quant_map, 16, "16-entry codebook");
     s.has_quant_map = true;

@@ -1,4 +1,4 @@
-// Resolution of Q4_op_options (SPEC §2.4, §3.2) into what a call does.
+// Resolution of Q4_op_options (docs/abi.md §8) into what a call does.
 #pragma once
 
 #include <cstdint>

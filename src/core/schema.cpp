@@ -6,6 +6,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/enum_tables.h"
 #include "common/error.h"
 #include "common/struct_size.h"
 
@@ -36,7 +37,9 @@ constexpr Anchor kAnchors[] = {
     {".weight_scale_2", Q4_SCHEMA_NVFP4_MODELOPT},
     {".weight_global_scale", Q4_SCHEMA_NVFP4_COMPRESSED},
     {".weight_packed", Q4_SCHEMA_NVFP4_COMPRESSED},
-    {".weight_scale", Q4_SCHEMA_NONE},  // ModelOpt or compressed-tensors
+    {".weight_scale", Q4_SCHEMA_NONE},     // ModelOpt or compressed-tensors
+    {".blocks", Q4_SCHEMA_MXFP4_GPT_OSS},  // gpt-oss original: P.blocks + P.scales
+    {"_blocks", Q4_SCHEMA_MXFP4_GPT_OSS},  // Hugging Face conversion: P_blocks + P_scales
 };
 
 struct Candidate {
@@ -70,9 +73,10 @@ class Checker {
     if (t.dtype == Q4_DTYPE_UNKNOWN) return;
     if (std::find(allowed.begin(), allowed.end(), t.dtype) != allowed.end()) return;
     std::string expected;
-    for (int32_t d : allowed) expected += std::string(expected.empty() ? "" : " or ") + dtype_name(d);
-    problem_ =
-        std::string("key '") + t.name + "' has dtype " + dtype_name(t.dtype) + ", expected " + expected;
+    for (int32_t d : allowed)
+      expected += std::string(expected.empty() ? "" : " or ") + q4::names::dtype_name(d);
+    problem_ = std::string("key '") + t.name + "' has dtype " + q4::names::dtype_name(t.dtype) +
+               ", expected " + expected;
   }
 
   void check_scalar(int32_t i) {
@@ -179,6 +183,44 @@ void resolve_compressed(Checker& c, const std::string& p, Linear& l) {
   c.check_nvfp4_shapes(l.roles[Q4_ROLE_WEIGHT], l.roles[Q4_ROLE_SCALE]);
 }
 
+// gpt-oss MXFP4 (docs/formats.md): uint8 blocks [..., N, K/32, 16] (or
+// [..., N, K/2]) and uint8 E8M0 scales [..., N, K/32], experts leading. The
+// bias is P_bias (Hugging Face) or, for the original P = "..._weight",
+// "..._bias".
+void resolve_gpt_oss(Checker& c, const std::string& p, Linear& l) {
+  l.format = Q4_FORMAT_MXFP4;
+  const std::string sep = c.find(p + ".blocks") >= 0 ? "." : "_";
+  l.roles[Q4_ROLE_WEIGHT] = c.require(p + sep + "blocks");
+  l.roles[Q4_ROLE_SCALE] = c.require(p + sep + "scales");
+  c.check_dtype(l.roles[Q4_ROLE_WEIGHT], {Q4_DTYPE_U8});
+  c.check_dtype(l.roles[Q4_ROLE_SCALE], {Q4_DTYPE_U8});
+  if (sep == "_") {
+    l.roles[Q4_ROLE_BIAS] = c.find(p + "_bias");
+  } else if (p.size() > 7 && p.compare(p.size() - 7, 7, "_weight") == 0) {
+    l.roles[Q4_ROLE_BIAS] = c.find(p.substr(0, p.size() - 7) + "_bias");
+  }
+  const int32_t w = l.roles[Q4_ROLE_WEIGHT], s = l.roles[Q4_ROLE_SCALE];
+  if (w < 0 || s < 0 || !c.problem().empty()) return;
+  const Q4_tensor_desc& wt = c.at(w);
+  const Q4_tensor_desc& st = c.at(s);
+  if (wt.ndim < 0 || st.ndim < 0) return;
+  bool ok = st.ndim >= 2 && st.ndim <= Q4_MAX_NDIM;
+  if (ok && wt.ndim == st.ndim + 1) {  // [..., N, K/32, 16]
+    for (int32_t d = 0; d < st.ndim; ++d) ok = ok && wt.shape[d] == st.shape[d];
+    ok = ok && wt.shape[st.ndim] == 16;
+  } else if (ok && wt.ndim == st.ndim) {  // [..., N, K/2]
+    for (int32_t d = 0; d + 1 < st.ndim; ++d) ok = ok && wt.shape[d] == st.shape[d];
+    ok = ok && wt.shape[st.ndim - 1] == 16 * st.shape[st.ndim - 1];
+  } else {
+    ok = false;
+  }
+  if (!ok) {
+    c.set_problem(std::string("shapes disagree: MXFP4 blocks '") + wt.name +
+                  "' must be [..., N, K/32, 16] or [..., N, K/2] for scales '" + st.name +
+                  "' [..., N, K/32]");
+  }
+}
+
 }  // namespace
 
 Detection detect(const Q4_tensor_desc* tensors, size_t count) {
@@ -205,6 +247,12 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
       if (!ends_with(name, a.suffix)) continue;
       int32_t family = a.family;
       const std::string prefix(name.substr(0, name.size() - a.suffix.size()));
+      // gpt-oss blocks are uint8; a `.blocks` tensor of another dtype is no
+      // MXFP4 weight.
+      if (family == Q4_SCHEMA_MXFP4_GPT_OSS && tensors[i].dtype != Q4_DTYPE_UNKNOWN &&
+          tensors[i].dtype != Q4_DTYPE_U8) {
+        break;
+      }
       if (family == Q4_SCHEMA_NONE) {
         // `.weight_scale`: an F32 value means an FP8 (not 4-bit) checkpoint.
         if (tensors[i].dtype == Q4_DTYPE_F32) break;
@@ -224,7 +272,8 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
   for (const Candidate& cand : candidates) {
     if (cand.families.size() > 1) {
       std::string names;
-      for (int32_t f : cand.families) names += std::string(names.empty() ? "" : ", ") + family_name(f);
+      for (int32_t f : cand.families)
+        names += std::string(names.empty() ? "" : ", ") + q4::names::family_name(f);
       out.problems.push_back("linear '" + cand.prefix + "': ambiguous, keys of several schemas (" + names +
                              ")");
       continue;
@@ -243,13 +292,17 @@ Detection detect(const Q4_tensor_desc* tensors, size_t count) {
       case Q4_SCHEMA_NVFP4_MODELOPT:
         resolve_modelopt(c, cand.prefix, l);
         break;
+      case Q4_SCHEMA_MXFP4_GPT_OSS:
+        resolve_gpt_oss(c, cand.prefix, l);
+        break;
       default:
         resolve_compressed(c, cand.prefix, l);
         break;
     }
-    l.roles[Q4_ROLE_BIAS] = c.find(cand.prefix + ".bias");
+    if (l.roles[Q4_ROLE_BIAS] < 0) l.roles[Q4_ROLE_BIAS] = c.find(cand.prefix + ".bias");
     if (!c.problem().empty()) {
-      out.problems.push_back("linear '" + cand.prefix + "' (" + family_name(l.family) + "): " + c.problem());
+      out.problems.push_back("linear '" + cand.prefix + "' (" + q4::names::family_name(l.family) +
+                             "): " + c.problem());
       continue;
     }
     l.prefix_tensor = l.roles[Q4_ROLE_WEIGHT];
@@ -262,19 +315,21 @@ void fill_summary(const Detection& d, Q4_schema_summary* out) {
   Q4_schema_summary summary;
   std::memset(&summary, 0, sizeof summary);
   Q4_schema_summary* s = &summary;
-  bool nvfp4 = false, nf4 = false;
+  bool nvfp4 = false, nf4 = false, mxfp4 = false;
   int32_t family = Q4_SCHEMA_NONE;
   bool one_family = true;
   for (const Linear& l : d.linears) {
-    (l.format == Q4_FORMAT_NF4 ? nf4 : nvfp4) = true;
+    (l.format == Q4_FORMAT_NF4 ? nf4 : (l.format == Q4_FORMAT_MXFP4 ? mxfp4 : nvfp4)) = true;
     if (l.family >= 0 && l.family < 8) s->family_counts[l.family]++;
     if (family == Q4_SCHEMA_NONE)
       family = l.family;
     else if (family != l.family)
       one_family = false;
   }
-  s->format =
-      nvfp4 && nf4 ? Q4_FORMAT_MIXED : (nvfp4 ? Q4_FORMAT_NVFP4 : (nf4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NONE));
+  const int formats = (nvfp4 ? 1 : 0) + (nf4 ? 1 : 0) + (mxfp4 ? 1 : 0);
+  s->format = formats > 1 ? Q4_FORMAT_MIXED
+                          : (nvfp4 ? Q4_FORMAT_NVFP4
+                                   : (nf4 ? Q4_FORMAT_NF4 : (mxfp4 ? Q4_FORMAT_MXFP4 : Q4_FORMAT_NONE)));
   s->family = one_family ? family : Q4_SCHEMA_NONE;
   s->num_linears = static_cast<int32_t>(d.linears.size());
   s->num_incomplete = static_cast<int32_t>(d.problems.size());
@@ -292,77 +347,6 @@ void fill_linear(const Linear& l, Q4_linear_schema* dst) {
   for (int i = 0; i < Q4_MAX_ROLES; ++i) out->roles[i] = l.roles[i];
   out->global_scale_inverted = l.global_scale_inverted ? 1 : 0;
   write_struct(dst, entry, "out[i]");
-}
-
-const char* family_name(int32_t family) {
-  switch (family) {
-    case Q4_SCHEMA_NONE:
-      return "none";
-    case Q4_SCHEMA_BNB_NF4:
-      return "bitsandbytes-nf4";
-    case Q4_SCHEMA_NVFP4_LEGACY:
-      return "nvfp4-legacy";
-    case Q4_SCHEMA_NVFP4_MODELOPT:
-      return "nvfp4-modelopt";
-    case Q4_SCHEMA_NVFP4_COMPRESSED:
-      return "nvfp4-compressed-tensors";
-    default:
-      return "unknown";
-  }
-}
-
-const char* format_name(int32_t format) {
-  switch (format) {
-    case Q4_FORMAT_NONE:
-      return "none";
-    case Q4_FORMAT_NVFP4:
-      return "nvfp4";
-    case Q4_FORMAT_NF4:
-      return "nf4";
-    case Q4_FORMAT_MIXED:
-      return "mixed";
-    default:
-      return "unknown";
-  }
-}
-
-const char* dtype_name(int32_t dtype) {
-  switch (dtype) {
-    case Q4_DTYPE_F32:
-      return "F32";
-    case Q4_DTYPE_F16:
-      return "F16";
-    case Q4_DTYPE_BF16:
-      return "BF16";
-    case Q4_DTYPE_U8:
-      return "U8";
-    case Q4_DTYPE_I8:
-      return "I8";
-    case Q4_DTYPE_F8_E4M3:
-      return "F8_E4M3";
-    case Q4_DTYPE_F4:
-      return "F4";
-    case Q4_DTYPE_I16:
-      return "I16";
-    case Q4_DTYPE_I32:
-      return "I32";
-    case Q4_DTYPE_I64:
-      return "I64";
-    case Q4_DTYPE_F64:
-      return "F64";
-    case Q4_DTYPE_BOOL:
-      return "BOOL";
-    case Q4_DTYPE_F8_E5M2:
-      return "F8_E5M2";
-    case Q4_DTYPE_U16:
-      return "U16";
-    case Q4_DTYPE_U32:
-      return "U32";
-    case Q4_DTYPE_U64:
-      return "U64";
-    default:
-      return "unknown";
-  }
 }
 
 }  // namespace q4::schema

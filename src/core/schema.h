@@ -1,4 +1,4 @@
-// Checkpoint schema detection by tensor keys (SPEC §1.6).
+// Checkpoint schema detection by tensor keys (docs/formats.md, checkpoint families).
 #pragma once
 
 #include <cstddef>
@@ -31,10 +31,6 @@ struct Detection {
 Detection detect(const Q4_tensor_desc* tensors, size_t count);
 
 void fill_summary(const Detection& d, Q4_schema_summary* out);
-void fill_linear(const Linear& l, Q4_linear_schema* out);
-
-const char* family_name(int32_t family);
-const char* format_name(int32_t format);
-const char* dtype_name(int32_t dtype);
+void fill_linear(const Linear& l, Q4_linear_schema* dst);
 
 }  // namespace q4::schema

@@ -1,4 +1,4 @@
-// Format math, once (SPEC §1; STYLE rule 9): E2M1, E4M3, NF4 codecs, fp16/bf16
+// Format math, once (docs/formats.md): E2M1, E4M3, NF4 codecs, fp16/bf16
 // conversions and the swizzle index. Header-only and free of the standard
 // library beyond <cstdint>/<cstring> so that CUDA device code includes it too.
 // Every function is exact integer/compare logic: no dependence on the
@@ -140,7 +140,7 @@ Q4_HD uint32_t e4m3_encode(float x) {
 }
 
 // ---------------------------------------------------------------------------
-// NVFP4 quantization steps (SPEC §1.3), shared by every implementation.
+// NVFP4 quantization steps (docs/formats.md, NVFP4 quantization), shared by every implementation.
 // ---------------------------------------------------------------------------
 constexpr float kE2M1Max = 6.0f;
 constexpr float kE4M3Max = 448.0f;
@@ -209,7 +209,7 @@ Q4_HD uint32_t nf4_encode(float y) {
                                     0.2035212516784668f,    0.2920137718319893f,   0.3893125355243683f,
                                     0.5016634166240692f,    0.6427869200706482f,   0.8614784181118011f};
   uint32_t code = 0;
-  for (int i = 0; i < 15; ++i) code += (y > thresholds[i]) ? 1u : 0u;
+  for (float threshold : thresholds) code += (y > threshold) ? 1u : 0u;
   return code;
 }
 
@@ -269,7 +269,7 @@ Q4_HD uint16_t f32_to_bf16(float x) {
 }
 
 // ---------------------------------------------------------------------------
-// Swizzled scale layout (cuBLASLt VEC16_UE4M3), SPEC §1.4.
+// Swizzled scale layout (cuBLASLt VEC16_UE4M3) (docs/formats.md, scale layouts).
 // ---------------------------------------------------------------------------
 Q4_HD int64_t round_up(int64_t v, int64_t m) {
   return (v + m - 1) / m * m;

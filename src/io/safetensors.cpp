@@ -11,27 +11,13 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/enum_tables.h"
 #include "common/error.h"
 
 namespace q4::io {
 namespace {
 
-constexpr int64_t kMaxHeader = 100 * 1000 * 1000;  // 100 MB, as the reference implementation
-
-struct DtypeName {
-  const char* name;
-  int32_t dtype;
-  int64_t bits;
-};
-
-constexpr DtypeName kDtypes[] = {
-    {"F64", Q4_DTYPE_F64, 64},   {"F32", Q4_DTYPE_F32, 32},        {"F16", Q4_DTYPE_F16, 16},
-    {"BF16", Q4_DTYPE_BF16, 16}, {"I64", Q4_DTYPE_I64, 64},        {"I32", Q4_DTYPE_I32, 32},
-    {"I16", Q4_DTYPE_I16, 16},   {"I8", Q4_DTYPE_I8, 8},           {"U64", Q4_DTYPE_U64, 64},
-    {"U32", Q4_DTYPE_U32, 32},   {"U16", Q4_DTYPE_U16, 16},        {"U8", Q4_DTYPE_U8, 8},
-    {"BOOL", Q4_DTYPE_BOOL, 8},  {"F8_E4M3", Q4_DTYPE_F8_E4M3, 8}, {"F8_E5M2", Q4_DTYPE_F8_E5M2, 8},
-    {"F4", Q4_DTYPE_F4, 4},
-};
+constexpr int64_t kMaxHeader = int64_t{100} * 1000 * 1000;  // 100 MB, as the reference implementation
 
 [[noreturn]] void bad(const std::string& what) {
   fail(Q4_ERR_FORMAT, "", "malformed safetensors: " + what);
@@ -40,24 +26,17 @@ constexpr DtypeName kDtypes[] = {
 }  // namespace
 
 int64_t dtype_bits(int32_t dtype) {
-  for (const DtypeName& d : kDtypes) {
-    if (d.dtype == dtype) return d.bits;
-  }
-  return 0;
+  const names::DtypeInfo* d = names::dtype_info(dtype);
+  return d != nullptr ? d->bits : 0;
 }
 
 int32_t dtype_from_string(const std::string& s) {
-  for (const DtypeName& d : kDtypes) {
-    if (s == d.name) return d.dtype;
-  }
-  return Q4_DTYPE_UNKNOWN;
+  const names::DtypeInfo* d = names::dtype_by_name(s);
+  return d != nullptr ? d->dtype : Q4_DTYPE_UNKNOWN;
 }
 
 const char* dtype_to_string(int32_t dtype) {
-  for (const DtypeName& d : kDtypes) {
-    if (d.dtype == dtype) return d.name;
-  }
-  return "unknown";
+  return names::dtype_name(dtype);
 }
 
 Parsed parse(const uint8_t* bytes, int64_t size) {

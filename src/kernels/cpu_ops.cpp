@@ -4,13 +4,19 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
 #include <vector>
 
 #include "common/thread_pool.h"
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include "formats/codec.h"
+#include "kernels/kernel_types.h"
+#include "kernels/portable.h"
 
 namespace q4::kern {
 namespace {
@@ -76,105 +82,117 @@ void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int
   });
 }
 
-// Per-block int8 activations: xq [m, k] and xs [m, k/16] (k % 16 == 0 is
-// not required: a short last block is allowed).
-struct QuantizedActivations {
+// Activation operands of the integer kernels (KernelTable::i8_micro).
+struct I8Activations {
   std::vector<int8_t> q;
-  std::vector<float> scale;
-  int64_t blocks_per_row = 0;
+  std::vector<float> s;
+  std::vector<int32_t> c;
+  int64_t ldq = 0, lds = 0;
+  void resize(int64_t m, int64_t k) {
+    ldq = k;
+    lds = k / 16;
+    q.resize(static_cast<size_t>(m * ldq));
+    s.resize(static_cast<size_t>(m * lds));
+    c.resize(static_cast<size_t>(m * lds));
+  }
 };
 
-QuantizedActivations quantize_activations(const float* x, int64_t m, int64_t k, int32_t threads) {
-  QuantizedActivations a;
-  a.blocks_per_row = (k + 15) / 16;
-  a.q.resize(static_cast<size_t>(m * k));
-  a.scale.resize(static_cast<size_t>(m * a.blocks_per_row));
-  parallel_for(m, threads, [&](int64_t i) {
-    for (int64_t b = 0; b < a.blocks_per_row; ++b) {
-      const int64_t k0 = b * 16, k1 = std::min(k, k0 + 16);
-      float amax = 0.0f;
-      bool finite = true;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        finite = finite && std::isfinite(x[i * k + kk]);
-        amax = std::max(amax, std::fabs(x[i * k + kk]));
-      }
-      // A NaN/Inf activation makes its block's scale NaN, so the outputs it
-      // feeds become NaN as in exact mode (and no float->int conversion of a
-      // non-finite value happens).
-      const float scale = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
-      a.scale[static_cast<size_t>(i * a.blocks_per_row + b)] = scale;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        int8_t code = 0;
-        if (finite && scale > 0.0f) {
-          const float v = std::min(127.0f, std::max(-127.0f, x[i * k + kk] / scale));
-          code = static_cast<int8_t>(static_cast<int32_t>(v + (v < 0.0f ? -0.5f : 0.5f)));
+constexpr int64_t kI8ChunkBlocks = 64;  // K blocks per packed panel (16 KiB of int8)
+constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed panel
+
+// y = (fixed-order integer block product) * post, split over panels of 16
+// rows of W; every output is one thread's sequence, so the result does not
+// depend on the thread count.
+void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w, int64_t n,
+                float post, float* y, int32_t threads) {
+  const int64_t kb = w.k / 16;
+  if (m <= kI8GemvMaxRows && kt.i8_gemv_nvfp4 != nullptr && w.k % 128 == 0) {
+    const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
+    parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+      const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
+      kt.i8_gemv_nvfp4(a.q.data(), a.ldq, a.s.data(), a.c.data(), a.lds, static_cast<int32_t>(m), w, n0, n1,
+                       post, y + n0, n);
+    });
+    return;
+  }
+  const int64_t panels = (n + kI8PanelNr - 1) / kI8PanelNr;
+  parallel_for(panels, threads, [&](int64_t t) {
+    const int64_t n0 = t * kI8PanelNr;
+    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(kI8PanelNr, n - n0));
+    const int64_t chunk = std::min(kb, kI8ChunkBlocks);
+    std::vector<uint8_t> wq(static_cast<size_t>(chunk * 256));
+    std::vector<float> ws(static_cast<size_t>(chunk * kI8PanelNr));
+    for (int64_t i0 = 0; i0 < m; i0 += kI8RowBlock) {
+      const int64_t i1 = std::min(m, i0 + kI8RowBlock);
+      for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
+        const int64_t nb = std::min(chunk, kb - b0);
+        kt.i8_pack_nvfp4(w, n0, rows, b0, nb, wq.data(), ws.data());
+        for (int64_t i = i0; i < i1; i += kt.i8_micro_mr) {
+          const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.i8_micro_mr, i1 - i));
+          kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
+                      a.c.data() + i * a.lds + b0, a.lds, mr, wq.data(), ws.data(), nb, y + i * n + n0, n,
+                      rows, b0 > 0);
         }
-        a.q[static_cast<size_t>(i * k + kk)] = code;
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        for (int32_t r = 0; r < rows; ++r) y[i * n + n0 + r] *= post;
       }
     }
   });
-  return a;
 }
 
 }  // namespace
 
-void linear_nvfp4_fast(const float* x, int64_t m, const NvWeights& w, int64_t n, float* y, int32_t threads) {
-  const int64_t k = w.k;
-  const QuantizedActivations a = quantize_activations(x, m, k, threads);
-  const int64_t chunk = gemv_chunk(n, threads);
-  parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
-    const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-    std::vector<int8_t> wrow(static_cast<size_t>(k));
-    for (int64_t j = n0; j < n1; ++j) {
-      const uint8_t* q = w.q + j * (k / 2);
-      for (int64_t kk = 0; kk < k; kk += 2) {
-        wrow[static_cast<size_t>(kk)] = static_cast<int8_t>(fmt::e2m1_decode_x2(q[kk / 2] & 0xfu));
-        wrow[static_cast<size_t>(kk + 1)] = static_cast<int8_t>(fmt::e2m1_decode_x2(q[kk / 2] >> 4));
-      }
-      for (int64_t i = 0; i < m; ++i) {
-        const int8_t* xq = a.q.data() + i * k;
-        const float* xs = a.scale.data() + i * a.blocks_per_row;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < k / 16; ++b) {
-          int32_t dot = 0;
-          for (int e = 0; e < 16; ++e) dot += int32_t{xq[b * 16 + e]} * wrow[static_cast<size_t>(b * 16 + e)];
-          acc += static_cast<float>(dot) * (xs[b] * fmt::e4m3_decode(w.s[j * (k / 16) + b]));
-        }
-        y[i * n + j] = acc * (0.5f * w.g);  // e2m1 x2 -> e2m1
-      }
-    }
-  });
+const char* fast_math_fallback_nvfp4(const KernelTable& kt) {
+  return kt.i8_native ? nullptr
+                      : "this ISA has no integer dot-product kernels: fast mode runs the exact kernels";
 }
 
-void linear_nf4_fast(const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y, int32_t threads) {
+const char* fast_math_fallback_nf4(const KernelTable&) {
+  return "NF4 has no integer path (an int8 NF4 codebook has no stated error bound): fast mode runs the exact "
+         "kernels";
+}
+
+void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+                       float* y, int32_t threads) {
+  if (m == 0 || n == 0) return;
   const int64_t k = w.k;
-  const QuantizedActivations a = quantize_activations(x, m, k, threads);
-  const int64_t chunk = gemv_chunk(n, threads);
-  parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
-    const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-    std::vector<float> wrow(static_cast<size_t>(k));
-    for (int64_t j = n0; j < n1; ++j) {
-      for (int64_t kk = 0; kk < k; ++kk) {
-        const int64_t f = j * k + kk;
-        const uint8_t byte = w.q[f >> 1];
-        const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
-        wrow[static_cast<size_t>(kk)] = w.lut[code] * w.absmax[f >> w.block_shift];
-      }
-      for (int64_t i = 0; i < m; ++i) {
-        const int8_t* xq = a.q.data() + i * k;
-        const float* xs = a.scale.data() + i * a.blocks_per_row;
-        float acc = 0.0f;
-        for (int64_t b = 0; b < a.blocks_per_row; ++b) {
-          float part = 0.0f;
-          for (int64_t kk = b * 16; kk < std::min(k, b * 16 + 16); ++kk) {
-            part += static_cast<float>(xq[kk]) * wrow[static_cast<size_t>(kk)];
-          }
-          acc += part * xs[b];
-        }
-        y[i * n + j] = acc;
-      }
-    }
+  I8Activations a;
+  a.resize(m, k);
+  parallel_for(m, threads, [&](int64_t i) {
+    i8_activations_quantize(x + i * k, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
+                            a.c.data() + i * a.lds, a.lds);
   });
+  i8_product(kt, a, m, w, n, 0.5f * w.g, y, threads);  // e2m1 x2 -> e2m1
+}
+
+MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+                           float* y, int32_t threads) {
+  if (fast_math_fallback_nvfp4(kt) != nullptr) {
+    linear_nvfp4(kt, x, m, w, n, y, threads);
+    return MathUsed::Exact;
+  }
+  linear_nvfp4_int8(kt, x, m, w, n, y, threads);
+  return MathUsed::Int8;
+}
+
+MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+                         float* y, int32_t threads) {
+  linear_nf4(kt, x, m, w, n, y, threads);
+  return MathUsed::Exact;
+}
+
+void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t* as, int64_t m,
+                         const NvWeights& w, int64_t n, float* y, int32_t threads) {
+  if (m == 0 || n == 0) return;
+  const int64_t k = w.k;
+  I8Activations a;
+  a.resize(m, k);
+  parallel_for(m, threads, [&](int64_t i) {
+    i8_activations_nvfp4(aq + i * (k / 2), as + i * (k / 16), 1, k, a.q.data() + i * a.ldq, a.ldq,
+                         a.s.data() + i * a.lds, a.c.data() + i * a.lds, a.lds);
+  });
+  i8_product(kt, a, m, w, n, 0.25f * w.g, y, threads);  // (e2m1 x2)^2 -> e2m1^2
 }
 
 GemmBlocking gemm_blocking() {
@@ -195,9 +213,10 @@ namespace {
 // over N; the packed-panel GEMM otherwise. `Weights` is NvWeights or
 // Nf4Weights; gemv/panel are the matching kernel-table entries.
 template <class Weights, class Gemv, class Panel>
-void linear_packed(const KernelTable& kt, const float* x, int64_t m, const Weights& w, int64_t n, float* y,
+void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w, int64_t n, float* y,
                    int32_t threads, Gemv gemv, Panel panel) {
   if (m <= kGemvMaxRows) {
+    // fp16/bf16 rows go to the kernels as they are (converted in registers).
     const int64_t chunk = gemv_chunk(n, threads);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
@@ -205,19 +224,27 @@ void linear_packed(const KernelTable& kt, const float* x, int64_t m, const Weigh
     });
     return;
   }
+  std::vector<float> conv;
+  const float* xf = static_cast<const float*>(x.data);
+  if (x.type != FType::F32) {  // the panel GEMM reads fp32 rows
+    conv.resize(static_cast<size_t>(m * w.k));
+    parallel_for(m, threads,
+                 [&](int64_t i) { load_row(x.data, x.type, i * w.k, w.k, conv.data() + i * w.k); });
+    xf = conv.data();
+  }
   panel_gemm(
-      kt, x, m, w.k, n, y, threads, gemm_blocking(),
+      kt, xf, m, w.k, n, y, threads, gemm_blocking(),
       [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* buf) { panel(w, n0, rows, k0, kc, buf); });
 }
 
 }  // namespace
 
-void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n, float* y,
+void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
                   int32_t threads) {
   linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_panel);
 }
 
-void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
+void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads) {
   linear_packed(kt, x, m, w, n, y, threads, kt.nf4_gemv, kt.nf4_panel);
 }
@@ -262,6 +289,108 @@ float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads) {
   float m = 0.0f;
   for (float v : part) m = std::max(m, v);
   return m;
+}
+
+namespace {
+
+constexpr uint32_t kNonFiniteBits = 0x7f800000u;
+
+// Flat index of the first NaN/Inf of x at or after i0 (one must exist).
+int64_t first_non_finite(const float* x, int64_t i0, int64_t n) {
+  for (int64_t i = i0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    if ((u & kNonFiniteBits) == kNonFiniteBits) return i;
+  }
+  return n;  // not reached when the caller saw a non-finite value
+}
+
+// Uninitialized bytes for the staging of a quantization, on transparent huge
+// pages where the OS offers them (a fresh multi-megabyte buffer otherwise
+// costs a page fault per 4 KiB).
+struct Staging {
+  uint8_t* p = nullptr;
+  explicit Staging(int64_t bytes) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t size = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+    p = static_cast<uint8_t*>(::operator new[](size, std::align_val_t(kHuge)));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
+  }
+  ~Staging() {
+    ::operator delete[](p, std::align_val_t(size_t{2} << 20));
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+};
+
+void parallel_copy(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads) {
+  constexpr int64_t kChunk = 1 << 20;
+  parallel_for((bytes + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+    const int64_t o = c * kChunk;
+    std::memcpy(dst + o, src + o, static_cast<size_t>(std::min(kChunk, bytes - o)));
+  });
+}
+
+}  // namespace
+
+int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g,
+                               float* g_used, uint8_t* q, uint8_t* s, int32_t threads) {
+  const int64_t n = rows * k;
+  if (n == 0) {
+    *g_used = g > 0.0f ? g : 1.0f;
+    return -1;
+  }
+  if (!(g > 0.0f)) {
+    // Pass 1: finite check and amax in one read; pass 2: quantize.
+    constexpr int64_t kChunk = 1 << 16;
+    const int64_t tasks = (n + kChunk - 1) / kChunk;
+    std::vector<uint32_t> part(static_cast<size_t>(tasks), 0);
+    parallel_for(tasks, threads, [&](int64_t t) {
+      const int64_t i0 = t * kChunk;
+      part[static_cast<size_t>(t)] = kt.absmax_bits(x + i0, std::min(kChunk, n - i0));
+    });
+    uint32_t mx = 0;
+    for (int64_t t = 0; t < tasks; ++t) {
+      const uint32_t b = part[static_cast<size_t>(t)];
+      if (b >= kNonFiniteBits) return first_non_finite(x, t * kChunk, n);
+      mx = std::max(mx, b);
+    }
+    float amax_v;
+    std::memcpy(&amax_v, &mx, 4);
+    *g_used = fmt::nvfp4_global_scale_from_amax(amax_v);
+    quantize_nvfp4(kt, x, rows, k, *g_used, q, s, threads);
+    return -1;
+  }
+  // One pass: check + quantize per L2-sized task into staging, then copy.
+  const int64_t qbytes = n / 2, sbytes = n / 16;
+  Staging st(qbytes + sbytes);
+  uint8_t* sq = st.p;
+  uint8_t* ss = st.p + qbytes;
+  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
+  const int64_t tasks = (rows + rows_per - 1) / rows_per;
+  std::atomic<int64_t> bad_task{std::numeric_limits<int64_t>::max()};
+  parallel_for(tasks, threads, [&](int64_t t) {
+    // Tasks past a failed one need not run; every task before it does, so
+    // the smallest failing task (and the first bad index) is always found.
+    if (t > bad_task.load(std::memory_order_relaxed)) return;
+    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+    const float* xt = x + r0 * k;
+    if (kt.absmax_bits(xt, (r1 - r0) * k) >= kNonFiniteBits) {
+      int64_t cur = bad_task.load(std::memory_order_relaxed);
+      while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
+      }
+      return;
+    }
+    kt.nvfp4_quantize(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16));
+  });
+  const int64_t bad = bad_task.load();
+  if (bad != std::numeric_limits<int64_t>::max()) return first_non_finite(x, bad * rows_per * k, n);
+  parallel_copy(q, sq, qbytes, threads);
+  parallel_copy(s, ss, sbytes, threads);
+  *g_used = g;
+  return -1;
 }
 
 }  // namespace q4::kern

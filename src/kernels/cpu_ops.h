@@ -20,27 +20,73 @@ GemmBlocking gemm_blocking();
 void set_gemm_blocking(const GemmBlocking& b);
 
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m <= kGemvMaxRows uses the
-// fused GEMV kernels, larger m the packed-panel GEMM.
-void linear_nvfp4(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n, float* y,
+// fused GEMV kernels, which read fp16/bf16 rows directly (converted in
+// registers); larger m the packed-panel GEMM (fp16/bf16 rows converted to
+// fp32 first, a copy: callers that count copies pass fp32 there).
+void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
                   int32_t threads);
-void linear_nf4(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
+void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads);
 // y[m, n] = x[m, k] . w[n, k]^T for fp32 w (the dequant-matmul backend).
 void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
               float* y, int32_t threads, const GemmBlocking& blocking);
 
-// Fast math mode: activations quantized on the fly to int8 per block of 16
-// (scale amax/127, round half away from zero), then integer dot products
-// with the E2M1 weights (NVFP4) or int8 x fp32-codebook products (NF4).
+// ---- Integer paths (W4A4 and fast math mode) ------------------------------
+// Which math a product actually ran.
+enum class MathUsed : int32_t { Exact = 0, Int8 = 1 };
+
+// Why fast math mode runs the exact kernels on table kt, or nullptr when it
+// runs the integer kernels. NVFP4: the ISA has no integer kernels of its own
+// (fast mode is then never slower than exact). NF4: always exact (see
+// docs/performance.md: an int8 NF4 codebook has no bound we state).
+const char* fast_math_fallback_nvfp4(const KernelTable& kt);
+const char* fast_math_fallback_nf4(const KernelTable& kt);
+
+// Fast math mode: activations quantized to int8 per block of 16 (scale
+// amax/127, round half away from zero), then integer dot products with the
+// E2M1x2 weights, block partials accumulated in the fixed fp32 order of
+// KernelTable::i8_micro (bit-identical on every ISA), times g/2.
 // Error: |y - y_exact| <= sum_b (xs_b / 2) * sum_{k in b} |w_k| (+ fp32
-// rounding), xs_b = amax_b(x) / 127.
-void linear_nvfp4_fast(const float* x, int64_t m, const NvWeights& w, int64_t n, float* y, int32_t threads);
-void linear_nf4_fast(const float* x, int64_t m, const Nf4Weights& w, int64_t n, float* y, int32_t threads);
+// rounding, (K/16 + 1) 2^-24 sum|terms|), xs_b = amax_b(x) / 127.
+// Falls back to linear_nvfp4 / linear_nf4 (exact) as fast_math_fallback_*
+// says; returns the math that ran.
+MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+                           float* y, int32_t threads);
+MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+                         float* y, int32_t threads);
+// The integer fast path itself, on any table (its i8 entries), no fallback.
+void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+                       float* y, int32_t threads);
+
+// W4A4 NVFP4_scaled_mm on the integer kernels: A [m, k] NVFP4 codes with
+// linear E4M3 scales (A's global scale not applied), exact block sums,
+// y = (fixed-order fp32 sum of int32 dot * sA * sW) * (g / 4). Runs on any
+// table's i8 entries (callers check kt.i8_native to prefer the fp32 path
+// on ISAs without integer kernels).
+void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t* as, int64_t m,
+                         const NvWeights& w, int64_t n, float* y, int32_t threads);
 
 void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                     uint8_t* s, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, float* out, int32_t threads);
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
+
+// NVFP4 quantization of fp32 rows x [rows, k] with the finite check fused
+// into the passes over x; validate-before-write: returns -1 after writing q,
+// s (linear scales) and *g_used, or the flat index of the FIRST NaN/Inf of x
+// having written nothing. g > 0 is the global scale to use; g == 0 derives
+// it from amax(x) (the codec's rule).
+//
+// g given: ONE pass over x. Tasks of 64 KiB rows check their rows
+// (absmax_bits) and quantize them while they are in L2, into a staging
+// buffer; only when every task found its rows finite is the staging copied
+// into q and s (the copy moves 0.56 bytes per element against the 4 that a
+// separate check pass would re-read). g derived: the global scale needs the
+// amax of all of x before any element can be coded, so two passes: the
+// finite check and the amax in one read, then the quantization straight
+// into q and s (x is known finite by then).
+int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g,
+                               float* g_used, uint8_t* q, uint8_t* s, int32_t threads);
 
 }  // namespace q4::kern

@@ -7,41 +7,49 @@
 
 namespace q4 {
 
+namespace {
+
+// The levels whose kernel file is compiled in (CMake defines
+// NVFP4_KERNELS_<LEVEL> for each), best first; scalar is always there.
+struct CompiledIsa {
+  int32_t isa;
+  const kern::KernelTable& (*table)();
+};
+constexpr CompiledIsa kCompiled[] = {
+#if defined(NVFP4_KERNELS_AVX512_VNNI)
+    {Q4_ISA_AVX512_VNNI, kern::avx512_vnni_table},
+#endif
+#if defined(NVFP4_KERNELS_AVX512)
+    {Q4_ISA_AVX512, kern::avx512_table},
+#endif
+#if defined(NVFP4_KERNELS_AVX2)
+    {Q4_ISA_AVX2, kern::avx2_table},
+#endif
+#if defined(NVFP4_KERNELS_NEON_DOTPROD)
+    {Q4_ISA_NEON_DOTPROD, kern::neon_dotprod_table},
+#endif
+#if defined(NVFP4_KERNELS_NEON)
+    {Q4_ISA_NEON, kern::neon_table},
+#endif
+    {Q4_ISA_SCALAR, kern::scalar_table},
+};
+
+}  // namespace
+
 bool isa_compiled(int32_t isa) {
-  switch (isa) {
-    case Q4_ISA_SCALAR:
-      return true;
-#if defined(__x86_64__)
-    case Q4_ISA_AVX2:
-    case Q4_ISA_AVX512:
-      return true;
-#endif
-#if defined(__aarch64__)
-    case Q4_ISA_NEON:
-      return true;
-#endif
-    default:
-      return false;
+  for (const CompiledIsa& c : kCompiled) {
+    if (c.isa == isa) return true;
   }
+  return false;
 }
 
 namespace kern {
 
 const KernelTable& table_for(int32_t isa) {
-  switch (isa) {
-#if defined(__x86_64__)
-    case Q4_ISA_AVX512:
-      return avx512_table();
-    case Q4_ISA_AVX2:
-      return avx2_table();
-#endif
-#if defined(__aarch64__)
-    case Q4_ISA_NEON:
-      return neon_table();
-#endif
-    default:
-      return scalar_table();
+  for (const CompiledIsa& c : kCompiled) {
+    if (c.isa == isa) return c.table();
   }
+  return scalar_table();
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// ISA selection for the kernel tables (SPEC 3.3): what is compiled in, what
-// the CPU runs, what the cap allows.
+// ISA selection for the kernel tables: what is compiled in, what the CPU
+// runs, what the cap allows.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@ int32_t best_isa();
 int32_t active_isa();
 
 namespace kern {
+// The table of a level compiled in (the scalar table for any other value);
+// the caller checks that the CPU runs it.
 const KernelTable& table_for(int32_t isa);
 // The table for the active ISA; records it as this thread's last ISA used.
 // (active_table() in kernel_table.h is the same function.)

@@ -1,14 +1,19 @@
-// The CPU kernel table (STYLE rule 10): one table per ISA, each built in its
-// own translation unit with its own compile flags, picked once from CPUID /
-// HWCAP and the ISA cap. Every entry has the same contract in every table;
-// tests force each table and compare it with the scalar reference.
+// The CPU kernel table: one table per ISA, its fast kernels built in their
+// own translation unit with its own compile flags, picked from CPUID /
+// HWCAP and the ISA cap (dispatch.cpp). Every entry has the same contract in
+// every table; tests/test_kernels.cpp forces each table this CPU can run and
+// compares every entry with the scalar reference (src/kernels/ref/).
 //
-// Conventions: activations are fp32 (callers convert fp16/bf16 first), NVFP4
+// Conventions: activations are fp32 (callers convert fp16/bf16 first) except
+// for the GEMV entries, which take fp32, fp16 or bf16 rows (ActRows) and
+// convert them in registers while splitting them; NVFP4
 // block scales are linear [rows, K/16] (callers unswizzle first), NF4 absmax
 // are resolved to fp32 per block.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/kernel_types.h"
 
 namespace q4::kern {
 
@@ -32,6 +37,15 @@ struct Nf4Weights {
   int32_t block_shift = 6;  // log2(blocksize): blocksize is a power of two
 };
 
+// Activation rows of a GEMV entry: fp32, fp16 or bf16 elements at `data`
+// (row i at element offset i*ldx). Implicit from a float pointer.
+struct ActRows {
+  const void* data = nullptr;
+  FType type = FType::F32;
+  ActRows(const float* p) : data(p) {}  // NOLINT(google-explicit-constructor): fp32 rows
+  ActRows(const void* p, FType t) : data(p), type(t) {}
+};
+
 // Largest M the fused GEMV kernels take in one call.
 constexpr int kGemvMaxRows = 8;
 
@@ -42,11 +56,11 @@ struct KernelTable {
 
   // y[i*ldy + (j - n0)] = sum_k x[i*ldx + k] * w(j, k) for i < m <= 8,
   // j in [n0, n1). Weight values are (e2m1 * s) * g; fp32 accumulation.
-  void (*nvfp4_gemv)(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1,
-                     float* y, int64_t ldy) = nullptr;
+  void (*nvfp4_gemv)(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                     int64_t ldy) = nullptr;
   // Same for NF4 (requires K % 32 == 0; the driver falls back otherwise).
-  void (*nf4_gemv)(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1,
-                   float* y, int64_t ldy) = nullptr;
+  void (*nf4_gemv)(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+                   int64_t ldy) = nullptr;
 
   // Packs W rows [n0, n0+rows) x columns [k0, k0+kc) as fp32 into
   // panel[kk * panel_nr + r]; rows >= `rows` are zero.
@@ -62,27 +76,117 @@ struct KernelTable {
   void (*gemm_micro)(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
                      int64_t ldy, int32_t nr, bool accumulate) = nullptr;
 
-  // Bit-exact NVFP4 quantization of rows x [rows, K] (SPEC 1.3) with linear
+  // Bit-exact NVFP4 quantization of rows x [rows, K] (the codec's rounding) with linear
   // scales; and dequantization to fp32 rows.
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
   // max |x_i| (finite input).
   float (*amax)(const float* x, int64_t n) = nullptr;
+  // The largest |x_i| bit pattern (sign cleared, compared as an unsigned
+  // integer; 0 for n = 0): >= 0x7f800000 exactly when some x_i is NaN or
+  // Inf, else the bits of max |x_i|. One read gives the finite check and the
+  // amax together.
+  uint32_t (*absmax_bits)(const float* x, int64_t n) = nullptr;
+
+  // ---- Integer block dot products (W4A4 NVFP4_scaled_mm, fast math mode).
+  // Operands, the same for every ISA (kI8PanelNr = 16 weight rows a panel):
+  //  - weight panel of rows [n0, n0+16) and blocks [b0, b0+nb): for block
+  //    b, row r and step t < 4, the 4 bytes wq[b*256 + t*64 + r*4 + e] are
+  //    the E2M1x2 values + kI8WeightBias (so in [0, 24], unsigned) of block
+  //    elements kI8Perm[4t + e]; ws[b*16 + r] = E4M3 scale as fp32; rows
+  //    >= `rows` hold value 0 (stored as kI8WeightBias) and scale 0;
+  //  - activation row i: int8 values xq[i*ldxq + 16b + 4t + e] in the same
+  //    element order, fp32 block scale xs[i*ldxs + b] and the bias
+  //    correction xc[i*ldxs + b] = -kI8WeightBias * sum of the block's xq.
+  // i8_micro computes, for i < mr <= i8_micro_mr and r < nr <= 16, the ONE
+  // fixed fp32 sequence (what makes every ISA bit-identical):
+  //   acc = accumulate ? y[i*ldy + r] : 0
+  //   for b = 0 .. nb-1 (ascending):
+  //     dot = xc + sum_{e<16} xq * wq          (int32, exact)
+  //     acc = fma(float(dot), xs[b] * ws[b*16 + r], acc)   (one product, one fma)
+  //   y[i*ldy + r] = acc
+  void (*i8_pack_nvfp4)(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
+                        float* ws) = nullptr;
+  void (*i8_micro)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                   int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
+                   int32_t nr, bool accumulate) = nullptr;
+  int32_t i8_micro_mr = 4;
+  // Optional (null: the drivers use pack + micro): the same fixed sequence
+  // for m <= kI8GemvMaxRows rows straight from the NVFP4 weight, rows j in
+  // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0.
+  void (*i8_gemv_nvfp4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                        int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
+                        int64_t ldy) = nullptr;
+  // True when the integer entries are this ISA's own (or the table is the
+  // scalar one): the drivers use the integer path only then; otherwise fast
+  // mode falls back to the exact kernels (never slower than exact).
+  bool i8_native = false;
+
+  // Benchmark probe of the integer roof: `iters` rounds of independent
+  // int8 dot-product instructions of this table's integer kernels (vpdpbusd,
+  // vpmaddubsw + vpmaddwd + vpaddd, sdot, scalar); returns the int8 ops
+  // executed (2 per multiply-add; the caller times it).
+  double (*i8_probe)(int64_t iters) = nullptr;
 
   // Benchmark probe: `iters` rounds of independent fp32 FMAs at this ISA's
   // vector width; returns the flops executed (the caller times it).
   double (*fma_probe)(int64_t iters) = nullptr;
 };
 
+// Integer panels: rows per panel, the bias added to the E2M1x2 weight
+// values (makes them unsigned for u8 x s8 instructions), the element order
+// inside a block (step t, byte e -> element kI8Perm[4t + e]: the low
+// nibbles of bytes 0-3, their high nibbles, then the same of bytes 4-7).
+constexpr int32_t kI8PanelNr = 16;
+constexpr int32_t kI8WeightBias = 12;
+constexpr int32_t kI8MaxMicroRows = 16;
+constexpr int32_t kI8GemvMaxRows = 4;
+constexpr int32_t kI8Perm[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+// Widest panel and most micro-kernel rows the portable fill-ins support.
+constexpr int32_t kMaxPanelNr = 64;
+constexpr int32_t kMaxMicroRows = 16;
+
+// The table builder: returns `fast` with every entry it leaves null filled
+// from the portable kernels (portable.h), those that depend on the panel
+// width bound to fast.panel_nr. fast.isa is a Q4_ISA_* constant; panel_nr
+// must be 4, 8, 16, 32 or 64 and micro_mr in [1, kMaxMicroRows].
+//
+// What an ISA file contains (adding a level, e.g. Q4_ISA_AVX512_VNNI, is
+// one new file src/kernels/avx512_vnni/kernels_avx512_vnni.cpp plus its
+// nvfp4_isa_kernels(...) line with the compile flags in CMakeLists.txt;
+// dispatch.cpp already maps every Q4_ISA_* of the ABI to its table):
+//   1. includes: the intrinsics header, "kernels/isa_common.h" (with_rows,
+//      gemv_even_odd, fma_probe<V>, ...) and, for fallbacks inside its own
+//      kernels, "kernels/portable.h";
+//   2. in an unnamed namespace: only the kernels it makes faster, with the
+//      signatures of the KernelTable entries, and a small vector-traits
+//      struct for fma_probe<V>;
+//   3. the accessor, which lists what the file provides and nothing else:
+//        const KernelTable& avx512_vnni_table() {
+//          static const KernelTable t = complete_table([] {
+//            KernelTable f;
+//            f.isa = Q4_ISA_AVX512_VNNI;
+//            f.panel_nr = kNR;  f.micro_mr = kMR;
+//            f.nvfp4_gemv = nvfp4_gemv;  // ... only the entries it has
+//            f.fma_probe = fma_probe<Vec>;
+//            return f;
+//          }());
+//          return t;
+//        }
+// No table builder, panel wrapper, row switch or probe is written there.
+KernelTable complete_table(KernelTable fast);
+
+// The table of each level (the scalar one is complete_table of nothing).
+// Only the levels compiled in (NVFP4_KERNELS_<LEVEL>, set by CMake) are
+// defined; table_for() in dispatch.h picks among them.
 const KernelTable& scalar_table();
-#if defined(__x86_64__)
 const KernelTable& avx2_table();
 const KernelTable& avx512_table();
-#endif
-#if defined(__aarch64__)
+const KernelTable& avx512_vnni_table();
 const KernelTable& neon_table();
-#endif
+const KernelTable& neon_dotprod_table();
 
 // The table for the active ISA (cap + CPU), looked up per call (cheap).
 const KernelTable& active_table();

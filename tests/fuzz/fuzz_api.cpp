@@ -9,6 +9,7 @@
 // Contract checked: a status is returned, nothing crashes or reads/writes
 // out of bounds, and inputs are never modified (their bytes are compared
 // before and after; a change aborts, which the fuzzer reports).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -145,7 +146,9 @@ Q4_op_options pick_options(Reader& r) {
   o.backend = (b >> 2) & 3;
   o.math_mode = (b >> 4) & 1;
   o.num_threads = (b >> 5) & 3;
-  if (r.u8() == 0xff) o.struct_size = r.u8();
+  // A struct_size larger than the struct would claim bytes this stack object
+  // does not have (the caller's promise): only sizes up to its own.
+  if (r.u8() == 0xff) o.struct_size = std::min<uint32_t>(r.u8(), sizeof o);
   return o;
 }
 
@@ -193,7 +196,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 5:
     case 6: {
       NF4_state st{};
-      st.struct_size = (r.u8() & 15) ? sizeof st : r.u8();
+      st.struct_size = (r.u8() & 15) ? sizeof st : std::min<uint32_t>(r.u8(), sizeof st);
       st.blocksize = static_cast<int32_t>(32 << r.small(8));
       st.absmax = (r.u8() & 7) ? &b->dl : nullptr;
       if (r.u8() & 1) {

@@ -4,14 +4,17 @@
 //
 // Exit codes: 0 ok, 1 error, 2 usage. Messages go to stderr and name the
 // file and tensor.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fnmatch.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -189,6 +192,171 @@ int cmd_generate(const std::string& out, int layers, int64_t dim, uint32_t seed)
   check(Q4_checkpoint_writer_commit(w, out.c_str()), out);
   Q4_checkpoint_writer_destroy(w);
   std::printf("wrote %s: %d layers, dim %lld, bf16\n", out.c_str(), layers, static_cast<long long>(dim));
+  return 0;
+}
+
+// Options of `generate --llama`: a random Hugging Face Llama directory.
+struct LlamaGenOptions {
+  bool llama = false;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t intermediate = 0;  // 0: about 8/3 * hidden rounded to 64
+  int64_t vocab = 256;
+  int64_t max_positions = 2048;
+  double rope_theta = 10000.0;
+  std::string dtype = "bf16";
+  bool tied = false;
+};
+
+// Deterministic normal samples, independent of the standard library
+// (splitmix64 + Box-Muller), so the same seed gives the same model anywhere.
+class NormalGen {
+ public:
+  explicit NormalGen(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  float next() {
+    if (have_) {
+      have_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(bits() >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(bits() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1)), t = 6.283185307179586 * u2;
+    spare_ = static_cast<float>(r * std::sin(t));
+    have_ = true;
+    return static_cast<float>(r * std::cos(t));
+  }
+
+ private:
+  uint64_t bits() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t s_;
+  float spare_ = 0.0f;
+  bool have_ = false;
+};
+
+uint16_t f32_to_f16(float f) {
+  // Round to nearest even through the hardware-independent bit recipe.
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const float a = std::fabs(f);
+  if (!(a < 65520.0f)) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a < 0x1.0p-14f)
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 0x1.0p24f)));
+  int e = 0;
+  const float m = std::frexp(a, &e);                                   // a = m * 2^e, m in [0.5, 1)
+  uint32_t mant = static_cast<uint32_t>(std::nearbyint(m * 2048.0f));  // 11 bits incl. hidden
+  if (mant == 2048u) {
+    mant = 1024u;
+    ++e;
+  }
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(e + 14) << 10) | (mant - 1024u));
+}
+
+// `nvfp4 generate DIR --llama`: config.json + model.safetensors with the Hugging
+// Face Llama keys; weights N(0, 1/in_features) for the projections, N(0, 1)
+// for the embedding, 1 + N(0, 0.1) for the norms.
+int cmd_generate_llama(const std::string& dir, int layers, int64_t hidden, uint32_t seed,
+                       const LlamaGenOptions& o) {
+  if (layers < 1) throw CliError("generate --llama: need --layers >= 1");
+  if (hidden < 16 || hidden % 16 != 0)
+    throw CliError("generate --llama: --dim must be a positive multiple of 16");
+  if (o.heads < 1 || hidden % o.heads != 0 || (hidden / o.heads) % 2 != 0)
+    throw CliError("generate --llama: --heads must divide --dim into even head sizes");
+  if (o.kv_heads < 1 || o.kv_heads > o.heads || o.heads % o.kv_heads != 0)
+    throw CliError("generate --llama: --kv-heads must divide --heads");
+  const int64_t head_dim = hidden / o.heads;
+  if ((o.kv_heads * head_dim) % 16 != 0)
+    throw CliError("generate --llama: kv-heads * head size must be a multiple of 16");
+  const int64_t inter = o.intermediate > 0 ? o.intermediate : (hidden * 8 / 3 + 63) / 64 * 64;
+  if (inter % 16 != 0) throw CliError("generate --llama: --intermediate must be a multiple of 16");
+  if (o.vocab < 2) throw CliError("generate --llama: --vocab must be >= 2");
+  int32_t file_dtype = Q4_DTYPE_BF16;
+  DLDataType dt{kDLBfloat, 16, 1};
+  if (o.dtype == "f32") {
+    file_dtype = Q4_DTYPE_F32;
+    dt = kF32;
+  } else if (o.dtype == "f16") {
+    file_dtype = Q4_DTYPE_F16;
+    dt = DLDataType{kDLFloat, 16, 1};
+  }
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw CliError("generate: cannot create directory " + dir + ": " + std::strerror(errno));
+  NormalGen rng(seed);
+  Q4_checkpoint_writer* w = nullptr;
+  check(Q4_checkpoint_writer_create(&w), "writer");
+  std::unique_ptr<Q4_checkpoint_writer, int32_t (*)(Q4_checkpoint_writer*)> guard(
+      w, Q4_checkpoint_writer_destroy);
+  int64_t params = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float mean, float stddev) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    params += n;
+    std::vector<uint8_t> data(static_cast<size_t>(n) * (file_dtype == Q4_DTYPE_F32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = mean + stddev * rng.next();
+      if (file_dtype == Q4_DTYPE_F32) {
+        std::memcpy(&data[static_cast<size_t>(4 * i)], &v, 4);
+      } else {
+        const uint16_t h = file_dtype == Q4_DTYPE_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        std::memcpy(&data[static_cast<size_t>(2 * i)], &h, 2);
+      }
+    }
+    DLTensor t = host(data.data(), shape.data(), static_cast<int32_t>(shape.size()), dt);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), file_dtype, &t), dir + ": " + name);
+  };
+  auto proj = [&](const std::string& name, int64_t n, int64_t k) {
+    add(name, {n, k}, 0.0f, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))));
+  };
+  add("model.embed_tokens.weight", {o.vocab, hidden}, 0.0f, 1.0f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    add(p + ".input_layernorm.weight", {hidden}, 1.0f, 0.1f);
+    proj(p + ".self_attn.q_proj.weight", hidden, hidden);
+    proj(p + ".self_attn.k_proj.weight", o.kv_heads * head_dim, hidden);
+    proj(p + ".self_attn.v_proj.weight", o.kv_heads * head_dim, hidden);
+    proj(p + ".self_attn.o_proj.weight", hidden, hidden);
+    add(p + ".post_attention_layernorm.weight", {hidden}, 1.0f, 0.1f);
+    proj(p + ".mlp.gate_proj.weight", inter, hidden);
+    proj(p + ".mlp.up_proj.weight", inter, hidden);
+    proj(p + ".mlp.down_proj.weight", hidden, inter);
+  }
+  add("model.norm.weight", {hidden}, 1.0f, 0.1f);
+  if (!o.tied) proj("lm_head.weight", o.vocab, hidden);
+  check(Q4_checkpoint_writer_metadata(w, "format", "pt"), dir);
+  const std::string st = dir + "/model.safetensors";
+  check(Q4_checkpoint_writer_commit(w, st.c_str()), st);
+  json cfg = {{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"hidden_size", hidden},
+              {"intermediate_size", inter},
+              {"num_hidden_layers", layers},
+              {"num_attention_heads", o.heads},
+              {"num_key_value_heads", o.kv_heads},
+              {"head_dim", head_dim},
+              {"vocab_size", o.vocab},
+              {"max_position_embeddings", o.max_positions},
+              {"rms_norm_eps", 1e-5},
+              {"rope_theta", o.rope_theta},
+              {"hidden_act", "silu"},
+              {"tie_word_embeddings", o.tied},
+              {"torch_dtype", o.dtype == "f32" ? "float32" : (o.dtype == "f16" ? "float16" : "bfloat16")}};
+  const std::string cp = dir + "/config.json";
+  FILE* f = std::fopen(cp.c_str(), "w");
+  if (!f) throw CliError("generate: cannot write " + cp + ": " + std::strerror(errno));
+  const std::string text = cfg.dump(2) + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw CliError("generate: cannot write " + cp);
+  std::printf(
+      "wrote %s: llama, %d layers, hidden %lld, heads %lld/%lld kv, intermediate %lld, vocab %lld, %s, %.1f "
+      "M parameters%s\n",
+      dir.c_str(), layers, static_cast<long long>(hidden), static_cast<long long>(o.heads),
+      static_cast<long long>(o.kv_heads), static_cast<long long>(inter), static_cast<long long>(o.vocab),
+      o.dtype.c_str(), static_cast<double>(params) / 1e6, o.tied ? ", tied LM head" : "");
   return 0;
 }
 
@@ -584,11 +752,27 @@ int main(int argc, char** argv) {
 
   auto* info = app.add_subcommand("info", "capabilities: CPU ISA, CUDA plugin state");
   auto* selftest = app.add_subcommand("selftest", "quick end-to-end check of this machine");
-  auto* generate = app.add_subcommand("generate", "write a small random bf16 checkpoint (test data)");
-  generate->add_option("OUT", out, "output .safetensors")->required();
+  auto* generate = app.add_subcommand(
+      "generate",
+      "write a small random bf16 checkpoint, or with --llama a random Llama model directory (test data)");
+  generate->add_option("OUT", out, "output .safetensors (--llama: output directory)")->required();
   generate->add_option("--layers", layers, "decoder layers");
   generate->add_option("--dim", dim, "hidden size (multiple of 64)");
   generate->add_option("--seed", seed, "random seed");
+  LlamaGenOptions lo;
+  generate->add_flag(
+      "--llama", lo.llama,
+      "write a random Hugging Face Llama model directory (config.json + model.safetensors) to OUT");
+  generate->add_option("--heads", lo.heads, "--llama: attention heads");
+  generate->add_option("--kv-heads", lo.kv_heads, "--llama: key/value heads (divides --heads)");
+  generate->add_option("--intermediate", lo.intermediate,
+                       "--llama: MLP size (default ~8/3 * dim, multiple of 64)");
+  generate->add_option("--vocab", lo.vocab, "--llama: vocabulary size");
+  generate->add_option("--max-positions", lo.max_positions, "--llama: max_position_embeddings");
+  generate->add_option("--rope-theta", lo.rope_theta, "--llama: rope_theta");
+  generate->add_option("--dtype", lo.dtype, "--llama: f32|bf16|f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  generate->add_flag("--tied", lo.tied, "--llama: tie the LM head to the embedding (no lm_head.weight)");
   auto* inspect = app.add_subcommand("inspect", "list tensors, detect the 4-bit schema per layer");
   inspect->add_option("FILE", file, "a .safetensors file")->required();
   inspect->add_flag("--json", as_json, "machine-readable output");
@@ -620,7 +804,8 @@ int main(int argc, char** argv) {
   try {
     if (info->parsed()) return cmd_info();
     if (selftest->parsed()) return cmd_selftest();
-    if (generate->parsed()) return cmd_generate(out, layers, dim, seed);
+    if (generate->parsed())
+      return lo.llama ? cmd_generate_llama(out, layers, dim, seed, lo) : cmd_generate(out, layers, dim, seed);
     if (inspect->parsed()) return cmd_inspect(file, as_json);
     if (quantize->parsed()) return cmd_quantize(in, out, qo);
     if (verify->parsed()) return cmd_verify(file, tolerance);

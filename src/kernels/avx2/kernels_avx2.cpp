@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "formats/codec.h"
-#include "kernels/kernel_table.h"
-#include "kernels/scalar/scalar_impl.h"
+#include "kernels/avx2/int8_avx2.h"
+#include "kernels/isa_common.h"
+#include "kernels/portable.h"
+#include "nvfp4/q4_base.h"
 
 namespace q4::kern {
 namespace {
@@ -34,12 +35,32 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-void deinterleave(const float* x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
-  const int64_t h = k / 2;
+// Splits rows of x (fp32, fp16 or bf16) into even and odd fp32 elements,
+// converting fp16 (F16C) and bf16 in registers.
+void deinterleave(ActRows x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
+  const int64_t h = k / 2, ld = split_stride(k);
+  const auto* f32 = static_cast<const float*>(x.data);
+  const auto* u16 = static_cast<const uint16_t*>(x.data);
+  auto load8 = [&](int64_t e) {
+    if (x.type == FType::F32) return _mm256_loadu_ps(f32 + e);
+    const __m128i r = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u16 + e));
+    if (x.type == FType::F16) return _mm256_cvtph_ps(r);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(r), 16));
+  };
   for (int32_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < h; ++j) {
-      xe[i * h + j] = x[i * ldx + 2 * j];
-      xo[i * h + j] = x[i * ldx + 2 * j + 1];
+    int64_t j = 0;
+    for (; j + 8 <= h; j += 8) {
+      const int64_t e = i * ldx + 2 * j;
+      const __m256 a = load8(e), b = load8(e + 8);
+      // [a0 a2 b0 b2 | a4 a6 b4 b6] -> a0 a2 a4 a6 b0 b2 b4 b6
+      const __m256 ev = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+      const __m256 od = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+      _mm256_storeu_ps(xe + i * ld + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xd8)));
+      _mm256_storeu_ps(xo + i * ld + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xd8)));
+    }
+    for (; j < h; ++j) {
+      xe[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j);
+      xo[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j + 1);
     }
   }
 }
@@ -70,35 +91,10 @@ void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& 
   }
 }
 
-template <class F>
-void with_rows(int32_t m, F&& f) {
-  switch (m) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 5:
-      return f(std::integral_constant<int, 5>{});
-    case 6:
-      return f(std::integral_constant<int, 6>{});
-    case 7:
-      return f(std::integral_constant<int, 7>{});
-    default:
-      return f(std::integral_constant<int, 8>{});
-  }
-}
-
-void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
-  const int64_t h = w.k / 2;
-  std::vector<float> buf(static_cast<size_t>(2 * m * h));
-  deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
-  with_rows(m, [&](auto mm) {
-    nvfp4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy);
+  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+    nvfp4_gemv_m<decltype(mm)::value>(xe, xo, h, w, n0, n1, y, ldy);
   });
 }
 
@@ -133,25 +129,12 @@ void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w
   }
 }
 
-void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
-  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return scalar::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  const int64_t h = w.k / 2;
-  std::vector<float> buf(static_cast<size_t>(2 * m * h));
-  deinterleave(x, ldx, m, w.k, buf.data(), buf.data() + m * h);
-  with_rows(m, [&](auto mm) {
-    nf4_gemv_m<decltype(mm)::value>(buf.data(), buf.data() + m * h, h, w, n0, n1, y, ldy);
+  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+    nf4_gemv_m<decltype(mm)::value>(xe, xo, h, w, n0, n1, y, ldy);
   });
-}
-
-void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
-}
-void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
-}
-void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
 }
 
 inline __m256i tail_mask(int32_t n) {
@@ -191,20 +174,7 @@ void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float*
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
                 int64_t ldy, int32_t nr, bool accumulate) {
-  switch (mr) {
-    case 1:
-      return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 2:
-      return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 3:
-      return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 4:
-      return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 5:
-      return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    default:
-      return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-  }
+  with_rows<kMR>(mr, [&](auto m) { micro_m<decltype(m)::value>(x, ldx, panel, kc, y, ldy, nr, accumulate); });
 }
 
 // Bit-exact NVFP4 quantization (see the AVX-512 variant).
@@ -284,42 +254,60 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
-double fma_probe(int64_t iters) {
-  __m256 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.1f * static_cast<float>(i));
-  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
-  for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+uint32_t absmax_bits(const float* x, int64_t n) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_epu32(
+        m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_mask));
+    m1 = _mm256_max_epu32(
+        m1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), abs_mask));
   }
-  __m256 sum = a[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, a[i]);
-  volatile float sink = hsum8(sum);
-  (void)sink;
-  return static_cast<double>(iters) * 12 * 16;
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));
+  uint32_t m = 0;
+  for (uint32_t v : lanes) m = v > m ? v : m;
+  for (; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
 }
 
-KernelTable make_avx2() {
-  KernelTable t;
-  t.isa = 1;  // Q4_ISA_AVX2
-  t.panel_nr = kNR;
-  t.micro_mr = kMR;
-  t.nvfp4_gemv = nvfp4_gemv;
-  t.nf4_gemv = nf4_gemv;
-  t.nvfp4_panel = nvfp4_panel;
-  t.nf4_panel = nf4_panel;
-  t.f32_panel = f32_panel;
-  t.gemm_micro = gemm_micro;
-  t.nvfp4_quantize = nvfp4_quantize;
-  t.nvfp4_dequantize = nvfp4_dequantize;
-  t.amax = amax;
-  t.fma_probe = fma_probe;
-  return t;
-}
+struct Vec {
+  using Reg = __m256;
+  static constexpr int kLanes = 8;
+  static __m256 set1(float v) { return _mm256_set1_ps(v); }
+  static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static float sum(__m256 a) { return hsum8(a); }
+};
 
 }  // namespace
 
 const KernelTable& avx2_table() {
-  static const KernelTable t = make_avx2();
+  static const KernelTable t = complete_table([] {
+    KernelTable f;
+    f.isa = Q4_ISA_AVX2;
+    f.panel_nr = kNR;
+    f.micro_mr = kMR;
+    f.nvfp4_gemv = nvfp4_gemv;
+    f.nf4_gemv = nf4_gemv;
+    f.gemm_micro = gemm_micro;
+    f.nvfp4_quantize = nvfp4_quantize;
+    f.nvfp4_dequantize = nvfp4_dequantize;
+    f.amax = amax;
+    f.absmax_bits = absmax_bits;
+    f.fma_probe = fma_probe<Vec>;
+    f.i8_pack_nvfp4 = i8_pack_nvfp4_avx2;
+    f.i8_micro = i8_micro_avx2;
+    f.i8_micro_mr = kI8MR2;
+    f.i8_probe = i8_probe_avx2;
+    return f;
+  }());
   return t;
 }
 

@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "formats/codec.h"
-#include "kernels/kernel_table.h"
-#include "kernels/scalar/scalar_impl.h"
+#include "kernels/avx512/int8_avx512.h"
+#include "kernels/isa_common.h"
+#include "kernels/portable.h"
+#include "nvfp4/q4_base.h"
 
 namespace q4::kern {
 namespace {
@@ -41,178 +42,182 @@ inline __m512i pair_index(int p) {
                            2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
 }
 
-// Splits rows of x into even and odd elements: xe[i][j] = x[i][2j].
-void deinterleave(const float* x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
-  const int64_t h = k / 2;
+// Splits rows of x (fp32, fp16 or bf16) into even and odd fp32 elements:
+// xe[i][j] = x[i][2j]; fp16/bf16 are converted in registers on the way.
+void deinterleave(ActRows x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
+  const int64_t h = k / 2, ld = split_stride(k);
   const __m512i even_idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const auto* f32 = static_cast<const float*>(x.data);
+  const auto* u16 = static_cast<const uint16_t*>(x.data);
   for (int32_t i = 0; i < m; ++i) {
-    const float* xi = x + i * ldx;
     int64_t j = 0;
     for (; j + 16 <= h; j += 16) {
-      const __m512 a = _mm512_loadu_ps(xi + 2 * j);
-      const __m512 b = _mm512_loadu_ps(xi + 2 * j + 16);
-      _mm512_storeu_ps(xe + i * h + j, _mm512_permutex2var_ps(a, even_idx, b));
-      _mm512_storeu_ps(xo + i * h + j, _mm512_permutex2var_ps(a, odd_idx, b));
+      const int64_t e = i * ldx + 2 * j;
+      __m512 a, b;
+      if (x.type == FType::F32) {
+        a = _mm512_loadu_ps(f32 + e);
+        b = _mm512_loadu_ps(f32 + e + 16);
+      } else {
+        const __m512i r = _mm512_loadu_si512(u16 + e);
+        const __m256i lo = _mm512_castsi512_si256(r), hi = _mm512_extracti64x4_epi64(r, 1);
+        if (x.type == FType::F16) {
+          a = _mm512_cvtph_ps(lo);
+          b = _mm512_cvtph_ps(hi);
+        } else {  // bf16: the upper half of an fp32
+          a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(lo), 16));
+          b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+        }
+      }
+      _mm512_storeu_ps(xe + i * ld + j, _mm512_permutex2var_ps(a, even_idx, b));
+      _mm512_storeu_ps(xo + i * ld + j, _mm512_permutex2var_ps(a, odd_idx, b));
     }
     for (; j < h; ++j) {
-      xe[i * h + j] = xi[2 * j];
-      xo[i * h + j] = xi[2 * j + 1];
+      xe[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j);
+      xo[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j + 1);
     }
   }
 }
 
+// Rows of W handled together by the GEMV kernels: each x vector loaded is
+// used for R rows (x is read from L2 once K is long). Every (x row, W row)
+// pair has one accumulator chain and the same operation order for any R,
+// so a row's result does not depend on which group (or thread) it is in.
 template <int M>
-void nvfp4_gemv_m(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t n0, int64_t n1,
-                  float* y, int64_t ldy) {
-  // Independent accumulator chains per row hide the FMA latency when M is
-  // small (one chain would bound a step at the FMA latency).
-  constexpr int C = M <= 2 ? 4 : (M <= 4 ? 2 : 1);
+constexpr int gemv_row_group() {
+  return M <= 2 ? 4 : 2;
+}
+
+// Rows j0 .. j0+R-1 of an NVFP4 GEMV; y[i*ldy + r] for row j0 + r.
+template <int M, int R>
+void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t j0, float* y,
+                     int64_t ldy) {
   const int64_t k = w.k;
   const int64_t nblocks = k / 16;
   const __m512 lut = e2m1_lut();
-  for (int64_t j = n0; j < n1; ++j) {
-    const uint8_t* q = w.q + j * (k / 2);
-    const uint8_t* s = w.s + j * nblocks;
-    __m512 acc[M][C];
-    for (int i = 0; i < M; ++i) {
-      for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
+  const uint8_t* q[R];
+  const uint8_t* s[R];
+  for (int r = 0; r < R; ++r) {
+    q[r] = w.q + (j0 + r) * (k / 2);
+    s[r] = w.s + (j0 + r) * nblocks;
+  }
+  __m512 acc[M][R];
+  for (int i = 0; i < M; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  // Groups of 16 blocks (256 elements) share one scale decode; pairs of
+  // blocks (32 elements, 16 bytes) are one step: lanes 0-7 hold block 2p,
+  // lanes 8-15 block 2p+1, even and odd elements in separate vectors.
+  int64_t b0 = 0;
+  for (; b0 + 16 <= nblocks; b0 += 16) {
+    __m512 sv[R];
+    for (int r = 0; r < R; ++r) {
+      sv[r] =
+          e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
     }
-    // Groups of 16 blocks (256 elements) share one scale decode; pairs of
-    // blocks (32 elements, 16 bytes) are one step: lanes 0-7 hold block 2p,
-    // lanes 8-15 block 2p+1, even and odd elements in separate vectors.
-    int64_t b0 = 0;
-    for (; b0 + 16 <= nblocks; b0 += 16) {
-      const __m512 sv =
-          e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + b0))));
-      for (int p = 0; p < 8; ++p) {
-        const int64_t e = (b0 + 2 * p) * 8;
-        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + e)));
+    for (int p = 0; p < 8; ++p) {
+      const int64_t e = (b0 + 2 * p) * 8;
+      for (int r = 0; r < R; ++r) {
+        const __m512i bytes =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + e)));
         const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
         const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
-        const __m512 sc = _mm512_permutexvar_ps(pair_index(p), sv);
+        const __m512 sc = _mm512_permutexvar_ps(pair_index(p), sv[r]);
         for (int i = 0; i < M; ++i) {
           const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + e),
                                            _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + e)));
-          acc[i][p % C] = _mm512_fmadd_ps(t, sc, acc[i][p % C]);
+          acc[i][r] = _mm512_fmadd_ps(t, sc, acc[i][r]);
         }
       }
     }
-    if (b0 < nblocks) {  // tail: fewer than 16 blocks, masked
-      const int64_t nb = nblocks - b0;
-      const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1u);
-      const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s + b0)));
+  }
+  if (b0 < nblocks) {  // tail: fewer than 16 blocks, masked
+    const int64_t nb = nblocks - b0;
+    const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1u);
+    for (int r = 0; r < R; ++r) {
+      const __m512 sv = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s[r] + b0)));
       for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
         const int64_t e = (b0 + 2 * p) * 8;
         const __mmask16 lanes =
             2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
-        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q + e));
+        const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q[r] + e));
         const __m512 ve = _mm512_permutexvar_ps(bytes, lut);
         const __m512 vo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
         const __m512 sc = _mm512_permutexvar_ps(pair_index(static_cast<int>(p)), sv);
         for (int i = 0; i < M; ++i) {
           const __m512 a = _mm512_maskz_loadu_ps(lanes, xe + i * h + e);
           const __m512 b = _mm512_maskz_loadu_ps(lanes, xo + i * h + e);
-          acc[i][0] = _mm512_fmadd_ps(_mm512_fmadd_ps(vo, b, _mm512_mul_ps(ve, a)), sc, acc[i][0]);
+          acc[i][r] = _mm512_fmadd_ps(_mm512_fmadd_ps(vo, b, _mm512_mul_ps(ve, a)), sc, acc[i][r]);
         }
       }
     }
-    for (int i = 0; i < M; ++i) {
-      __m512 sum = acc[i][0];
-      for (int c = 1; c < C; ++c) sum = _mm512_add_ps(sum, acc[i][c]);
-      y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(sum) * w.g;
-    }
+  }
+  for (int i = 0; i < M; ++i) {
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i][r]) * w.g;
   }
 }
 
-void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+// Rows [n0, n1) in groups of R, the remainder one row at a time.
+template <int M, class Rows>
+void gemv_row_groups(int64_t n0, int64_t n1, float* y, Rows&& rows) {
+  constexpr int R = gemv_row_group<M>();
+  int64_t j = n0;
+  for (; j + R <= n1; j += R) rows(std::integral_constant<int, R>{}, j, y + (j - n0));
+  for (; j < n1; ++j) rows(std::integral_constant<int, 1>{}, j, y + (j - n0));
+}
+
+void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
-  const int64_t h = w.k / 2;
-  std::vector<float> buf(static_cast<size_t>(2 * m * h));
-  float* xe = buf.data();
-  float* xo = xe + m * h;
-  deinterleave(x, ldx, m, w.k, xe, xo);
-  switch (m) {
-    case 1:
-      return nvfp4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
-    case 2:
-      return nvfp4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
-    case 3:
-      return nvfp4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
-    case 4:
-      return nvfp4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
-    case 5:
-      return nvfp4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
-    case 6:
-      return nvfp4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
-    case 7:
-      return nvfp4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
-    default:
-      return nvfp4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
-  }
+  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+    constexpr int M = decltype(mm)::value;
+    gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
+      nvfp4_gemv_rows<M, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy);
+    });
+  });
 }
 
 // NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0 and
-// blocksize >= 32, so each 32-element chunk lies in one absmax block.
-template <int M>
-void nf4_gemv_m(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t n0, int64_t n1,
-                float* y, int64_t ldy) {
-  constexpr int C = M <= 2 ? 4 : (M <= 4 ? 2 : 1);
+// blocksize >= 32, so each 32-element step lies in one absmax block, whose
+// value is broadcast straight from memory; the codebook is a permute.
+template <int M, int R>
+void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t j0, float* y,
+                   int64_t ldy) {
   const int64_t k = w.k;
   const __m512 lut = _mm512_loadu_ps(w.lut);
-  for (int64_t j = n0; j < n1; ++j) {
-    __m512 acc[M][C];
-    for (int i = 0; i < M; ++i) {
-      for (int c = 0; c < C; ++c) acc[i][c] = _mm512_setzero_ps();
-    }
-    const int64_t f0 = j * k;
-    for (int64_t c = 0; c < k; c += 32) {
-      const int chain = static_cast<int>((c >> 5) % C);
+  __m512 acc[M][R];
+  for (int i = 0; i < M; ++i) {
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  const int64_t f0 = j0 * k;
+  for (int64_t c = 0; c < k; c += 32) {
+    for (int r = 0; r < R; ++r) {
+      const int64_t f = f0 + r * k + c;
       const __m512i bytes =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + (f0 + c) / 2)));
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + f / 2)));
       const __m512 ve = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
       const __m512 vo = _mm512_permutexvar_ps(bytes, lut);
-      const __m512 sc = _mm512_set1_ps(w.absmax[(f0 + c) >> w.block_shift]);
+      const __m512 sc = _mm512_set1_ps(w.absmax[f >> w.block_shift]);
       for (int i = 0; i < M; ++i) {
         const __m512 t = _mm512_fmadd_ps(vo, _mm512_loadu_ps(xo + i * h + c / 2),
                                          _mm512_mul_ps(ve, _mm512_loadu_ps(xe + i * h + c / 2)));
-        acc[i][chain] = _mm512_fmadd_ps(t, sc, acc[i][chain]);
+        acc[i][r] = _mm512_fmadd_ps(t, sc, acc[i][r]);
       }
     }
-    for (int i = 0; i < M; ++i) {
-      __m512 sum = acc[i][0];
-      for (int c2 = 1; c2 < C; ++c2) sum = _mm512_add_ps(sum, acc[i][c2]);
-      y[i * ldy + (j - n0)] = _mm512_reduce_add_ps(sum);
-    }
+  }
+  for (int i = 0; i < M; ++i) {
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i][r]);
   }
 }
 
-void nf4_gemv(const float* x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
-  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return scalar::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  const int64_t h = w.k / 2;
-  std::vector<float> buf(static_cast<size_t>(2 * m * h));
-  float* xe = buf.data();
-  float* xo = xe + m * h;
-  deinterleave(x, ldx, m, w.k, xe, xo);
-  switch (m) {
-    case 1:
-      return nf4_gemv_m<1>(xe, xo, h, w, n0, n1, y, ldy);
-    case 2:
-      return nf4_gemv_m<2>(xe, xo, h, w, n0, n1, y, ldy);
-    case 3:
-      return nf4_gemv_m<3>(xe, xo, h, w, n0, n1, y, ldy);
-    case 4:
-      return nf4_gemv_m<4>(xe, xo, h, w, n0, n1, y, ldy);
-    case 5:
-      return nf4_gemv_m<5>(xe, xo, h, w, n0, n1, y, ldy);
-    case 6:
-      return nf4_gemv_m<6>(xe, xo, h, w, n0, n1, y, ldy);
-    case 7:
-      return nf4_gemv_m<7>(xe, xo, h, w, n0, n1, y, ldy);
-    default:
-      return nf4_gemv_m<8>(xe, xo, h, w, n0, n1, y, ldy);
-  }
+  if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+    constexpr int M = decltype(mm)::value;
+    gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
+      nf4_gemv_rows<M, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy);
+    });
+  });
 }
 
 // 16 packed NVFP4 codes (8 bytes, element 2j low nibble) -> 16 e2m1 values in order.
@@ -223,13 +228,8 @@ inline __m512 nvfp4_decode16_ordered(const uint8_t* q8, __m512 lut) {
   return _mm512_permutexvar_ps(_mm512_srlv_epi32(d, shifts), lut);
 }
 
-// Transposes rows of decoded values into the k-major panel.
-inline void scatter_row(const float* row, int64_t kc, int32_t r, float* panel) {
-  for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + r] = row[kk];
-}
-
 void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  if (k0 % 16 != 0 || kc % 16 != 0) return scalar::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+  if (k0 % 16 != 0 || kc % 16 != 0) return portable::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
   const __m512 lut = e2m1_lut();
   const __m512 g = _mm512_set1_ps(w.g);
   alignas(64) float row[4096];
@@ -253,12 +253,34 @@ void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64
   }
 }
 
+// NF4 panel: rows decoded 16 elements (8 bytes, element 2j in the high
+// nibble) at a time by one codebook permute and one absmax multiply, the
+// same products as the reference (code value * absmax, one rounding).
 void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
-}
-
-void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
+  if (w.k % 16 != 0 || k0 % 16 != 0 || kc % 16 != 0 || w.blocksize % 16 != 0) {
+    return portable::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
+  }
+  const __m512 lut = _mm512_loadu_ps(w.lut);
+  const __m512i shifts = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  alignas(64) float row[4096];
+  for (int32_t r = 0; r < kNR; ++r) {
+    if (r >= rows) {
+      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * kNR + r] = 0.0f;
+      continue;
+    }
+    const int64_t f0 = (n0 + r) * w.k + k0;
+    for (int64_t c0 = 0; c0 < kc; c0 += 4096) {
+      const int64_t len = std::min<int64_t>(4096, kc - c0);
+      for (int64_t kk = 0; kk < len; kk += 16) {
+        const int64_t f = f0 + c0 + kk;
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q + f / 2));
+        const __m512i d = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);
+        const __m512 v = _mm512_permutexvar_ps(d, lut);  // low 4 bits index the codebook
+        _mm512_store_ps(row + kk, _mm512_mul_ps(v, _mm512_set1_ps(w.absmax[f >> w.block_shift])));
+      }
+      for (int64_t kk = 0; kk < len; ++kk) panel[(c0 + kk) * kNR + r] = row[kk];
+    }
+  }
 }
 
 template <int MR>
@@ -293,32 +315,7 @@ void micro_m(const float* x, int64_t ldx, const float* panel, int64_t kc, float*
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
                 int64_t ldy, int32_t nr, bool accumulate) {
-  switch (mr) {
-    case 1:
-      return micro_m<1>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 2:
-      return micro_m<2>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 3:
-      return micro_m<3>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 4:
-      return micro_m<4>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 5:
-      return micro_m<5>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 6:
-      return micro_m<6>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 7:
-      return micro_m<7>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 8:
-      return micro_m<8>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 9:
-      return micro_m<9>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 10:
-      return micro_m<10>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    case 11:
-      return micro_m<11>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-    default:
-      return micro_m<12>(x, ldx, panel, kc, y, ldy, nr, accumulate);
-  }
+  with_rows<kMR>(mr, [&](auto m) { micro_m<decltype(m)::value>(x, ldx, panel, kc, y, ldy, nr, accumulate); });
 }
 
 // E4M3 encoding of 16 non-negative values (finite or +Inf; no NaN), the
@@ -378,6 +375,46 @@ inline void encode_block(__m512 v, float d, uint8_t* dst) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(packed16, packed16));
 }
 
+// The max-reduction network of block_amax16: 16 vectors -> one vector whose
+// lanes hold the 16 maxima in a fixed (network) order.
+inline __m512 max_network16(__m512 (&v)[16]) {
+  __m512 c[8], e[4], g[2];
+  for (int j = 0; j < 8; ++j) {  // 128-bit halves of pairs
+    c[j] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xee));
+  }
+  for (int j = 0; j < 4; ++j) {
+    e[j] = _mm512_max_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xdd));
+  }
+  for (int j = 0; j < 2; ++j) {  // within 128-bit lanes
+    g[j] = _mm512_max_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0x44),
+                         _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0xee));
+  }
+  return _mm512_max_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xdd));
+}
+
+// The permutation that puts the network's output in block order, found by
+// running the network on vectors filled with their own index.
+inline __m512i max_network_order() {
+  __m512 v[16];
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_set1_ps(static_cast<float>(i));
+  alignas(64) float lane_block[16];
+  _mm512_store_ps(lane_block, max_network16(v));
+  alignas(64) int32_t perm[16] = {};
+  for (int lane = 0; lane < 16; ++lane) perm[static_cast<int>(lane_block[lane])] = lane;
+  return _mm512_load_si512(perm);
+}
+
+// max |x| of each of 16 consecutive 16-element blocks, in block order (a
+// 15-max shuffle network instead of 16 horizontal reductions).
+inline __m512 block_amax16(const float* x, __m512 abs_mask) {
+  static const __m512i order = max_network_order();
+  __m512 v[16];
+  for (int i = 0; i < 16; ++i) v[i] = _mm512_and_ps(_mm512_loadu_ps(x + i * 16), abs_mask);
+  return _mm512_permutexvar_ps(order, max_network16(v));
+}
+
 // Bit-exact NVFP4 quantization. Block scales are computed 16 blocks at a
 // time in vectors with the same integer E4M3 rounding as the codec; the
 // element division is IEEE (correctly rounded) like the reference; the
@@ -389,10 +426,7 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
   const __m512 gv = _mm512_set1_ps(g);
   int64_t b0 = 0;
   for (; b0 + 16 <= nblocks; b0 += 16) {
-    alignas(64) float amax[16];
-    for (int i = 0; i < 16; ++i)
-      amax[i] = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + (b0 + i) * 16), abs_mask));
-    const __m512 av = _mm512_load_ps(amax);
+    const __m512 av = block_amax16(x + b0 * 16, abs_mask);
     __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
     // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
     const __mmask16 bump =
@@ -450,42 +484,59 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
-double fma_probe(int64_t iters) {
-  __m512 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.1f * static_cast<float>(i));
-  const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
-  for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+uint32_t absmax_bits(const float* x, int64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+  __m512i m2 = _mm512_setzero_si512(), m3 = _mm512_setzero_si512();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), abs_mask));
+    m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), abs_mask));
+    m2 = _mm512_max_epu32(m2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), abs_mask));
+    m3 = _mm512_max_epu32(m3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), abs_mask));
   }
-  __m512 sum = a[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, a[i]);
-  volatile float sink = _mm512_reduce_add_ps(sum);
-  (void)sink;
-  return static_cast<double>(iters) * 12 * 32;
+  for (; i < n; i += 16) {
+    const __mmask16 lanes =
+        n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_maskz_loadu_epi32(lanes, x + i), abs_mask));
+  }
+  return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3)));
 }
 
-KernelTable make_avx512() {
-  KernelTable t;
-  t.isa = 2;  // Q4_ISA_AVX512
-  t.panel_nr = kNR;
-  t.micro_mr = kMR;
-  t.nvfp4_gemv = nvfp4_gemv;
-  t.nf4_gemv = nf4_gemv;
-  t.nvfp4_panel = nvfp4_panel;
-  t.nf4_panel = nf4_panel;
-  t.f32_panel = f32_panel;
-  t.gemm_micro = gemm_micro;
-  t.nvfp4_quantize = nvfp4_quantize;
-  t.nvfp4_dequantize = nvfp4_dequantize;
-  t.amax = amax;
-  t.fma_probe = fma_probe;
-  return t;
-}
+struct Vec {
+  using Reg = __m512;
+  static constexpr int kLanes = 16;
+  static __m512 set1(float v) { return _mm512_set1_ps(v); }
+  static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static float sum(__m512 a) { return _mm512_reduce_add_ps(a); }
+};
 
 }  // namespace
 
 const KernelTable& avx512_table() {
-  static const KernelTable t = make_avx512();
+  static const KernelTable t = complete_table([] {
+    KernelTable f;
+    f.isa = Q4_ISA_AVX512;
+    f.panel_nr = kNR;
+    f.micro_mr = kMR;
+    f.nvfp4_gemv = nvfp4_gemv;
+    f.nf4_gemv = nf4_gemv;
+    f.nvfp4_panel = nvfp4_panel;
+    f.nf4_panel = nf4_panel;
+    f.gemm_micro = gemm_micro;
+    f.nvfp4_quantize = nvfp4_quantize;
+    f.nvfp4_dequantize = nvfp4_dequantize;
+    f.amax = amax;
+    f.absmax_bits = absmax_bits;
+    f.fma_probe = fma_probe<Vec>;
+    f.i8_pack_nvfp4 = i8_pack_nvfp4_avx512;
+    f.i8_micro = i8_micro_avx512<false>;
+    f.i8_micro_mr = kI8MR;
+    f.i8_probe = i8_probe_avx512<false>;
+    f.i8_gemv_nvfp4 = i8_gemv_avx512<false>;
+    return f;
+  }());
   return t;
 }
 

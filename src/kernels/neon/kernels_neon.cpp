@@ -1,15 +1,16 @@
 // aarch64 Advanced SIMD kernels (4 fp32 lanes). NEON is mandatory on
 // aarch64, so this table needs no runtime feature check beyond HWCAP.
-// Entries without a NEON-specific speed-up reuse the portable pieces
-// (bit-exact by construction: same codec, same operation order).
+// Entries without a NEON-specific speed-up come from the portable kernels
+// (complete_table), bit-exact by construction.
 #include <arm_neon.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "formats/codec.h"
-#include "kernels/kernel_table.h"
-#include "kernels/scalar/scalar_impl.h"
+#include "kernels/isa_common.h"
+#include "kernels/portable.h"
+#include "nvfp4/q4_base.h"
 
 namespace q4::kern {
 namespace {
@@ -39,10 +40,12 @@ inline void decode32(const uint8_t* q, float* out) {
   }
 }
 
-void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+void nvfp4_gemv(ActRows xr, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   const int64_t k = w.k;
-  if (k % 32 != 0) return scalar::nvfp4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  if (k % 32 != 0) return portable::nvfp4_gemv(xr, ldx, m, w, n0, n1, y, ldy);
+  std::vector<float> conv;
+  const float* x = f32_rows(xr, &ldx, m, k, conv);
   alignas(16) float v[32];
   for (int64_t j = n0; j < n1; ++j) {
     const uint8_t* q = w.q + j * (k / 2);
@@ -65,16 +68,6 @@ void nvfp4_gemv(const float* x, int64_t ldx, int32_t m, const NvWeights& w, int6
     }
     for (int i = 0; i < m; ++i) y[i * ldy + (j - n0)] = vaddvq_f32(acc[i]) * w.g;
   }
-}
-
-void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
-}
-void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
-}
-void f32_panel(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
-  scalar::f32_panel_nr(w, ldw, n0, rows, k0, kc, panel, kNR);
 }
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
@@ -111,42 +104,29 @@ float amax(const float* x, int64_t n) {
   return r;
 }
 
-double fma_probe(int64_t iters) {
-  float32x4_t a[12];
-  for (int i = 0; i < 12; ++i) a[i] = vdupq_n_f32(0.1f * static_cast<float>(i));
-  const float32x4_t b = vdupq_n_f32(0.999f), c = vdupq_n_f32(0.001f);
-  for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i) a[i] = vfmaq_f32(c, a[i], b);
-  }
-  float32x4_t s = a[0];
-  for (int i = 1; i < 12; ++i) s = vaddq_f32(s, a[i]);
-  volatile float sink = vaddvq_f32(s);
-  (void)sink;
-  return static_cast<double>(iters) * 12 * 8;
-}
-
-KernelTable make_neon() {
-  KernelTable t;
-  t.isa = 16;  // Q4_ISA_NEON
-  t.panel_nr = kNR;
-  t.micro_mr = kMR;
-  t.nvfp4_gemv = nvfp4_gemv;
-  t.nf4_gemv = scalar::nf4_gemv;
-  t.nvfp4_panel = nvfp4_panel;
-  t.nf4_panel = nf4_panel;
-  t.f32_panel = f32_panel;
-  t.gemm_micro = gemm_micro;
-  t.nvfp4_quantize = scalar::nvfp4_quantize;
-  t.nvfp4_dequantize = scalar::nvfp4_dequantize;
-  t.amax = amax;
-  t.fma_probe = fma_probe;
-  return t;
-}
+struct Vec {
+  using Reg = float32x4_t;
+  static constexpr int kLanes = 4;
+  static float32x4_t set1(float v) { return vdupq_n_f32(v); }
+  static float32x4_t fma(float32x4_t a, float32x4_t b, float32x4_t c) { return vfmaq_f32(c, a, b); }
+  static float32x4_t add(float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); }
+  static float sum(float32x4_t a) { return vaddvq_f32(a); }
+};
 
 }  // namespace
 
 const KernelTable& neon_table() {
-  static const KernelTable t = make_neon();
+  static const KernelTable t = complete_table([] {
+    KernelTable f;
+    f.isa = Q4_ISA_NEON;
+    f.panel_nr = kNR;
+    f.micro_mr = kMR;
+    f.nvfp4_gemv = nvfp4_gemv;
+    f.gemm_micro = gemm_micro;
+    f.amax = amax;
+    f.fma_probe = fma_probe<Vec>;
+    return f;
+  }());
   return t;
 }
 

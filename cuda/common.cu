@@ -1,0 +1,277 @@
+// Errors, device guard, per-device state and caches, scratch buffers, and
+// the kernels shared by both formats.
+#include <cmath>
+#include <cstring>
+
+#include "common.cuh"
+
+namespace q4::cuda_plugin {
+
+namespace {
+
+thread_local std::string t_error;
+
+DeviceState g_devices[NVFP4_CUDA_MAX_DEVICES];
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+int32_t fail(int32_t status, const std::string& msg) {
+  t_error = msg;
+  return status;
+}
+
+int32_t fail_cuda(cudaError_t e, const char* what) {
+  return fail(Q4_ERR_CUDA,
+              std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+int32_t fail_lt(cublasStatus_t s, const char* what) {
+  return fail(Q4_ERR_CUDA, std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s)));
+}
+
+const char* last_error() {
+  return t_error.c_str();
+}
+
+// ---------------------------------------------------------------------------
+// Device guard and state
+// ---------------------------------------------------------------------------
+DeviceGuard::~DeviceGuard() {
+  if (changed_) cudaSetDevice(previous_);
+}
+
+int32_t DeviceGuard::set(int32_t device) {
+  if (!changed_) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+      cudaGetLastError();
+      prev = -1;
+    }
+    previous_ = prev;
+  }
+  Q4_CK(cudaSetDevice(device));
+  changed_ = previous_ >= 0;
+  return Q4_OK;
+}
+
+int32_t DeviceLease::acquire(int32_t device) {
+  if (device < 0 || device >= NVFP4_CUDA_MAX_DEVICES)
+    return fail(Q4_ERR_INVALID_ARGUMENT, "device ordinal out of range");
+  Q4_TRY(guard_.set(device));
+  DeviceState& s = g_devices[device];
+  hold_ = std::shared_lock<std::shared_mutex>(s.cache_mutex);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.initialized) {
+    if (s.lt == nullptr) {
+      const cublasStatus_t st = cublasLtCreate(&s.lt);
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        s.lt = nullptr;
+        return fail_lt(st, "cublasLtCreate");
+      }
+    }
+    Q4_CK(cudaDeviceGetAttribute(&s.sm_count, cudaDevAttrMultiProcessorCount, device));
+    Q4_CK(cudaDeviceGetAttribute(&s.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    Q4_TRY(nf4_upload_codebook());
+    s.initialized = true;  // only once everything above succeeded
+  }
+  state_ = &s;
+  return Q4_OK;
+}
+
+int32_t WorkspaceCuda::alloc(size_t bytes, void** p) {
+  Q4_CK(cudaMalloc(p, bytes));
+  return Q4_OK;
+}
+
+void WorkspaceCuda::free(void* p) {
+  cudaFree(p);
+}
+
+int32_t WorkspaceCuda::event_create(Event* e) {
+  Q4_CK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  return Q4_OK;
+}
+
+void WorkspaceCuda::event_destroy(Event e) {
+  cudaEventDestroy(e);
+}
+
+int32_t WorkspaceCuda::record(Event e, Stream s) {
+  Q4_CK(cudaEventRecord(e, s));
+  return Q4_OK;
+}
+
+int32_t WorkspaceCuda::wait(Stream s, Event e) {
+  Q4_CK(cudaStreamWaitEvent(s, e, 0));
+  return Q4_OK;
+}
+
+int32_t Workspace::acquire(DeviceState& s, cudaStream_t stream) {
+  // The stream's process-unique id: the per-thread default stream of each
+  // thread, and a new stream that reuses a destroyed one's handle, differ.
+  unsigned long long id = 0;
+  Q4_CK(cudaStreamGetId(stream, &id));
+  Q4_TRY(s.workspaces.acquire(s.ws_api, id, stream, &slot_, &ptr_));
+  state_ = &s;
+  stream_ = stream;
+  return Q4_OK;
+}
+
+Workspace::~Workspace() {
+  if (state_ != nullptr) state_->workspaces.release(state_->ws_api, slot_, stream_);
+}
+
+int32_t release_caches() {
+  DeviceGuard guard;
+  for (int32_t d = 0; d < NVFP4_CUDA_MAX_DEVICES; ++d) {
+    DeviceState& s = g_devices[d];
+    std::unique_lock<std::shared_mutex> hold(s.cache_mutex);  // no call of this process is using d now
+    if (!s.initialized) continue;                             // never used: nothing cached
+    s.algos.clear();
+    Q4_TRY(guard.set(d));
+    // Work already enqueued (on any stream) may still read the workspace
+    // or pool blocks freed in stream order.
+    Q4_CK(cudaDeviceSynchronize());
+    s.workspaces.clear(s.ws_api);
+    cudaMemPool_t pool = nullptr;
+    Q4_CK(cudaDeviceGetDefaultMemPool(&pool, d));
+    Q4_CK(cudaMemPoolTrimTo(pool, 0));
+  }
+  return Q4_OK;
+}
+
+int32_t alloc(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
+  b.stream = stream;
+  Q4_CK(cudaMallocAsync(&b.p, bytes > 0 ? bytes : 1, stream));
+  return Q4_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Shared kernels
+// ---------------------------------------------------------------------------
+namespace {
+
+constexpr unsigned long long kNoBadIndex = ~0ull;
+
+// Grid-stride scan; per-thread max|x| and first non-finite index, reduced in
+// the warp, then across the block's warps in shared memory, then one atomic
+// per block. |x| is non-negative, so its bits order like the floats.
+template <bool kAmax>
+__global__ void finite_scan_kernel(const void* x, int32_t type, int64_t n, unsigned int* amax_bits,
+                                   unsigned long long* first_bad) {
+  float m = 0.0f;
+  unsigned long long bad = kNoBadIndex;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = load_f(x, type, i);
+    if (!isfinite(v) && bad == kNoBadIndex) bad = static_cast<unsigned long long>(i);  // i only grows
+    if (kAmax) m = fmaxf(m, fabsf(v));
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    if (kAmax) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+    const unsigned long long other = __shfl_down_sync(0xffffffffu, bad, off);
+    bad = other < bad ? other : bad;
+  }
+  __shared__ float warp_max[32];
+  __shared__ unsigned long long warp_bad[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    warp_max[warp] = m;
+    warp_bad[warp] = bad;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int warps = (blockDim.x + 31) / 32;
+  m = lane < warps ? warp_max[lane] : 0.0f;
+  bad = lane < warps ? warp_bad[lane] : kNoBadIndex;
+  for (int off = 16; off > 0; off /= 2) {
+    if (kAmax) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+    const unsigned long long other = __shfl_down_sync(0xffffffffu, bad, off);
+    bad = other < bad ? other : bad;
+  }
+  if (lane == 0) {
+    if (kAmax) atomicMax(amax_bits, __float_as_uint(m));
+    if (bad != kNoBadIndex) atomicMin(first_bad, bad);
+  }
+}
+
+__global__ void to_f32_kernel(const void* x, int32_t type, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = load_f(x, type, i);
+  }
+}
+
+__global__ void epilogue_kernel(const float* acc, int64_t m, int64_t n, float alpha, const void* bias,
+                                int32_t bias_type, void* out, int32_t out_type) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < m * n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float b = bias ? load_f(bias, bias_type, i % n) : 0.0f;
+    store_f(out, out_type, i, alpha * acc[i] + b);
+  }
+}
+
+__global__ void swizzle_kernel(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    swizzled[q4::fmt::swizzle_offset(i / cols, i % cols, cols)] = linear[i];
+  }
+}
+
+}  // namespace
+
+int32_t finite_scan(const void* x, int32_t type, int64_t n, int32_t sm_count, cudaStream_t stream,
+                    float* amax, int64_t* bad_index) {
+  *bad_index = -1;
+  if (amax != nullptr) *amax = 0.0f;
+  if (n <= 0) return Q4_OK;
+  DeviceBuffer red;
+  Q4_TRY(alloc(red, 16, stream));
+  auto* amax_bits = red.as<unsigned int>();
+  auto* first_bad = reinterpret_cast<unsigned long long*>(red.as<char>() + 8);
+  Q4_CK(cudaMemsetAsync(amax_bits, 0, 4, stream));
+  Q4_CK(cudaMemsetAsync(first_bad, 0xff, 8, stream));  // all ones: kNoBadIndex
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch(n, sm_count);
+  if (amax != nullptr) {
+    finite_scan_kernel<true><<<l.blocks, l.threads, 0, stream>>>(x, type, n, amax_bits, first_bad);
+  } else {
+    finite_scan_kernel<false><<<l.blocks, l.threads, 0, stream>>>(x, type, n, amax_bits, first_bad);
+  }
+  Q4_CK(cudaGetLastError());
+  unsigned int host_amax = 0;
+  unsigned long long host_bad = 0;
+  if (amax != nullptr) Q4_CK(cudaMemcpyAsync(&host_amax, amax_bits, 4, cudaMemcpyDeviceToHost, stream));
+  Q4_CK(cudaMemcpyAsync(&host_bad, first_bad, 8, cudaMemcpyDeviceToHost, stream));
+  Q4_CK(cudaStreamSynchronize(stream));
+  if (host_bad != kNoBadIndex) *bad_index = static_cast<int64_t>(host_bad);
+  if (amax != nullptr) std::memcpy(amax, &host_amax, 4);
+  return Q4_OK;
+}
+
+int32_t to_f32(const void* x, int32_t type, int64_t n, float* out, int32_t sm_count, cudaStream_t stream) {
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch(n, sm_count);
+  to_f32_kernel<<<l.blocks, l.threads, 0, stream>>>(x, type, n, out);
+  Q4_CK(cudaGetLastError());
+  return Q4_OK;
+}
+
+int32_t epilogue(const float* acc, int64_t m, int64_t n, float alpha, const void* bias, int32_t bias_type,
+                 void* out, int32_t out_type, int32_t sm_count, cudaStream_t stream) {
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch(m * n, sm_count);
+  epilogue_kernel<<<l.blocks, l.threads, 0, stream>>>(acc, m, n, alpha, bias, bias_type, out, out_type);
+  Q4_CK(cudaGetLastError());
+  return Q4_OK;
+}
+
+int32_t swizzle_scales(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled, int32_t sm_count,
+                       cudaStream_t stream) {
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch(rows * cols, sm_count);
+  swizzle_kernel<<<l.blocks, l.threads, 0, stream>>>(linear, rows, cols, swizzled);
+  Q4_CK(cudaGetLastError());
+  return Q4_OK;
+}
+
+}  // namespace q4::cuda_plugin

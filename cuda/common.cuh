@@ -1,0 +1,259 @@
+// Shared by every translation unit of libNVFP4_cuda.so: error reporting,
+// the device guard and per-device state, stream-ordered scratch buffers,
+// element load/store, and the small kernels both formats use (finite scan,
+// conversions, epilogue, scale swizzle). Kernels share the format math with
+// the CPU (src/formats/codec.h): same formula, IEEE division (nvcc's default
+// -prec-div=true), no approximate reciprocals.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "formats/codec.h"
+#include "nvfp4/q4_base.h"
+#include "plugin/lt_objects.h"
+#include "plugin/plugin_abi.h"
+#include "plugin/seams.h"
+#include "plugin/workspace_pool.h"
+
+namespace q4::cuda_plugin {
+
+// ---------------------------------------------------------------------------
+// Errors: every entry returns a Q4_* status; the text is per thread.
+// ---------------------------------------------------------------------------
+int32_t fail(int32_t status, const std::string& msg);
+int32_t fail_cuda(cudaError_t e, const char* what);
+int32_t fail_lt(cublasStatus_t s, const char* what);
+const char* last_error();
+
+#define Q4_CK(expr)                                                              \
+  do {                                                                           \
+    const cudaError_t q4_e_ = (expr);                                            \
+    if (q4_e_ != cudaSuccess) return ::q4::cuda_plugin::fail_cuda(q4_e_, #expr); \
+  } while (0)
+
+// Propagates a non-OK status.
+#define Q4_TRY(expr)                    \
+  do {                                  \
+    const int32_t q4_st_ = (expr);      \
+    if (q4_st_ != Q4_OK) return q4_st_; \
+  } while (0)
+
+inline cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// ---------------------------------------------------------------------------
+// Device guard: makes `device` current for the calling thread and restores
+// the caller's current device on scope exit.
+// ---------------------------------------------------------------------------
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard();
+  int32_t set(int32_t device);
+
+ private:
+  int previous_ = -1;
+  bool changed_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Per-device state, created on first use. Caches (workspaces, heuristic
+// results) are released by empty_cache(); users hold cache_mutex shared
+// for the whole call, empty_cache() holds it exclusively.
+// ---------------------------------------------------------------------------
+
+// The CUDA calls behind q4::cuda::WorkspacePool (src/plugin/workspace_pool.h).
+struct WorkspaceCuda {
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+  int32_t alloc(size_t bytes, void** p);
+  void free(void* p);
+  int32_t event_create(Event* e);
+  void event_destroy(Event e);
+  int32_t record(Event e, Stream s);
+  int32_t wait(Stream s, Event e);
+};
+
+// cuBLASLt workspaces kept per device: one per stream, at most this many
+// before least recently used ones are handed on (workspace_pool.h).
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kWorkspacesPerDevice = 8;
+
+struct DeviceState {
+  std::shared_mutex cache_mutex;
+  std::mutex mutex;  // the fields below
+  bool initialized = false;
+  cublasLtHandle_t lt = nullptr;
+  int32_t sm_count = 0;
+  int32_t cc_major = 0;
+  // Thread-safe on their own:
+  WorkspaceCuda ws_api;
+  q4::cuda::WorkspacePool<WorkspaceCuda> workspaces{kWorkspaceBytes, kWorkspacesPerDevice};
+  q4::cuda::LtAlgoCache<cublasLtMatmulAlgo_t> algos;  // heuristic answers, "none" included
+};
+
+// A cuBLASLt workspace held for one call on `stream` (call with the device
+// current and a lease held); on destruction, after the caller enqueued its
+// matmul, the workspace's event is recorded on the stream and it is free
+// for the next call.
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace();
+  int32_t acquire(DeviceState& s, cudaStream_t stream);
+  void* ptr() const { return ptr_; }
+  size_t bytes() const { return state_ != nullptr ? state_->workspaces.bytes() : 0; }
+
+ private:
+  DeviceState* state_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  size_t slot_ = 0;
+  void* ptr_ = nullptr;
+};
+
+// One call's hold on a device: current device set (and restored), state
+// initialized, workspace allocated, caches pinned until destruction.
+class DeviceLease {
+ public:
+  int32_t acquire(int32_t device);
+  DeviceState& state() { return *state_; }
+
+ private:
+  DeviceGuard guard_;
+  std::shared_lock<std::shared_mutex> hold_;
+  DeviceState* state_ = nullptr;
+};
+
+// Releases cached workspaces, stream-ordered pool memory and heuristic
+// results on every device that has state. No CUDA call when none has.
+int32_t release_caches();
+
+// Uploads the NF4 codebook to the current device (cuda/nf4_kernels.cu).
+int32_t nf4_upload_codebook();
+
+// Stream-ordered scratch memory, freed on scope exit on its stream.
+struct DeviceBuffer {
+  void* p = nullptr;
+  cudaStream_t stream = nullptr;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p != nullptr) cudaFreeAsync(p, stream);
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+int32_t alloc(DeviceBuffer& b, size_t bytes, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------
+// Element access.
+// ---------------------------------------------------------------------------
+__device__ __forceinline__ float load_f(const void* p, int32_t type, int64_t i) {
+  switch (type) {
+    case NVFP4_CUDA_F16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case NVFP4_CUDA_BF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_f(void* p, int32_t type, int64_t i, float v) {
+  switch (type) {
+    case NVFP4_CUDA_F16:  // the CPU codec's bits, NaN patterns included (seams.h)
+      static_cast<uint16_t*>(p)[i] = q4::cuda::out_f16_bits(v);
+      break;
+    case NVFP4_CUDA_BF16:
+      static_cast<uint16_t*>(p)[i] = q4::cuda::out_bf16_bits(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+__device__ __forceinline__ int64_t scale_index(int64_t r, int64_t c, int64_t cols, int32_t layout) {
+  return layout == Q4_SCALE_SWIZZLED ? q4::fmt::swizzle_offset(r, c, cols) : r * cols + c;
+}
+
+// ---------------------------------------------------------------------------
+// Shared launches (cuda/common.cu). All enqueue on `stream` and report
+// launch errors.
+// ---------------------------------------------------------------------------
+
+// The first non-finite flat index of x[0, n) (-1 if none) and, when `amax`
+// is not NULL, max |x|. Block reductions, one atomic per block; waits on the
+// stream (the host needs both before anything is written).
+int32_t finite_scan(const void* x, int32_t type, int64_t n, int32_t sm_count, cudaStream_t stream,
+                    float* amax, int64_t* bad_index);
+
+// out[i] = float(x[i]).
+int32_t to_f32(const void* x, int32_t type, int64_t n, float* out, int32_t sm_count, cudaStream_t stream);
+
+// out[m,n] = alpha * acc[m,n] + bias[n], converted to out_type.
+int32_t epilogue(const float* acc, int64_t m, int64_t n, float alpha, const void* bias, int32_t bias_type,
+                 void* out, int32_t out_type, int32_t sm_count, cudaStream_t stream);
+
+// Linear [rows, cols] scale bytes into the swizzled layout (pad bytes not
+// written: clear them first).
+int32_t swizzle_scales(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled, int32_t sm_count,
+                       cudaStream_t stream);
+
+// Calls launch(std::integral_constant<int, M>{}) with M = min(m, 8), m >= 1:
+// the GEMV kernels are instantiated for 1..8 rows.
+template <class Launcher>
+int32_t gemv_dispatch(int64_t m, Launcher&& launch) {
+  switch (m) {
+    case 1:
+      launch(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      launch(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      launch(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      launch(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      launch(std::integral_constant<int, 7>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 8>{});
+      break;
+  }
+  Q4_CK(cudaGetLastError());
+  return Q4_OK;
+}
+
+// Weight-only products use the GEMV kernels up to this many rows.
+constexpr int64_t kGemvMaxRows = 8;
+
+}  // namespace q4::cuda_plugin

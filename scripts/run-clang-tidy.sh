@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs clang-tidy with the repository's .clang-tidy over src/, the host C++
+# of cuda/ (.cpp only; .cu files are not analysed) and tools/, using
+# BUILD_DIR/compile_commands.json (configure with
+# -DCMAKE_EXPORT_COMPILE_COMMANDS=ON; every preset does). Two files at a
+# time. Prints each finding once (a header seen from several translation
+# units is reported once), then a count per check, and fails on any finding.
+#
+# Usage: scripts/run-clang-tidy.sh BUILD_DIR [CLANG_TIDY]
+set -euo pipefail
+
+if [[ $# -lt 1 ]]; then echo "usage: $0 BUILD_DIR [CLANG_TIDY]" >&2; exit 2; fi
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$(cd "$1" && pwd)"
+ct="${2:-${CLANG_TIDY:-}}"
+if [[ -z "$ct" ]]; then
+  if command -v clang-tidy-14 >/dev/null 2>&1; then ct=clang-tidy-14; else ct=clang-tidy; fi
+fi
+command -v "$ct" >/dev/null 2>&1 || { echo "run-clang-tidy: $ct not found" >&2; exit 2; }
+db="$build/compile_commands.json"
+[[ -f "$db" ]] || { echo "run-clang-tidy: $db missing (configure with CMAKE_EXPORT_COMPILE_COMMANDS=ON)" >&2; exit 2; }
+
+cd "$root"
+mapfile -t wanted < <(git ls-files --cached --others --exclude-standard -- 'src/*.cpp' 'cuda/*.cpp' 'tools/*.cpp' | sort)
+# Only files the build compiles have flags; list the others (e.g. an ISA
+# variant this machine's build leaves out) instead of guessing flags.
+mapfile -t files < <(python3 - "$db" "$root" "${wanted[@]}" <<'PY'
+import json, os, sys
+db, root, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+known = {os.path.realpath(os.path.join(e["directory"], e["file"])) for e in json.load(open(db))}
+for f in wanted:
+    p = os.path.realpath(os.path.join(root, f))
+    print(p if p in known else "SKIP " + f)
+PY
+)
+todo=()
+for f in "${files[@]}"; do
+  if [[ "$f" == SKIP\ * ]]; then echo "run-clang-tidy: not in compile_commands.json, skipped: ${f#SKIP }"; else todo+=("$f"); fi
+done
+[[ ${#todo[@]} -gt 0 ]] || { echo "run-clang-tidy: nothing to check" >&2; exit 2; }
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+echo "run-clang-tidy: $("$ct" --version | grep -m1 -o 'version [0-9.]*'), ${#todo[@]} files, -j2"
+# GCC-only warning flags in the database are not clang's business.
+printf '%s\0' "${todo[@]}" | xargs -0 -P2 -I{} sh -c \
+  '"$1" -p "$2" --quiet --extra-arg=-Wno-unknown-warning-option "$3" >"$4/$(echo "$3" | tr / _).log" 2>&1 || true' \
+  _ "$ct" "$build" {} "$out"
+
+# A finding is "path:line:col: warning|error: text [check]"; deduplicate.
+cat "$out"/*.log | grep -E '^/.*:[0-9]+:[0-9]+: (warning|error): ' | sort -u >"$out/findings" || true
+if [[ -s "$out/findings" ]]; then
+  sed "s|^$root/||" "$out/findings"
+  echo
+  echo "findings per check:"
+  sed -E 's/.*\[([^]]+)\]$/\1/; t; s/.*/(compiler error)/' "$out/findings" | sort | uniq -c | sort -rn
+  echo "run-clang-tidy: FAILED, $(wc -l <"$out/findings") findings"
+  exit 1
+fi
+echo "run-clang-tidy: OK, no findings"

@@ -1,0 +1,308 @@
+#include "core/linear.h"
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/cpu_features.h"
+#include "common/enum_tables.h"
+#include "common/error.h"
+#include "common/struct_size.h"
+#include "common/tensor.h"
+#include "core/cuda_backend.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/dispatch.h"
+#include "formats/codec.h"
+
+namespace q4::core {
+namespace {
+
+using Counters = std::shared_ptr<SessionCounters>;
+
+DLTensor bytes_view(uint8_t* data, int64_t* shape, int32_t ndim, DLDataType dt) {
+  DLTensor t{};
+  t.data = data;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = dt;
+  t.shape = shape;
+  return t;
+}
+
+// The session's CPU objects read everything on the host: a kDLCUDA tensor
+// in a bundle is refused before anything is dereferenced.
+void require_host(const TensorRef& t) {
+  if (t.device.device_type == kDLCUDA) {
+    fail(Q4_ERR_DEVICE, t.name, "is CUDA device memory; this linear is prepared on the CPU");
+  }
+}
+
+// Quantize a float [N, K] weight into the prepared form.
+void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, const Counters& c,
+                        PreparedWeight& p) {
+  const TensorRef wt = check_tensor(b.weight, "weight->weight");
+  require_float(wt);
+  if (wt.ndim != 2) {
+    fail(Q4_ERR_SHAPE, "weight->weight", "a float weight must be 2-D [N, K], got " + wt.shape_text());
+  }
+  const int64_t n = wt.dim(0), k = wt.dim(1);
+  Q4_op_options o{};
+  o.struct_size = sizeof o;
+  o.num_threads = st.ops.num_threads;
+  p.format = b.format;
+  p.n = n;
+  p.k = k;
+  if (b.format == Q4_FORMAT_NVFP4) {
+    require_k_multiple_of_16(k, "weight->weight");
+    if (!std::isfinite(b.global_scale) || b.global_scale < 0.0f) {
+      fail(Q4_ERR_INVALID_ARGUMENT, "weight->global_scale", "expected a finite value >= 0 (0 = from amax)");
+    }
+    uint8_t* q = allocate(p, c, n * k / 2);
+    uint8_t* s = allocate(p, c, n * k / 16);
+    int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
+    DLTensor tq = bytes_view(q, qs, 2, DLDataType{kDLUInt, 8, 1});
+    DLTensor ts = bytes_view(s, ss, 2, DLDataType{kDLUInt, 8, 1});
+    nvfp4_quantize(b.weight, &tq, &ts, Q4_SCALE_LINEAR, b.global_scale, &p.g, &o);
+    p.q = q;
+    p.s = s;
+  } else {
+    p.blocksize = require_blocksize(b.blocksize == 0 ? 64 : b.blocksize, "weight->blocksize");
+    p.block_shift = 0;
+    while ((int64_t{1} << p.block_shift) < p.blocksize) ++p.block_shift;
+    const int64_t numel = n * k;
+    const int64_t nblocks = (numel + p.blocksize - 1) / p.blocksize;
+    uint8_t* q = allocate(p, c, (numel + 1) / 2);
+    auto* absmax = reinterpret_cast<float*>(allocate(p, c, nblocks * 4));
+    int64_t qs[1] = {(numel + 1) / 2}, as[1] = {nblocks};
+    DLTensor tq = bytes_view(q, qs, 1, DLDataType{kDLUInt, 8, 1});
+    DLTensor ta = bytes_view(reinterpret_cast<uint8_t*>(absmax), as, 1, DLDataType{kDLFloat, 32, 1});
+    nf4_quantize(b.weight, &tq, &ta, static_cast<int32_t>(p.blocksize), &o);
+    p.q = q;
+    p.absmax = absmax;
+    for (uint32_t code = 0; code < 16; ++code) p.lut[code] = fmt::nf4_decode(code);
+  }
+}
+
+// Validate packed tensors as the stateless products do, then copy them.
+void prepare_from_packed(const Q4_weight_bundle& b, const Counters& c, PreparedWeight& p) {
+  if (b.out_features <= 0 || b.in_features <= 0) {
+    fail(Q4_ERR_SHAPE, "weight->out_features",
+         "packed weights need out_features and in_features > 0, got " + std::to_string(b.out_features) +
+             " x " + std::to_string(b.in_features));
+  }
+  const int64_t n = b.out_features, k = b.in_features;
+  const int64_t numel = checked_mul(n, k, "weight->in_features");
+  const TensorRef q = check_tensor(b.weight, "weight->weight");
+  require_packed_bytes(q);
+  if (b.format == Q4_FORMAT_NVFP4) {
+    require_k_multiple_of_16(k, "weight->in_features");
+    require_layout(b.scale_layout);
+    require_scale_value(b.global_scale, "weight->global_scale", false);
+    require_nbytes(q, numel / 2, "N*K/2 packed bytes");
+    Nvfp4Operand op;
+    op.q = q;
+    op.s = check_tensor(b.scale, "weight->scale");
+    require_scale_bytes(op.s);
+    require_nbytes(op.s, scale_bytes(n, k, b.scale_layout, "weight->scale"), scale_why(n, k, b.scale_layout));
+    op.layout = b.scale_layout;
+    op.rows = n;
+    op.k = k;
+    op.g = b.global_scale;
+    prepare_nvfp4(p, op, true, c);
+  } else {
+    require_nbytes(q, (numel + 1) / 2, "ceil(N*K/2) packed bytes");
+    Nf4Operand op;
+    op.q = q;
+    op.numel = numel;
+    op.state = parse_nf4_state(b.nf4, numel);
+    const Nf4State& s = op.state;
+    for (const TensorRef* t : {&s.absmax, s.has_quant_map ? &s.quant_map : nullptr,
+                               s.nested ? &s.nested_absmax : nullptr, s.nested ? &s.nested_map : nullptr}) {
+      if (t != nullptr) require_host(*t);
+    }
+    prepare_nf4(p, op, n, k, true, c);
+  }
+}
+
+std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, const SessionSettings& st,
+                                              const Counters& c, CpuPath path, int32_t expect_format,
+                                              int64_t expect_n, int64_t expect_k) {
+  const Q4_weight_bundle b = read_struct(bundle, "weight");
+  if (b.format != Q4_FORMAT_NVFP4 && b.format != Q4_FORMAT_NF4) {
+    fail(Q4_ERR_INVALID_ARGUMENT, "weight->format",
+         "expected Q4_FORMAT_NVFP4 (1) or Q4_FORMAT_NF4 (2), got " + std::to_string(b.format));
+  }
+  if (b.source != Q4_WEIGHT_PACKED && b.source != Q4_WEIGHT_FLOAT) {
+    fail(Q4_ERR_INVALID_ARGUMENT, "weight->source",
+         "expected Q4_WEIGHT_PACKED (0) or Q4_WEIGHT_FLOAT (1), got " + std::to_string(b.source));
+  }
+  if (expect_format != 0 && b.format != expect_format) {
+    fail(Q4_ERR_INVALID_ARGUMENT, "weight->format", "an update must keep the linear's format");
+  }
+  auto p = std::make_shared<PreparedWeight>();
+  if (b.source == Q4_WEIGHT_FLOAT) {
+    prepare_from_float(b, st, c, *p);
+  } else {
+    prepare_from_packed(b, c, *p);
+  }
+  if (expect_n > 0 && (p->n != expect_n || p->k != expect_k)) {
+    fail(Q4_ERR_SHAPE, "weight",
+         "an update must keep the shape [" + std::to_string(expect_n) + ", " + std::to_string(expect_k) +
+             "], got [" + std::to_string(p->n) + ", " + std::to_string(p->k) + "]");
+  }
+  if (path == CpuPath::DequantMatmul) prepare_dequant(*p, st.ops.num_threads, c);
+  p->path = path;
+  if (b.bias != nullptr) {
+    const Bias bias = parse_bias(b.bias, p->n);
+    require_host(bias.ref);
+    auto* dst = reinterpret_cast<float*>(allocate(*p, c, p->n * 4));
+    kern::load_row(bias.ptr.data, bias.ptr.type, 0, p->n, dst);
+    p->bias = dst;
+  }
+  return p;
+}
+
+}  // namespace
+
+Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
+  if (s == nullptr) fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
+  const int32_t format = read_struct(w, "weight").format == Q4_FORMAT_NF4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NVFP4;
+  const CpuPath path = choose_cpu_path(s->settings.ops, format);  // forced wrong kernel -> error
+  check_math_mode(s->settings.ops, path);
+  auto l = std::make_unique<Q4_linear>();
+  l->session = s;
+  l->counters = s->counters;
+  l->settings = s->settings;
+  l->path = path;
+  l->weight = prepare(w, s->settings, s->counters, path, 0, 0, 0);
+  l->format = l->weight->format;
+  l->n = l->weight->n;
+  l->k = l->weight->k;
+  // DequantMatmulOnly or a forced dequant-matmul backend is a choice, not a
+  // fallback: fallback_reason stays empty.
+  l->backend_used = path == CpuPath::DequantMatmul
+                        ? Q4_BACKEND_DEQUANT_MATMUL
+                        : (format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL);
+  s->counters->linears.fetch_add(1);
+  return l.release();
+}
+
+void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
+  if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
+  ProductDesc d;
+  d.ctx.opts = l->settings.ops;
+  d.format = l->format;
+  d.path = l->path;
+  d.x = check_tensor(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  if (d.x.last_dim() != l->k) {
+    fail(Q4_ERR_SHAPE, "x",
+         "last dimension must be in_features K = " + std::to_string(l->k) + ", got " + d.x.shape_text());
+  }
+  d.out = check_tensor(out_t, "out");
+  require_float(d.out);
+  require_same_leading(d.out, d.x);
+  if (d.out.last_dim() != l->n) {
+    fail(Q4_ERR_SHAPE, "out",
+         "last dimension must be out_features N = " + std::to_string(l->n) + ", got " + d.out.shape_text());
+  }
+  require_no_overlap(d.out, {&d.x});
+  d.m = d.x.leading();
+  d.n = l->n;
+  d.k = l->k;
+  const std::shared_ptr<const PreparedWeight> w = l->current();  // old or new, never a mix
+  if (run_host_product(*w, d)) l->counters->implicit_copies.fetch_add(1, std::memory_order_relaxed);
+  l->counters->forwards.fetch_add(1, std::memory_order_relaxed);
+}
+
+void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
+  if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
+  std::shared_ptr<const PreparedWeight> fresh = prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
+  {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    l->weight.swap(fresh);
+  }
+  l->version.fetch_add(1);
+  // `fresh` now holds the old weight; it is freed here or when the last
+  // forward that copied it returns.
+}
+
+void destroy_linear(Q4_linear* l) {
+  std::shared_ptr<SessionCounters> c = l->counters;
+  delete l;
+  c->linears.fetch_sub(1);
+}
+
+namespace {
+
+// The math a forward of `l` runs now (the active ISA's table): fast mode
+// falls back to exact where the integer kernels are missing; the reason is
+// empty when the requested math runs.
+int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
+  if (l.settings.ops.math_mode != Q4_MATH_FAST || l.path != CpuPath::Kernel) {
+    return l.settings.ops.math_mode;
+  }
+  const kern::KernelTable& kt = kern::table_for(active_isa());
+  const char* why =
+      l.format == Q4_FORMAT_NF4 ? kern::fast_math_fallback_nf4(kt) : kern::fast_math_fallback_nvfp4(kt);
+  if (why == nullptr) return Q4_MATH_FAST;
+  if (reason != nullptr) *reason = why;
+  return Q4_MATH_EXACT;
+}
+
+}  // namespace
+
+void linear_info(const Q4_linear* l, Q4_linear_info* out) {
+  if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
+  require_out_struct(out, "info");
+  const auto w = l->current();
+  Q4_linear_info r;
+  std::memset(&r, 0, sizeof r);
+  r.format = l->format;
+  r.backend = l->backend_used;
+  r.compute_path = l->settings.ops.compute_path;
+  r.fell_back = l->fallback_reason.empty() ? 0 : 1;
+  r.isa = active_isa();
+  r.target = Q4_TARGET_CPU;
+  r.unified_memory = 0;
+  r.scale_layout = Q4_SCALE_LINEAR;
+  r.math_mode = l->settings.ops.math_mode;
+  r.out_features = l->n;
+  r.in_features = l->k;
+  r.weight_bytes = w->bytes();
+  r.weight_version = l->version.load();
+  write_struct(out, r, "info");
+}
+
+std::string linear_diagnostics(const Q4_linear& l) {
+  const auto w = l.current();
+  nlohmann::json j;
+  j["format"] = names::format_name(l.format);
+  j["backend"] = names::backend_name(l.backend_used);
+  j["computePath"] = names::path_name(l.settings.ops.compute_path);
+  j["fallbackReason"] = l.fallback_reason;
+  j["nativeLoadState"] = cuda::plugin().load_state;
+  j["isa"] = isa_name(active_isa());
+  j["device"] = "cpu";
+  j["unifiedMemory"] = {{"policy", names::um_name(l.settings.unified_memory)},
+                        {"active", false},
+                        {"reason", l.settings.unified_memory_reason}};
+  j["scaleLayout"] = l.format == Q4_FORMAT_NF4 ? "absmax" : "linear";
+  j["mathMode"] = names::math_name(l.settings.ops.math_mode);
+  std::string math_reason;
+  j["mathModeUsed"] = names::math_name(math_mode_used(l, &math_reason));
+  j["mathFallbackReason"] = math_reason;
+  j["outFeatures"] = l.n;
+  j["inFeatures"] = l.k;
+  j["weightBytes"] = w->bytes();
+  j["weightVersion"] = l.version.load();
+  j["hasBias"] = w->bias != nullptr;
+  return j.dump();
+}
+
+}  // namespace q4::core

@@ -1,0 +1,160 @@
+// One descriptor per operation. Each public operation is validated exactly
+// once, by its validate_* function, whatever device its tensors live on;
+// the result is a descriptor (validated tensor views, M/N/K, layout,
+// scales, resolved options, placement) that the router hands to the CPU or
+// the CUDA implementation. Neither implementation validates anything of its
+// own: the CPU one computes, the CUDA one marshals the descriptor into the
+// plugin's call struct.
+//
+// Placement rule (the same for every operation): if any tensor is kDLCUDA,
+// the call runs on that CUDA device (all kDLCUDA tensors must share it, and
+// no argument may be ordinary kDLCPU memory, which a GPU cannot read);
+// otherwise it runs on the CPU, which reads kDLCPU, kDLCUDAHost and
+// kDLCUDAManaged memory in place.
+#pragma once
+
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "core/op_helpers.h"
+#include "core/options.h"
+#include "nvfp4/ops.h"
+
+namespace q4::core {
+
+enum class Place : uint8_t { Host, Device };
+
+struct OpContext {
+  ResolvedOptions opts;
+  Place place = Place::Host;
+  int32_t device = 0;  // CUDA ordinal when place == Device
+};
+
+// An NVFP4 matrix [rows, k]: packed codes, E4M3 block scales in `layout`,
+// global scale g (1 for the operands of scaled_mm, whose scales fold into
+// alpha).
+struct Nvfp4Operand {
+  TensorRef q, s;
+  int32_t layout = Q4_SCALE_LINEAR;
+  int64_t rows = 0, k = 0;
+  float g = 1.0f;
+};
+
+// An NF4 tensor of `numel` elements in flat blocks.
+struct Nf4Operand {
+  TensorRef q;
+  Nf4State state;
+  int64_t numel = 0;
+};
+
+// An MXFP4 matrix [rows, k]: packed codes and E8M0 block scales (one per
+// 32 elements) in `layout`.
+struct Mxfp4Operand {
+  TensorRef q, s;
+  int32_t layout = Q4_SCALE_LINEAR;
+  int64_t rows = 0, k = 0;
+};
+
+struct Nvfp4QuantizeDesc {
+  OpContext ctx;
+  TensorRef x;
+  Nvfp4Operand dst;  // q, s written; g = the caller's value (0 = from amax)
+  float* g_out = nullptr;
+};
+
+struct Nvfp4DequantizeDesc {
+  OpContext ctx;
+  Nvfp4Operand src;
+  TensorRef out;
+};
+
+struct Nf4QuantizeDesc {
+  OpContext ctx;
+  TensorRef x, q, absmax;
+  int64_t numel = 0, blocksize = 64;
+};
+
+struct Nf4DequantizeDesc {
+  OpContext ctx;
+  Nf4Operand src;
+  TensorRef out;
+};
+
+// Every product: out[M, N] = alpha * act[M, K] . W[N, K]^T (+ bias[N]).
+// act is the float tensor x, or (W4A4) the NVFP4 operand a.
+struct ProductDesc {
+  OpContext ctx;
+  int32_t format = Q4_FORMAT_NVFP4;  // of the weight
+  bool w4a4 = false;
+  int64_t m = 0, n = 0, k = 0;
+  TensorRef x;      // float activations [..., K] (not W4A4)
+  Nvfp4Operand a;   // W4A4 activations
+  Nvfp4Operand nv;  // NVFP4 weight
+  Nf4Operand nf;    // NF4 weight
+  Bias bias;
+  TensorRef out;
+  float alpha = 1.0f;
+  CpuPath path = CpuPath::Kernel;
+};
+
+struct Mxfp4QuantizeDesc {
+  OpContext ctx;
+  TensorRef x;
+  Mxfp4Operand dst;  // q, s written
+};
+
+struct Mxfp4DequantizeDesc {
+  OpContext ctx;
+  Mxfp4Operand src;
+  TensorRef out;
+};
+
+// MXFP4 products: out[M, N] = alpha * act[M, K] . W[N, K]^T (+ bias[N]);
+// act is the float tensor x (linear) or the MXFP4 operand a (scaled_mm).
+// They run on the CPU by dequantize-then-fp32-GEMM only (path is always
+// DequantMatmul; validation refuses what would need a kernel).
+struct Mxfp4ProductDesc {
+  OpContext ctx;
+  bool w4a4 = false;
+  int64_t m = 0, n = 0, k = 0;
+  TensorRef x;
+  Mxfp4Operand a, w;
+  Bias bias;
+  TensorRef out;
+  float alpha = 1.0f;
+};
+
+struct SwizzleDesc {
+  TensorRef linear, swizzled;
+  int64_t rows = 0, cols = 0;
+};
+
+Nvfp4QuantizeDesc validate_nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
+                                          float g, float* g_out, const Q4_op_options* opts);
+Nvfp4DequantizeDesc validate_nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout,
+                                              float g, DLTensor* out_t, const Q4_op_options* opts);
+ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t,
+                                  int32_t layout, float g, const DLTensor* bias_t, DLTensor* out_t,
+                                  const Q4_op_options* opts);
+ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
+                                     const DLTensor* bs_t, int32_t layout, float alpha,
+                                     const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts);
+Nf4QuantizeDesc validate_nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t,
+                                      int32_t blocksize, const Q4_op_options* opts);
+Nf4DequantizeDesc validate_nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t,
+                                          const Q4_op_options* opts);
+ProductDesc validate_nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w_state,
+                                   const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts);
+Mxfp4QuantizeDesc validate_mxfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
+                                          const Q4_op_options* opts);
+Mxfp4DequantizeDesc validate_mxfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout,
+                                              DLTensor* out_t, const Q4_op_options* opts);
+Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t,
+                                       int32_t layout, const DLTensor* bias_t, DLTensor* out_t,
+                                       const Q4_op_options* opts);
+Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
+                                          const DLTensor* bs_t, int32_t layout, float alpha,
+                                          const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts);
+SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_t, bool to_swizzled);
+
+}  // namespace q4::core

@@ -1,0 +1,189 @@
+#include "core/product.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "core/tuner.h"
+#include "formats/codec.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/dispatch.h"
+#include "kernels/portable.h"
+
+namespace q4::core {
+
+int64_t PreparedWeight::bytes() const {
+  int64_t b = 0;
+  for (const auto& buf : storage) b += buf->size();
+  return b;
+}
+
+uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes) {
+  w.storage.push_back(std::make_unique<Buffer>(counters, bytes));
+  return w.storage.back()->data();
+}
+
+namespace {
+
+// The caller's bytes themselves, or a copy owned by w.
+const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t bytes, bool copy,
+                             const std::shared_ptr<SessionCounters>& counters) {
+  if (!copy) return src;
+  uint8_t* dst = allocate(w, counters, bytes);
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return dst;
+}
+
+}  // namespace
+
+void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
+                   const std::shared_ptr<SessionCounters>& counters) {
+  w.format = Q4_FORMAT_NVFP4;
+  w.n = op.rows;
+  w.k = op.k;
+  w.g = op.g;
+  const int64_t sbytes = op.rows * (op.k / 16);
+  w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters);
+  if (op.layout == Q4_SCALE_LINEAR && !copy) {
+    w.s = op.s.data;
+    return;
+  }
+  uint8_t* s = allocate(w, counters, sbytes);
+  if (op.layout == Q4_SCALE_LINEAR) {
+    std::memcpy(s, op.s.data, static_cast<size_t>(sbytes));
+  } else {
+    kern::unswizzle_scales(op.s.data, op.rows, op.k / 16, s);
+  }
+  w.s = s;
+}
+
+void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
+                 const std::shared_ptr<SessionCounters>& counters) {
+  w.format = Q4_FORMAT_NF4;
+  w.n = n;
+  w.k = k;
+  const kern::Nf4Stats& st = op.state.stats;
+  w.blocksize = st.blocksize;
+  w.block_shift = 0;
+  while ((int64_t{1} << w.block_shift) < w.blocksize) ++w.block_shift;
+  w.q = own_or_borrow(w, op.q.data, (op.numel + 1) / 2, copy, counters);
+  // Resolve the (possibly double-quantized) absmax and the codebook once.
+  const int64_t nblocks = (op.numel + w.blocksize - 1) / w.blocksize;
+  if (!copy && st.qabsmax == nullptr) {
+    w.absmax = st.absmax;
+  } else {
+    auto* a = reinterpret_cast<float*>(allocate(w, counters, nblocks * 4));
+    for (int64_t b = 0; b < nblocks; ++b) a[b] = st.absmax_of_block(b);
+    w.absmax = a;
+  }
+  for (uint32_t c = 0; c < 16; ++c) w.lut[c] = st.code_value(c);
+}
+
+void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<SessionCounters>& counters) {
+  auto buf = std::make_unique<Buffer>(counters, w.n * w.k * 4);
+  auto* d = reinterpret_cast<float*>(buf->data());
+  if (w.format == Q4_FORMAT_NVFP4) {
+    kern::dequantize_nvfp4(kern::active_table(), w.q, w.s, w.g, w.n, w.k, d, threads);
+  } else {
+    for (int64_t f = 0; f < w.n * w.k; ++f) {
+      const uint8_t byte = w.q[f >> 1];
+      d[f] = w.lut[(f & 1) ? (byte & 0xfu) : (byte >> 4)] * w.absmax[f >> w.block_shift];
+    }
+  }
+  w.path = CpuPath::DequantMatmul;
+  w.dequant = d;
+  w.q = nullptr;
+  w.s = nullptr;
+  w.absmax = nullptr;
+  w.storage.clear();
+  w.storage.push_back(std::move(buf));
+}
+
+void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
+  if (d.format == Q4_FORMAT_NVFP4) {
+    prepare_nvfp4(w, d.nv, false, nullptr);
+  } else {
+    prepare_nf4(w, d.nf, d.n, d.k, false, nullptr);
+  }
+  if (d.path == CpuPath::DequantMatmul && d.k > 0 && d.m > 0) {
+    prepare_dequant(w, d.ctx.opts.num_threads, nullptr);
+  }
+  w.path = d.path;
+}
+
+void compute_product(const PreparedWeight& w, const float* act, int64_t m, int32_t math_mode, int32_t threads,
+                     float* y) {
+  tuner::ensure_loaded();
+  const kern::KernelTable& kt = kern::active_table();
+  if (w.k == 0) {
+    std::fill(y, y + m * w.n, 0.0f);
+  } else if (w.path == CpuPath::DequantMatmul) {
+    kern::gemm_f32(kt, act, m, w.k, w.dequant, w.n, y, threads, kern::gemm_blocking());
+  } else if (w.format == Q4_FORMAT_NVFP4) {
+    if (math_mode == Q4_MATH_FAST) {
+      kern::linear_nvfp4_fast(kt, act, m, w.nv(), w.n, y, threads);
+    } else {
+      kern::linear_nvfp4(kt, act, m, w.nv(), w.n, y, threads);
+    }
+  } else if (math_mode == Q4_MATH_FAST) {
+    kern::linear_nf4_fast(kt, act, m, w.nf4(), w.n, y, threads);
+  } else {
+    kern::linear_nf4(kt, act, m, w.nf4(), w.n, y, threads);
+  }
+}
+
+bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
+  if (d.out.numel == 0) return false;  // validated; nothing to compute
+  const int32_t threads = d.ctx.opts.num_threads;
+  F32View act;
+  std::vector<float> decoded;
+  const kern::KernelTable& kt = kern::active_table();
+  if (d.w4a4 && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4 && w.k > 0 && kt.i8_native) {
+    // W4A4 on integer dot products: exact int32 block sums times the two
+    // E4M3 scales (exact in fp32), one fixed fp32 order on every ISA.
+    tuner::ensure_loaded();
+    PreparedWeight a;
+    prepare_nvfp4(a, d.a, false, nullptr);
+    F32Result r = f32_result(d.out);
+    kern::scaled_mm_w4a4_int8(kt, a.q, a.s, d.m, w.nv(), w.n, r.p, threads);
+    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
+    const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
+    finish(r, w.n, d.alpha, bias, threads);
+    return false;
+  }
+  // The paths that still need an fp32 copy of fp16/bf16 activations: the
+  // panel GEMM (M > 8), fast mode (int8 activations from fp32), and the
+  // dequant-matmul backend.
+  const bool direct_gemv = !d.w4a4 && d.m <= kern::kGemvMaxRows && w.k > 0 &&
+                           w.path != CpuPath::DequantMatmul && d.ctx.opts.math_mode != Q4_MATH_FAST;
+  if (d.w4a4) {
+    // A's values e2m1 * s are exact in fp32, so decoding A loses nothing.
+    PreparedWeight a;
+    prepare_nvfp4(a, d.a, false, nullptr);
+    decoded.resize(static_cast<size_t>(d.m * d.k));
+    kern::dequantize_nvfp4(kt, a.q, a.s, 1.0f, d.m, d.k, decoded.data(), threads);
+    act.p = decoded.data();
+  } else if (!direct_gemv) {
+    act = f32_view(d.x, threads);
+  }
+  F32Result r = f32_result(d.out);
+  if (direct_gemv) {
+    // Exact-mode GEMV (M <= 8) on the packed weights: the kernels read
+    // fp16/bf16 activations themselves, converting them in registers.
+    tuner::ensure_loaded();
+    const kern::ActRows x(d.x.data, ftype_of(d.x));
+    if (w.format == Q4_FORMAT_NVFP4) {
+      kern::linear_nvfp4(kt, x, d.m, w.nv(), w.n, r.p, threads);
+    } else {
+      kern::linear_nf4(kt, x, d.m, w.nf4(), w.n, r.p, threads);
+    }
+  } else {
+    compute_product(w, act.p, d.m, d.ctx.opts.math_mode, threads, r.p);
+  }
+  const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
+  const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
+  finish(r, w.n, d.alpha, bias, threads);
+  return act.copied();
+}
+
+}  // namespace q4::core

@@ -1,0 +1,66 @@
+// The one product path of the CPU backend. A PreparedWeight is a weight in
+// the backend's ready form; compute_product() multiplies by it. The
+// stateless products (NVFP4_linear, NF4_scaled_mm, NVFP4_scaled_mm) build a
+// borrowing PreparedWeight per call, a linear (Q4_linear_forward) owns one
+// built at prepare time; both then run run_host_product().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/op_desc.h"
+#include "kernels/kernel_table.h"
+
+namespace q4::core {
+
+// Immutable once built. Owning (a linear's: buffers counted in its session)
+// or borrowing (a stateless call's: views of the caller's tensors plus
+// uncounted scratch for what had to be converted: unswizzled scales,
+// resolved NF4 absmax, the fp32 weight of dequant-matmul).
+struct PreparedWeight {
+  int32_t format = Q4_FORMAT_NVFP4;
+  int64_t n = 0, k = 0;
+  CpuPath path = CpuPath::Kernel;
+  const uint8_t* q = nullptr;      // packed codes
+  const uint8_t* s = nullptr;      // NVFP4 E4M3 scales, linear [N, K/16]
+  float g = 1.0f;                  // NVFP4 global scale
+  const float* absmax = nullptr;   // NF4 fp32 absmax per block
+  float lut[16] = {};              // NF4 code values
+  int64_t blocksize = 64;          // NF4
+  int32_t block_shift = 6;         // log2(blocksize)
+  const float* dequant = nullptr;  // fp32 [N, K] (dequant-matmul)
+  const float* bias = nullptr;     // fp32 [N] (linears)
+  std::vector<std::unique_ptr<Buffer>> storage;
+
+  int64_t bytes() const;
+  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k}; }
+  kern::Nf4Weights nf4() const { return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift}; }
+};
+
+// A buffer owned by `w`, counted in `counters` when that is not null.
+uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes);
+
+// The packed parts from a validated operand. copy = true copies the bytes
+// into w's storage (linears); false borrows the caller's memory.
+void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
+                   const std::shared_ptr<SessionCounters>& counters);
+void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
+                 const std::shared_ptr<SessionCounters>& counters);
+// The dequant-matmul ready form: the fp32 weight; the packed form is dropped.
+void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<SessionCounters>& counters);
+// The borrowing weight of a validated stateless product.
+void borrow_weight(PreparedWeight& w, const ProductDesc& d);
+
+// y[m, n] = act[m, k] . W^T in fp32 along w's path (no scaling, no bias).
+void compute_product(const PreparedWeight& w, const float* act, int64_t m, int32_t math_mode, int32_t threads,
+                     float* y);
+
+// A validated host product end to end: fp32 activations (x as it is when
+// fp32, else converted; W4A4: A decoded exactly), compute_product, alpha,
+// bias (the call's, else w.bias), conversion into out. Returns true when
+// the activations had to be converted (an implicit copy).
+bool run_host_product(const PreparedWeight& w, const ProductDesc& d);
+
+}  // namespace q4::core

@@ -1,0 +1,476 @@
+// The one validator per operation (see op_desc.h). Order of the checks:
+// options (ranges), tensors one by one in argument order (descriptor,
+// dtype, shape agreement, byte counts), then placement, aliasing and, for
+// quantize on the CPU, finiteness. Every failure names the argument.
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "common/error.h"
+#include "core/op_desc.h"
+#include "formats/codec.h"
+#include "formats/mxfp4.h"
+
+namespace q4::core {
+namespace {
+
+// Placement of a call from all of its tensors (NULL entries ignored).
+void place_call(OpContext& ctx, std::initializer_list<const TensorRef*> ts) {
+  int32_t device = -1;
+  for (const TensorRef* t : ts) {
+    if (t == nullptr || t->device.device_type != kDLCUDA) continue;
+    if (device >= 0 && t->device.device_id != device) {
+      fail(Q4_ERR_DEVICE, t->name,
+           "all CUDA tensors of a call must be on one device (" + std::to_string(device) + " vs " +
+               std::to_string(t->device.device_id) + ")");
+    }
+    device = t->device.device_id;
+  }
+  if (device < 0) {
+    ctx.place = Place::Host;
+    if (ctx.opts.target == Q4_TARGET_CUDA) {
+      fail(Q4_ERR_NOT_AVAILABLE, "opts->target",
+           "CUDA target requested for host tensors; the CUDA backend runs on kDLCUDA tensors (see "
+           "NVFP4_to_managed)");
+    }
+    return;
+  }
+  for (const TensorRef* t : ts) {
+    if (t != nullptr && t->device.device_type == kDLCPU) {
+      fail(Q4_ERR_DEVICE, t->name,
+           "is ordinary host memory while other arguments are on a CUDA device; use managed "
+           "(kDLCUDAManaged) or pinned (kDLCUDAHost) memory, or copy it");
+    }
+  }
+  ctx.place = Place::Device;
+  ctx.device = device;
+}
+
+OpContext options_of(const Q4_op_options* opts) {
+  OpContext ctx;
+  ctx.opts = resolve_options_allow_cuda(opts);  // the target is checked by place_call
+  return ctx;
+}
+
+Nvfp4Operand nvfp4_operand(const DLTensor* q_t, const DLTensor* s_t, const char* qname, const char* sname,
+                           int32_t layout, int64_t rows, int64_t k, float g) {
+  Nvfp4Operand o;
+  o.layout = layout;
+  o.rows = rows;
+  o.k = k;
+  o.g = g;
+  o.q = check_tensor_any(q_t, qname);
+  require_packed_bytes(o.q);
+  require_nbytes(o.q, checked_mul(rows, k / 2, qname), std::to_string(rows) + " rows x K/2 packed bytes");
+  o.s = check_tensor_any(s_t, sname);
+  require_scale_bytes(o.s);
+  require_nbytes(o.s, scale_bytes(rows, k, layout, sname), scale_why(rows, k, layout));
+  return o;
+}
+
+// The rows of a packed weight, from its bytes and K (so that a wrong `out`
+// is reported against out, not against the weight).
+int64_t rows_of_packed(const TensorRef& q, int64_t k, bool odd_tail_allowed) {
+  if (k <= 0 || (!odd_tail_allowed && k < 2)) return -1;  // (NVFP4: K is a multiple of 16 here)
+  const int64_t rows = odd_tail_allowed ? (2 * q.nbytes) / k : q.nbytes / (k / 2);
+  const int64_t expect = odd_tail_allowed ? (checked_mul(rows, k, q.name) + 1) / 2 : rows * (k / 2);
+  if (expect != q.nbytes) {
+    fail(Q4_ERR_SHAPE, q.name,
+         std::to_string(q.nbytes) +
+             " bytes is not a whole number of weight rows of K = " + std::to_string(k) +
+             (odd_tail_allowed ? " elements (ceil(N*K/2) bytes expected)" : " elements (K/2 bytes each)"));
+  }
+  return rows;
+}
+
+void require_out_features(const TensorRef& out, int64_t n, const char* from) {
+  if (n >= 0 && out.last_dim() != n) {
+    fail(Q4_ERR_SHAPE, out.name,
+         "last dimension must be N = " + std::to_string(n) + " (the rows of " + from + "), got " +
+             out.shape_text());
+  }
+}
+
+}  // namespace
+
+Nvfp4QuantizeDesc validate_nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
+                                          float g, float* g_out, const Q4_op_options* opts) {
+  Nvfp4QuantizeDesc d;
+  d.ctx = options_of(opts);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  const int64_t k = d.x.last_dim();
+  const int64_t rows = d.x.leading();
+  require_k_multiple_of_16(k, "x");
+  require_layout(layout);
+  require_scale_value(g, "global_scale", true);
+  d.dst = nvfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k, g);
+  place_call(d.ctx, {&d.x, &d.dst.q, &d.dst.s});
+  require_no_overlap(d.dst.q, {&d.x, &d.dst.s});
+  require_no_overlap(d.dst.s, {&d.x});
+  // The finite check (first NaN/Inf, nothing written) runs with the
+  // quantization itself: on the host in cpu::run (fused into its passes over
+  // x), on the device in the kernel.
+  d.g_out = g_out;
+  return d;
+}
+
+Nvfp4DequantizeDesc validate_nvfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout,
+                                              float g, DLTensor* out_t, const Q4_op_options* opts) {
+  Nvfp4DequantizeDesc d;
+  d.ctx = options_of(opts);
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_min_ndim(d.out, 1);
+  const int64_t k = d.out.last_dim();
+  const int64_t rows = d.out.leading();
+  require_k_multiple_of_16(k, "out");
+  require_layout(layout);
+  require_scale_value(g, "global_scale", false);
+  d.src = nvfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k, g);
+  place_call(d.ctx, {&d.out, &d.src.q, &d.src.s});
+  require_no_overlap(d.out, {&d.src.q, &d.src.s});
+  return d;
+}
+
+ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t,
+                                  int32_t layout, float g, const DLTensor* bias_t, DLTensor* out_t,
+                                  const Q4_op_options* opts) {
+  ProductDesc d;
+  d.ctx = options_of(opts);
+  d.format = Q4_FORMAT_NVFP4;
+  d.path = choose_cpu_path(d.ctx.opts, Q4_FORMAT_NVFP4);
+  check_math_mode(d.ctx.opts, d.path);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  d.k = d.x.last_dim();
+  d.m = d.x.leading();
+  require_k_multiple_of_16(d.k, "x");
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_same_leading(d.out, d.x);
+  require_layout(layout);
+  require_scale_value(g, "global_scale", false);
+  const TensorRef wq = check_tensor_any(wq_t, "w_qdata");
+  require_packed_bytes(wq);
+  require_out_features(d.out, rows_of_packed(wq, d.k, false), "w_qdata");
+  d.n = d.out.last_dim();
+  d.nv = nvfp4_operand(wq_t, ws_t, "w_qdata", "w_scale", layout, d.n, d.k, g);
+  d.bias = parse_bias(bias_t, d.n);
+  place_call(d.ctx, {&d.x, &d.out, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_no_overlap(d.out, {&d.x, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  return d;
+}
+
+ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
+                                     const DLTensor* bs_t, int32_t layout, float alpha,
+                                     const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+  ProductDesc d;
+  d.ctx = options_of(opts);
+  d.format = Q4_FORMAT_NVFP4;
+  d.w4a4 = true;
+  d.path = choose_cpu_path(d.ctx.opts, Q4_FORMAT_NVFP4);
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_min_ndim(d.out, 1);
+  d.n = d.out.last_dim();
+  d.m = d.out.leading();
+  require_layout(layout);
+  require_scale_value(alpha, "alpha", true);
+  d.alpha = alpha;
+  const TensorRef aq = check_tensor_any(aq_t, "a_qdata");
+  require_packed_bytes(aq);
+  const TensorRef bq = check_tensor_any(bq_t, "b_qdata");
+  require_packed_bytes(bq);
+  // K comes from the packed bytes of A, or of B when M == 0 (an empty
+  // product is valid on every device).
+  if (d.m > 0) {
+    if (aq.nbytes % d.m != 0) {
+      fail(Q4_ERR_SHAPE, "a_qdata",
+           std::to_string(aq.nbytes) + " bytes is not a whole number of rows for M = " + std::to_string(d.m));
+    }
+    d.k = 2 * (aq.nbytes / d.m);
+  } else if (d.n > 0) {
+    if (bq.nbytes % d.n != 0) {
+      fail(Q4_ERR_SHAPE, "b_qdata",
+           std::to_string(bq.nbytes) + " bytes is not a whole number of rows for N = " + std::to_string(d.n));
+    }
+    d.k = 2 * (bq.nbytes / d.n);
+  }
+  require_k_multiple_of_16(d.k, "a_qdata");
+  d.a = nvfp4_operand(aq_t, as_t, "a_qdata", "a_scale", layout, d.m, d.k, 1.0f);
+  d.nv = nvfp4_operand(bq_t, bs_t, "b_qdata", "b_scale", layout, d.n, d.k, 1.0f);
+  d.bias = parse_bias(bias_t, d.n);
+  place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  return d;
+}
+
+Nf4QuantizeDesc validate_nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* absmax_t,
+                                      int32_t blocksize, const Q4_op_options* opts) {
+  Nf4QuantizeDesc d;
+  d.ctx = options_of(opts);
+  d.blocksize = require_blocksize(blocksize == 0 ? 64 : blocksize, "blocksize");
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  d.numel = d.x.numel;
+  d.q = check_tensor_any(q_t, "qdata");
+  require_packed_bytes(d.q);
+  require_nbytes(d.q, (d.numel + 1) / 2, "ceil(n/2) packed bytes for n = " + std::to_string(d.numel));
+  d.absmax = check_tensor_any(absmax_t, "absmax");
+  require_type(d.absmax, ElemType::F32);
+  require_numel(d.absmax, (d.numel + d.blocksize - 1) / d.blocksize, "ceil(n/blocksize) blocks");
+  place_call(d.ctx, {&d.x, &d.q, &d.absmax});
+  require_no_overlap(d.q, {&d.x, &d.absmax});
+  require_no_overlap(d.absmax, {&d.x});
+  if (d.ctx.place == Place::Host) require_finite(d.x);
+  return d;
+}
+
+namespace {
+
+void place_nf4(OpContext& ctx, const TensorRef& out, const Nf4Operand& o, const TensorRef* x,
+               const TensorRef* bias) {
+  const Nf4State& s = o.state;
+  place_call(ctx, {&out, &o.q, &s.absmax, s.has_quant_map ? &s.quant_map : nullptr,
+                   s.nested ? &s.nested_absmax : nullptr, s.nested ? &s.nested_map : nullptr, x, bias});
+  require_no_overlap(
+      out, {&o.q, &s.absmax, s.has_quant_map ? &s.quant_map : nullptr, s.nested ? &s.nested_absmax : nullptr,
+            s.nested ? &s.nested_map : nullptr, x, bias});
+}
+
+}  // namespace
+
+Nf4DequantizeDesc validate_nf4_dequantize(const DLTensor* q_t, const NF4_state* state, DLTensor* out_t,
+                                          const Q4_op_options* opts) {
+  Nf4DequantizeDesc d;
+  d.ctx = options_of(opts);
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  d.src.numel = d.out.numel;
+  d.src.q = check_tensor_any(q_t, "qdata");
+  require_packed_bytes(d.src.q);
+  require_nbytes(d.src.q, (d.src.numel + 1) / 2,
+                 "ceil(n/2) packed bytes for n = " + std::to_string(d.src.numel));
+  d.src.state = parse_nf4_state(state, d.src.numel);
+  place_nf4(d.ctx, d.out, d.src, nullptr, nullptr);
+  return d;
+}
+
+ProductDesc validate_nf4_scaled_mm(const DLTensor* x_t, const DLTensor* wq_t, const NF4_state* w_state,
+                                   const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
+  ProductDesc d;
+  d.ctx = options_of(opts);
+  d.format = Q4_FORMAT_NF4;
+  d.path = choose_cpu_path(d.ctx.opts, Q4_FORMAT_NF4);
+  check_math_mode(d.ctx.opts, d.path);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  d.k = d.x.last_dim();
+  d.m = d.x.leading();
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_same_leading(d.out, d.x);
+  d.nf.q = check_tensor_any(wq_t, "w_qdata");
+  require_packed_bytes(d.nf.q);
+  require_out_features(d.out, rows_of_packed(d.nf.q, d.k, true), "w_qdata");
+  d.n = d.out.last_dim();
+  d.nf.numel = checked_mul(d.n, d.k, "w_qdata");
+  require_nbytes(d.nf.q, (d.nf.numel + 1) / 2, "ceil(N*K/2) packed bytes");
+  d.nf.state = parse_nf4_state(w_state, d.nf.numel);
+  d.bias = parse_bias(bias_t, d.n);
+  place_nf4(d.ctx, d.out, d.nf, &d.x, d.bias.present ? &d.bias.ref : nullptr);
+  return d;
+}
+
+SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_t, bool to_swizzled) {
+  SwizzleDesc d;
+  d.linear = check_tensor(linear_t, "linear");
+  require_scale_bytes(d.linear);
+  require_min_ndim(d.linear, 1);
+  d.cols = d.linear.last_dim();
+  d.rows = d.linear.leading();
+  d.swizzled = check_tensor(swizzled_t, "swizzled");
+  require_scale_bytes(d.swizzled);
+  require_nbytes(d.swizzled, checked_mul(fmt::swizzled_rows(d.rows), fmt::swizzled_cols(d.cols), "swizzled"),
+                 "roundup(rows,128) * roundup(cols,4)");
+  if (to_swizzled) {
+    require_no_overlap(d.swizzled, {&d.linear});
+  } else {
+    require_no_overlap(d.linear, {&d.swizzled});
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------
+// MXFP4 (docs/formats.md, MXFP4): blocks of 32, E8M0 scales, no global scale.
+// ---------------------------------------------------------------------------
+namespace {
+
+void require_k_multiple_of_32(int64_t k, const char* name) {
+  if (k % fmt::kMxBlock != 0) {
+    fail(Q4_ERR_SHAPE, name, "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
+  }
+}
+
+int64_t mx_scale_bytes(int64_t rows, int64_t k, int32_t layout, const char* name) {
+  if (layout == Q4_SCALE_SWIZZLED) {
+    return checked_mul(fmt::swizzled_rows(rows), fmt::swizzled_cols(k / fmt::kMxBlock), name);
+  }
+  return checked_mul(rows, k / fmt::kMxBlock, name);
+}
+
+std::string mx_scale_why(int64_t rows, int64_t k, int32_t layout) {
+  const int64_t cols = k / fmt::kMxBlock;
+  if (layout == Q4_SCALE_SWIZZLED) {
+    return "swizzled E8M0 scales of " + std::to_string(rows) + " rows x " + std::to_string(cols) +
+           " blocks, padded to " + std::to_string(fmt::swizzled_rows(rows)) + " x " +
+           std::to_string(fmt::swizzled_cols(cols));
+  }
+  return "linear E8M0 scales [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+Mxfp4Operand mxfp4_operand(const DLTensor* q_t, const DLTensor* s_t, const char* qname, const char* sname,
+                           int32_t layout, int64_t rows, int64_t k) {
+  Mxfp4Operand o;
+  o.layout = layout;
+  o.rows = rows;
+  o.k = k;
+  o.q = check_tensor_any(q_t, qname);
+  require_packed_bytes(o.q);
+  require_nbytes(o.q, checked_mul(rows, k / 2, qname), std::to_string(rows) + " rows x K/2 packed bytes");
+  o.s = check_tensor_any(s_t, sname);
+  require_e8m0_bytes(o.s);
+  require_nbytes(o.s, mx_scale_bytes(rows, k, layout, sname), mx_scale_why(rows, k, layout));
+  return o;
+}
+
+// MXFP4 products run dequantize-then-fp32-GEMM on the CPU (no MXFP4 kernel
+// yet): options asking for a kernel are refused.
+void require_mxfp4_product_options(const ResolvedOptions& o) {
+  if (o.backend == Q4_BACKEND_NVFP4_KERNEL || o.backend == Q4_BACKEND_NF4_KERNEL) {
+    fail(Q4_ERR_UNSUPPORTED, "opts->backend",
+         std::string("backend ") + (o.backend == Q4_BACKEND_NF4_KERNEL ? "nf4-kernel" : "nvfp4-kernel") +
+             " cannot run MXFP4 data (MXFP4 products run dequant-matmul)");
+  }
+  if (o.compute_path == Q4_PATH_KERNEL_ONLY) {
+    fail(Q4_ERR_UNSUPPORTED, "opts->compute_path",
+         "KernelOnly: there is no MXFP4 CPU kernel yet (MXFP4 products run dequant-matmul)");
+  }
+  if (o.math_mode == Q4_MATH_FAST) {
+    fail(Q4_ERR_UNSUPPORTED, "opts->math_mode",
+         "fast (int8-activation) math needs a kernel; MXFP4 products run dequant-matmul in fp32");
+  }
+}
+
+}  // namespace
+
+Mxfp4QuantizeDesc validate_mxfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
+                                          const Q4_op_options* opts) {
+  Mxfp4QuantizeDesc d;
+  d.ctx = options_of(opts);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  const int64_t k = d.x.last_dim();
+  const int64_t rows = d.x.leading();
+  require_k_multiple_of_32(k, "x");
+  require_layout(layout);
+  d.dst = mxfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k);
+  place_call(d.ctx, {&d.x, &d.dst.q, &d.dst.s});
+  require_no_overlap(d.dst.q, {&d.x, &d.dst.s});
+  require_no_overlap(d.dst.s, {&d.x});
+  if (d.ctx.place == Place::Host) require_finite(d.x);
+  return d;
+}
+
+Mxfp4DequantizeDesc validate_mxfp4_dequantize(const DLTensor* q_t, const DLTensor* s_t, int32_t layout,
+                                              DLTensor* out_t, const Q4_op_options* opts) {
+  Mxfp4DequantizeDesc d;
+  d.ctx = options_of(opts);
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_min_ndim(d.out, 1);
+  const int64_t k = d.out.last_dim();
+  const int64_t rows = d.out.leading();
+  require_k_multiple_of_32(k, "out");
+  require_layout(layout);
+  d.src = mxfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k);
+  place_call(d.ctx, {&d.out, &d.src.q, &d.src.s});
+  require_no_overlap(d.out, {&d.src.q, &d.src.s});
+  return d;
+}
+
+Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, const DLTensor* ws_t,
+                                       int32_t layout, const DLTensor* bias_t, DLTensor* out_t,
+                                       const Q4_op_options* opts) {
+  Mxfp4ProductDesc d;
+  d.ctx = options_of(opts);
+  require_mxfp4_product_options(d.ctx.opts);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  d.k = d.x.last_dim();
+  d.m = d.x.leading();
+  require_k_multiple_of_32(d.k, "x");
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_same_leading(d.out, d.x);
+  require_layout(layout);
+  const TensorRef wq = check_tensor_any(wq_t, "w_qdata");
+  require_packed_bytes(wq);
+  require_out_features(d.out, rows_of_packed(wq, d.k, false), "w_qdata");
+  d.n = d.out.last_dim();
+  d.w = mxfp4_operand(wq_t, ws_t, "w_qdata", "w_scale", layout, d.n, d.k);
+  d.bias = parse_bias(bias_t, d.n);
+  place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  return d;
+}
+
+Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
+                                          const DLTensor* bs_t, int32_t layout, float alpha,
+                                          const DLTensor* bias_t, DLTensor* out_t,
+                                          const Q4_op_options* opts) {
+  Mxfp4ProductDesc d;
+  d.ctx = options_of(opts);
+  require_mxfp4_product_options(d.ctx.opts);
+  d.w4a4 = true;
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_min_ndim(d.out, 1);
+  d.n = d.out.last_dim();
+  d.m = d.out.leading();
+  require_layout(layout);
+  require_scale_value(alpha, "alpha", true);
+  d.alpha = alpha;
+  const TensorRef aq = check_tensor_any(aq_t, "a_qdata");
+  require_packed_bytes(aq);
+  const TensorRef bq = check_tensor_any(bq_t, "b_qdata");
+  require_packed_bytes(bq);
+  if (d.m > 0) {
+    if (aq.nbytes % d.m != 0) {
+      fail(Q4_ERR_SHAPE, "a_qdata",
+           std::to_string(aq.nbytes) + " bytes is not a whole number of rows for M = " + std::to_string(d.m));
+    }
+    d.k = 2 * (aq.nbytes / d.m);
+  } else if (d.n > 0) {
+    if (bq.nbytes % d.n != 0) {
+      fail(Q4_ERR_SHAPE, "b_qdata",
+           std::to_string(bq.nbytes) + " bytes is not a whole number of rows for N = " + std::to_string(d.n));
+    }
+    d.k = 2 * (bq.nbytes / d.n);
+  }
+  require_k_multiple_of_32(d.k, "a_qdata");
+  d.a = mxfp4_operand(aq_t, as_t, "a_qdata", "a_scale", layout, d.m, d.k);
+  d.w = mxfp4_operand(bq_t, bs_t, "b_qdata", "b_scale", layout, d.n, d.k);
+  d.bias = parse_bias(bias_t, d.n);
+  place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  return d;
+}
+
+}  // namespace q4::core

@@ -1,0 +1,168 @@
+// Integer block-dot-product kernels for AVX2 (KernelTable::i8_pack_nvfp4
+// and i8_micro): vpmaddubsw (u8 biased E2M1x2 weights <= 24 times s8
+// activations, |pair sum| <= 6096: no int16 saturation) + vpmaddwd with
+// ones. Included by the AVX2 translation unit only (its flags, internal
+// linkage); the fixed fp32 sequence of KernelTable::i8_micro makes it
+// bit-identical to every other table.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "formats/codec.h"
+#include "kernels/isa_common.h"
+#include "kernels/kernel_table.h"
+
+namespace q4::kern {
+namespace {
+
+constexpr int32_t kI8MR2 = 2;  // rows of X per micro-kernel call: 2 x (2 fp32 + 2 int32) ymm accumulators
+
+struct E4m3Table2 {
+  float v[256];
+  E4m3Table2() {
+    for (uint32_t c = 0; c < 256; ++c) v[c] = fmt::e4m3_decode(c);
+  }
+};
+
+// Two blocks (or one) of 8 panel rows (`src`): row g + 4L in lane L of
+// z[g]; a 4x4 dword transpose inside the lanes gives T_d = dword d of the 8
+// rows in order, whose low / high nibbles are the steps 2(d%2), 2(d%2)+1
+// of block d/2 (32 bytes: half of a step's 64).
+inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, uint8_t* out) {
+  __m256i z[4];
+  for (int g = 0; g < 4; ++g) {
+    const uint8_t* p0 = src[g];
+    const uint8_t* p1 = src[g + 4];
+    const __m128i l0 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))
+                           : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0));
+    const __m128i l1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1))
+                           : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1));
+    z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(l0), l1, 1);
+  }
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]);
+  const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]);
+  const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  for (int d = 0; d < (two ? 4 : 2); ++d) {
+    const __m256i lo = _mm256_and_si256(T[d], nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T[d], 4), nib);
+    uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(lut, lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 64), _mm256_shuffle_epi8(lut, hi));
+  }
+}
+
+void i8_pack_nvfp4_avx2(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
+                        float* ws) {
+  alignas(16) static const uint8_t zeros[16] = {};
+  static const E4m3Table2 dec;
+  alignas(16) int8_t lv[16];
+  for (uint32_t c = 0; c < 16; ++c) lv[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
+  const __m128i l128 = _mm_load_si128(reinterpret_cast<const __m128i*>(lv));
+  const __m256i lut = _mm256_inserti128_si256(_mm256_castsi128_si256(l128), l128, 1);
+  const int64_t rb = w.k / 2;
+  const uint8_t* src[16];
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool two = b + 2 <= nb;
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
+    i8_pack_avx2_half(src, two, lut, wq + b * 256);
+    i8_pack_avx2_half(src + 8, two, lut, wq + b * 256 + 32);
+  }
+  const int64_t kb = w.k / 16;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r)
+      ws[b * 16 + r] = r < rows ? dec.v[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
+  }
+}
+
+template <int MR>
+inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc,
+                               int64_t ldxs, const uint8_t* wq, const float* ws, int64_t nb, float* y,
+                               int64_t ldy, int32_t nr, bool accumulate) {
+  __m256 acc[MR][2];
+  for (int i = 0; i < MR; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      if (accumulate) {
+        alignas(32) float tmp[8] = {};
+        for (int r = 0; r < 8 && 8 * h + r < nr; ++r) tmp[r] = y[i * ldy + 8 * h + r];
+        acc[i][h] = _mm256_load_ps(tmp);
+      } else {
+        acc[i][h] = _mm256_setzero_ps();
+      }
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = wq + b * 256;
+    __m256i d[MR][2];
+    for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+      for (int i = 0; i < MR; ++i) {
+        int32_t x4;
+        std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
+        const __m256i xv = _mm256_set1_epi32(x4);
+        d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv), ones));
+        d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv), ones));
+      }
+    }
+    const __m256 ws0 = _mm256_loadu_ps(ws + b * 16), ws1 = _mm256_loadu_ps(ws + b * 16 + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xsv = _mm256_set1_ps(xs[i * ldxs + b]);
+      acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(xsv, ws0), acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(xsv, ws1), acc[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    if (nr == 16) {
+      _mm256_storeu_ps(y + i * ldy, acc[i][0]);
+      _mm256_storeu_ps(y + i * ldy + 8, acc[i][1]);
+    } else {
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, acc[i][0]);
+      _mm256_store_ps(tmp + 8, acc[i][1]);
+      for (int r = 0; r < nr; ++r) y[i * ldy + r] = tmp[r];
+    }
+  }
+}
+
+// Integer roof probe: 8 independent chains of vpmaddubsw + vpmaddwd +
+// vpaddd, 32 int8 MACs per step.
+double i8_probe_avx2(int64_t iters) {
+  __m256i acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_set1_epi32(j);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i b = _mm256_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile("" : "+x"(b));  // no hoisting
+    // The unsigned operand is the chain's own accumulator: no shared product.
+    for (int j = 0; j < 8; ++j) {
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(acc[j], b), ones));
+    }
+  }
+  __m256i s = acc[0];
+  for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, acc[j]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
+  volatile int32_t sink = out[0];
+  (void)sink;
+  return static_cast<double>(iters) * 8 * 32 * 2;
+}
+
+void i8_micro_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                   int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
+                   int32_t nr, bool accumulate) {
+  with_rows<kI8MR2>(mr, [&](auto rows) {
+    i8_micro_avx2_rows<decltype(rows)::value>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+  });
+}
+
+}  // namespace
+}  // namespace q4::kern

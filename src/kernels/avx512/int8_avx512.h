@@ -1,0 +1,328 @@
+// Integer block-dot-product kernels for AVX-512 (KernelTable::i8_pack_nvfp4
+// and i8_micro), shared by the AVX-512BW table (vpmaddubsw + vpmaddwd) and
+// the AVX-512 VNNI table (vpdpbusd): included by each ISA translation unit,
+// compiled with its flags, internal linkage. Both compute the fixed fp32
+// sequence of KernelTable::i8_micro, so they are bit-identical to the
+// portable kernels.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/codec.h"
+#include "kernels/isa_common.h"
+#include "kernels/kernel_table.h"
+
+namespace q4::kern {
+namespace {
+
+constexpr int32_t kI8MR = 8;  // rows of X per micro-kernel call: 8 fp32 + 8 int32 accumulators
+
+struct E4m3Table {
+  float v[256];
+  E4m3Table() {
+    for (uint32_t c = 0; c < 256; ++c) v[c] = fmt::e4m3_decode(c);
+  }
+};
+
+inline const E4m3Table& e4m3_table() {
+  static const E4m3Table t;
+  return t;
+}
+
+// The biased E2M1x2 value of each code, in every 128-bit lane.
+inline __m512i i8_biased_lut512() {
+  alignas(16) int8_t v[16];
+  for (uint32_t c = 0; c < 16; ++c) v[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(v)));
+}
+
+// Block scales of the panel (rows >= `rows`: 0).
+inline void i8_pack_scales(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, float* ws) {
+  const float* dec = e4m3_table().v;
+  const int64_t kb = w.k / 16;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r) {
+      ws[b * 16 + r] = r < rows ? dec[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
+    }
+  }
+}
+
+// Two blocks (or one: `two` false) of the 16 panel rows: each row's 16 (8)
+// bytes go to lane r/4 of z[r%4]; a 4x4 dword transpose inside the lanes
+// gives T_d = dword d of rows 0..15 in order; its low / high nibbles are the
+// steps 2(d%2) and 2(d%2)+1 of block d/2.
+inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut, uint8_t* out) {
+  __m512i z[4];
+  for (int g = 0; g < 4; ++g) {
+    __m128i l[4];
+    for (int L = 0; L < 4; ++L) {
+      const uint8_t* p = src[g + 4 * L];
+      l[L] = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                 : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    }
+    __m512i v = _mm512_castsi128_si512(l[0]);
+    v = _mm512_inserti32x4(v, l[1], 1);
+    v = _mm512_inserti32x4(v, l[2], 2);
+    z[g] = _mm512_inserti32x4(v, l[3], 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+  const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+  const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  for (int d = 0; d < (two ? 4 : 2); ++d) {
+    const __m512i lo = _mm512_and_si512(T[d], nib);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(T[d], 4), nib);
+    uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
+    _mm512_storeu_si512(dst, _mm512_shuffle_epi8(lut, lo));
+    _mm512_storeu_si512(dst + 64, _mm512_shuffle_epi8(lut, hi));
+  }
+}
+
+inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                                 uint8_t* wq, float* ws) {
+  alignas(16) static const uint8_t zeros[16] = {};
+  const __m512i lut = i8_biased_lut512();
+  const int64_t rb = w.k / 2;
+  const uint8_t* src[16];
+  int64_t b = 0;
+  for (; b < nb; b += 2) {
+    const bool two = b + 2 <= nb;
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
+    i8_pack_two_blocks(src, two, lut, wq + b * 256);
+  }
+  i8_pack_scales(w, n0, rows, b0, nb, ws);
+}
+
+template <int MR, bool kVnni>
+inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                          const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
+                          bool accumulate) {
+  const __mmask16 km = nr >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << nr) - 1u);
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i)
+    acc[i] = accumulate ? _mm512_maskz_loadu_ps(km, y + i * ldy) : _mm512_setzero_ps();
+  const __m512i ones = _mm512_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = wq + b * 256;
+    __m512i wv[4];
+    for (int t = 0; t < 4; ++t) wv[t] = _mm512_loadu_si512(wb + t * 64);
+    const __m512 wsv = _mm512_loadu_ps(ws + b * 16);
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xb = xq + i * ldxq + b * 16;
+      __m512i d = _mm512_set1_epi32(xc[i * ldxs + b]);
+      for (int t = 0; t < 4; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, xb + 4 * t, 4);
+        const __m512i xv = _mm512_set1_epi32(x4);
+        if constexpr (kVnni) {
+          d = _mm512_dpbusd_epi32(d, wv[t], xv);
+        } else {
+          // u8 (<= 24) x s8 (|x| <= 127) pairs: |sum| <= 6096, no int16 saturation.
+          d = _mm512_add_epi32(d, _mm512_madd_epi16(_mm512_maddubs_epi16(wv[t], xv), ones));
+        }
+      }
+      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(xs[i * ldxs + b]), wsv);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), p, acc[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, km, acc[i]);
+}
+
+template <bool kVnni>
+void i8_micro_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                     int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
+                     int32_t nr, bool accumulate) {
+  with_rows<kI8MR>(mr, [&](auto rows) {
+    i8_micro_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+  });
+}
+
+}  // namespace
+}  // namespace q4::kern
+
+namespace q4::kern {
+namespace {
+
+// 16 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
+inline __m512 i8_e4m3_decode16(__m512i c) {
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
+  const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(7))),
+                                   _mm512_set1_ps(1.0f / 512.0f));
+  const __mmask16 is_sub = _mm512_testn_epi32_mask(c, _mm512_set1_epi32(0x78));
+  const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
+  __m512 v = _mm512_mask_blend_ps(is_sub, _mm512_castsi512_ps(normal_bits), sub);
+  v = _mm512_mask_blend_ps(is_nan, v, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+template <bool kVnni>
+inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u8, s8), _mm512_set1_epi16(1)));
+  }
+}
+
+// GEMV straight from the NVFP4 rows, 16 rows of W at a time, 128 elements
+// (8 blocks) per step: one 64-byte load per row, low/high nibbles -> biased
+// values (vpshufb), two 4-byte dot products per lane give half-block sums,
+// pairs of rows are folded into (row, block) sums and an 8x8 qword
+// transpose puts the 16 rows of one block in the lanes of one vector; then
+// the fixed fp32 sequence per lane (row), blocks ascending.
+template <int M, bool kVnni>
+void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                  const NvWeights& w, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  const int64_t kb = w.k / 16, rb = w.k / 2, chunks = w.k / 128;
+  const __m512i lut = i8_biased_lut512();
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const __m512i even_dw = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_dw = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512i s2_lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i s2_hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i s3_lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+  const __m512i s3_hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+  for (int64_t j0 = n0; j0 < n1; j0 += 16) {
+    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
+    const __mmask16 km =
+        rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
+    const uint8_t* rp[16];
+    alignas(64) int64_t sidx[16];
+    for (int r = 0; r < 16; ++r) {
+      const int64_t row = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
+      rp[r] = w.q + row * rb;
+      sidx[r] = row * kb;
+    }
+    const __m512i sidx0 = _mm512_load_si512(sidx), sidx1 = _mm512_load_si512(sidx + 8);
+    __m512 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      // Half-block sums of each row pair folded into (row, block) sums:
+      // C[i][p] qword q = (block q of row 2p, block q of row 2p+1).
+      __m512i C[M][8];
+      __m512i xlo[M], xhi[M];
+      for (int i = 0; i < M; ++i) {
+        const int8_t* xc128 = xq + i * ldxq + c * 128;
+        const __m512i x0 = _mm512_loadu_si512(xc128), x1 = _mm512_loadu_si512(xc128 + 64);
+        xlo[i] = _mm512_permutex2var_epi32(x0, even_dw, x1);  // steps 0, 2 of each block
+        xhi[i] = _mm512_permutex2var_epi32(x0, odd_dw, x1);   // steps 1, 3
+      }
+      for (int p = 0; p < 8; ++p) {
+        const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
+        const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
+        const __m512i loa = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
+        const __m512i hia = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
+        const __m512i lob = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
+        const __m512i hib = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib));
+        for (int i = 0; i < M; ++i) {
+          const __m512i A = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), loa, xlo[i]), hia, xhi[i]);
+          const __m512i B = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), lob, xlo[i]), hib, xhi[i]);
+          C[i][p] =
+              _mm512_add_epi32(_mm512_mask_blend_epi32(0xaaaa, A, B),
+                               _mm512_shuffle_epi32(_mm512_mask_blend_epi32(0x5555, A, B), _MM_PERM_CDAB));
+        }
+      }
+      // Block scales of the 8 blocks, 16 rows each (qword r of z0/z1 = row r / 8 + r).
+      const __m512i z0 = _mm512_i64gather_epi64(sidx0, reinterpret_cast<const long long*>(w.s + c * 8), 1);
+      const __m512i z1 = _mm512_i64gather_epi64(sidx1, reinterpret_cast<const long long*>(w.s + c * 8), 1);
+      // All normal (no zero / subnormal / NaN code): the plain bit mapping.
+      const __m512i m78 = _mm512_set1_epi8(0x78), m7f = _mm512_set1_epi8(0x7f);
+      const bool normal = _mm512_test_epi8_mask(z0, m78) == ~__mmask64{0} &&
+                          _mm512_test_epi8_mask(z1, m78) == ~__mmask64{0} &&
+                          _mm512_cmpeq_epi8_mask(_mm512_and_si512(z0, m7f), m7f) == 0 &&
+                          _mm512_cmpeq_epi8_mask(_mm512_and_si512(z1, m7f), m7f) == 0;
+      __m512 sc[8];
+      for (int q = 0; q < 8; ++q) {
+        __m512i codes;
+        if constexpr (kVnni) {  // the VNNI level includes VBMI: one byte permute
+          const __m512i idx = _mm512_add_epi32(
+              _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+              _mm512_set1_epi32(q));
+          codes = _mm512_maskz_permutex2var_epi8(0x1111111111111111ull, z0, idx, z1);
+        } else {
+          const __m256i a = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z0, 8 * q));
+          const __m256i b = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z1, 8 * q));
+          codes =
+              _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi32(0xff));
+        }
+        if (normal) {
+          const __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi32(0x7f));
+          const __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+          const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
+          sc[q] = _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+        } else {
+          sc[q] = i8_e4m3_decode16(codes);
+        }
+      }
+      for (int i = 0; i < M; ++i) {
+        __m512i E[8], F[8], D[8];
+        for (int p = 0; p < 8; p += 2) {
+          E[p] = _mm512_unpacklo_epi64(C[i][p], C[i][p + 1]);      // blocks 0 2 4 6
+          E[p + 1] = _mm512_unpackhi_epi64(C[i][p], C[i][p + 1]);  // blocks 1 3 5 7
+        }
+        for (int h = 0; h < 2; ++h) {    // row pairs 0-3, 4-7
+          for (int o = 0; o < 2; ++o) {  // even / odd blocks
+            const __m512i e0 = E[4 * h + o], e1 = E[4 * h + 2 + o];
+            F[4 * h + o] = _mm512_permutex2var_epi64(e0, s2_lo, e1);      // blocks o, 4+o
+            F[4 * h + 2 + o] = _mm512_permutex2var_epi64(e0, s2_hi, e1);  // blocks 2+o, 6+o
+          }
+        }
+        for (int g = 0; g < 4; ++g) {  // F[g]: blocks g, g+4 of row pairs 0-3; F[4+g]: of 4-7
+          D[g] = _mm512_permutex2var_epi64(F[g], s3_lo, F[4 + g]);
+          D[g + 4] = _mm512_permutex2var_epi64(F[g], s3_hi, F[4 + g]);
+        }
+        const float* xsb = xs + i * ldxs + c * 8;
+        const int32_t* xcb = xc + i * ldxs + c * 8;
+        for (int q = 0; q < 8; ++q) {
+          const __m512i d = _mm512_add_epi32(D[q], _mm512_set1_epi32(xcb[q]));
+          const __m512 p = _mm512_mul_ps(_mm512_set1_ps(xsb[q]), sc[q]);
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), p, acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < M; ++i) {
+      _mm512_mask_storeu_ps(y + i * ldy + (j0 - n0), km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
+    }
+  }
+}
+
+// Integer roof probe: 12 independent accumulator chains, 64 int8 MACs per
+// dot-product step.
+template <bool kVnni>
+double i8_probe_avx512(int64_t iters) {
+  __m512i acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm512_set1_epi32(j);
+  __m512i b = _mm512_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile("" : "+v"(b));  // no hoisting
+    // The unsigned operand is the chain's own accumulator: no product is
+    // shared between chains (values wrap; only the instruction rate counts).
+    for (int j = 0; j < 12; ++j) acc[j] = i8_dot4<kVnni>(acc[j], acc[j], b);
+  }
+  __m512i s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, acc[j]);
+  volatile int32_t sink = _mm512_reduce_add_epi32(s);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 64 * 2;
+}
+
+template <bool kVnni>
+void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                    int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
+                    int64_t ldy) {
+  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
+    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, w, n0, n1, post, y, ldy);
+  });
+}
+
+}  // namespace
+}  // namespace q4::kern

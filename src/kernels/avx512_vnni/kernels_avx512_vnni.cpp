@@ -1,0 +1,28 @@
+// AVX-512 VNNI (+ VBMI) level: the AVX-512 table with the integer block
+// dot products on vpdpbusd. Compiled with its own flags; only called after
+// CPUID + XGETBV confirmed AVX-512 F/BW/VL/DQ + VNNI + VBMI.
+#include <immintrin.h>
+
+#include "kernels/avx512/int8_avx512.h"
+#include "kernels/kernel_table.h"
+#include "nvfp4/q4_base.h"
+
+namespace q4::kern {
+
+const KernelTable& avx512_vnni_table() {
+  static const KernelTable t = complete_table([] {
+    // Every fp32 kernel is the AVX-512 table's (a VNNI CPU runs them); this
+    // level adds only the integer kernels.
+    KernelTable f = avx512_table();
+    f.isa = Q4_ISA_AVX512_VNNI;
+    f.i8_pack_nvfp4 = i8_pack_nvfp4_avx512;
+    f.i8_micro = i8_micro_avx512<true>;
+    f.i8_micro_mr = kI8MR;
+    f.i8_probe = i8_probe_avx512<true>;
+    f.i8_gemv_nvfp4 = i8_gemv_avx512<true>;
+    return f;
+  }());
+  return t;
+}
+
+}  // namespace q4::kern

@@ -1,0 +1,157 @@
+// aarch64 NEON + dot product (sdot) level: the NEON table with the integer
+// block dot products on vdotq_laneq_s32. Compiled with +dotprod; only
+// called after HWCAP confirmed ASIMDDP. The biased weights (<= 24) are
+// valid signed bytes, so sdot computes the same int32 sums as the x86
+// u8 x s8 instructions; the fp32 sequence is the fixed one of
+// KernelTable::i8_micro (bit-identical to every other table).
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "formats/codec.h"
+#include "kernels/isa_common.h"
+#include "kernels/kernel_table.h"
+#include "nvfp4/q4_base.h"
+
+namespace q4::kern {
+namespace {
+
+constexpr int32_t kI8MR = 2;  // 2 rows x 4 q-registers of fp32 and int32 accumulators
+
+struct Tables {
+  int8_t biased[16];
+  float e4m3[256];
+  Tables() {
+    for (uint32_t c = 0; c < 16; ++c) biased[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
+    for (uint32_t c = 0; c < 256; ++c) e4m3[c] = fmt::e4m3_decode(c);
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
+                   float* ws) {
+  const Tables& tb = tables();
+  const uint8x16_t lut = vreinterpretq_u8_s8(vld1q_s8(tb.biased));
+  const int64_t rb = w.k / 2, kb = w.k / 16;
+  for (int32_t r = 0; r < kI8PanelNr; ++r) {
+    const uint8_t* src = r < rows ? w.q + (n0 + r) * rb + b0 * 8 : nullptr;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8x8_t lo, hi;
+      if (src != nullptr) {
+        const uint8x8_t v = vld1_u8(src + b * 8);
+        lo = vqtbl1_u8(lut, vand_u8(v, vdup_n_u8(0x0f)));  // elements 0 2 4 6 | 8 10 12 14
+        hi = vqtbl1_u8(lut, vshr_n_u8(v, 4));              // elements 1 3 5 7 | 9 11 13 15
+      } else {
+        lo = hi = vdup_n_u8(static_cast<uint8_t>(kI8WeightBias));
+      }
+      uint8_t* dst = wq + b * 256 + r * 4;
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(lo), 0);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 64), vreinterpret_u32_u8(hi), 0);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 128), vreinterpret_u32_u8(lo), 1);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 192), vreinterpret_u32_u8(hi), 1);
+      ws[b * 16 + r] = src != nullptr ? tb.e4m3[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
+    }
+  }
+}
+
+template <int MR>
+void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                   const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
+                   bool accumulate) {
+  float32x4_t acc[MR][4];
+  for (int i = 0; i < MR; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      if (accumulate) {
+        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int r = 0; r < 4 && 4 * c + r < nr; ++r) tmp[r] = y[i * ldy + 4 * c + r];
+        acc[i][c] = vld1q_f32(tmp);
+      } else {
+        acc[i][c] = vdupq_n_f32(0.0f);
+      }
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* wb = reinterpret_cast<const int8_t*>(wq + b * 256);
+    int8x16_t xv[MR];
+    int32x4_t d[MR][4];
+    for (int i = 0; i < MR; ++i) {
+      xv[i] = vld1q_s8(xq + i * ldxq + b * 16);
+      for (int c = 0; c < 4; ++c) d[i][c] = vdupq_n_s32(xc[i * ldxs + b]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const int8x16_t w0 = vld1q_s8(wb + c * 16), w1 = vld1q_s8(wb + 64 + c * 16);
+      const int8x16_t w2 = vld1q_s8(wb + 128 + c * 16), w3 = vld1q_s8(wb + 192 + c * 16);
+      for (int i = 0; i < MR; ++i) {
+        d[i][c] = vdotq_laneq_s32(d[i][c], w0, xv[i], 0);
+        d[i][c] = vdotq_laneq_s32(d[i][c], w1, xv[i], 1);
+        d[i][c] = vdotq_laneq_s32(d[i][c], w2, xv[i], 2);
+        d[i][c] = vdotq_laneq_s32(d[i][c], w3, xv[i], 3);
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      const float32x4_t wsv = vld1q_f32(ws + b * 16 + 4 * c);
+      for (int i = 0; i < MR; ++i) {
+        const float32x4_t p = vmulq_f32(vdupq_n_f32(xs[i * ldxs + b]), wsv);
+        acc[i][c] = vfmaq_f32(acc[i][c], vcvtq_f32_s32(d[i][c]), p);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      if (4 * c + 4 <= nr) {
+        vst1q_f32(y + i * ldy + 4 * c, acc[i][c]);
+      } else {
+        float tmp[4];
+        vst1q_f32(tmp, acc[i][c]);
+        for (int r = 0; 4 * c + r < nr; ++r) y[i * ldy + 4 * c + r] = tmp[r];
+      }
+    }
+  }
+}
+
+void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t mr,
+              const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
+              bool accumulate) {
+  with_rows<kI8MR>(mr, [&](auto rows) {
+    i8_micro_rows<decltype(rows)::value>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+  });
+}
+
+// Integer roof probe: 8 independent sdot chains, 16 int8 MACs per step.
+double i8_probe(int64_t iters) {
+  int32x4_t acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = vdupq_n_s32(j);
+  const int8x16_t a = vdupq_n_s8(3);
+  int8x16_t b = vdupq_n_s8(5);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile("" : "+w"(b));  // no hoisting
+    for (int j = 0; j < 8; ++j) acc[j] = vdotq_s32(acc[j], a, b);
+  }
+  int32x4_t s = acc[0];
+  for (int j = 1; j < 8; ++j) s = vaddq_s32(s, acc[j]);
+  volatile int32_t sink = vaddvq_s32(s);
+  (void)sink;
+  return static_cast<double>(iters) * 8 * 16 * 2;
+}
+
+}  // namespace
+
+const KernelTable& neon_dotprod_table() {
+  static const KernelTable t = complete_table([] {
+    // Every fp32 kernel is the NEON table's; this level adds the integer ones.
+    KernelTable f = neon_table();
+    f.isa = Q4_ISA_NEON_DOTPROD;
+    f.i8_pack_nvfp4 = i8_pack_nvfp4;
+    f.i8_micro = i8_micro;
+    f.i8_micro_mr = kI8MR;
+    f.i8_probe = i8_probe;
+    return f;
+  }());
+  return t;
+}
+
+}  // namespace q4::kern

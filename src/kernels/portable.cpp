@@ -1,0 +1,306 @@
+// Portable production kernels (see portable.h). Straightforward loops that
+// the compiler may auto-vectorize for the baseline ISA.
+#include "kernels/portable.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/codec.h"
+#include "formats/nf4_block.h"
+#include "kernels/isa_common.h"
+
+namespace q4::kern {
+
+// ---------------------------------------------------------------------------
+// fp32 / fp16 / bf16 rows
+// ---------------------------------------------------------------------------
+float load_one(const void* base, FType t, int64_t i) {
+  const auto* p = static_cast<const uint8_t*>(base);
+  switch (t) {
+    case FType::F32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case FType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return fmt::f16_to_f32(h);
+    }
+    case FType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return fmt::bf16_to_f32(b);
+    }
+  }
+  return 0.0f;
+}
+
+void load_row(const void* base, FType t, int64_t first, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = load_one(base, t, first + i);
+}
+
+void store_row(void* base, FType t, int64_t first, int64_t n, const float* src) {
+  auto* p = static_cast<uint8_t*>(base);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = first + i;
+    switch (t) {
+      case FType::F32:
+        std::memcpy(p + 4 * j, &src[i], 4);
+        break;
+      case FType::F16: {
+        const uint16_t h = fmt::f32_to_f16(src[i]);
+        std::memcpy(p + 2 * j, &h, 2);
+        break;
+      }
+      case FType::BF16: {
+        const uint16_t b = fmt::f32_to_bf16(src[i]);
+        std::memcpy(p + 2 * j, &b, 2);
+        break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// NF4
+// ---------------------------------------------------------------------------
+void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax) {
+  // The same per-block coding as the CUDA kernel (formats/nf4_block.h),
+  // including code 7 in the spare nibble of an odd count (bitsandbytes).
+  const auto load = [&](int64_t i) { return load_one(x.data, x.type, i); };
+  const int64_t nblocks = (n + blocksize - 1) / blocksize;
+  for (int64_t b = 0; b < nblocks; ++b) {
+    fmt::nf4_quantize_block(load, b * blocksize, std::min(n, (b + 1) * blocksize), q, absmax + b);
+  }
+}
+
+void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t code = (i & 1) ? (q[i >> 1] & 0xfu) : (q[i >> 1] >> 4u);  // element 2j high nibble
+    const float v = st.code_value(code) * st.absmax_of_block(i / st.blocksize);
+    store_row(out.data, out.type, i, 1, &v);
+  }
+}
+
+namespace {
+
+void dynamic_map_signed(float* map256) {
+  // The signed dynamic map of bitsandbytes' double quantization: for each
+  // decade 10^(i-6), i = 0..6, the midpoints of 2^i + 1 evenly spaced points
+  // in [0.1, 1], both signs; plus 0 and 1. 254 + 2 = 256 sorted entries.
+  std::vector<double> data;
+  for (int i = 0; i < 7; ++i) {
+    const int items = (1 << i) + 1;
+    const double scale = std::pow(10.0, i - 6);
+    for (int j = 0; j + 1 < items; ++j) {
+      const double b0 = 0.1 + 0.9 * j / (items - 1);
+      const double b1 = 0.1 + 0.9 * (j + 1) / (items - 1);
+      const double mean = (b0 + b1) / 2.0;
+      data.push_back(scale * mean);
+      data.push_back(-scale * mean);
+    }
+  }
+  data.push_back(0.0);
+  data.push_back(1.0);
+  std::sort(data.begin(), data.end());
+  for (size_t i = 0; i < 256; ++i) map256[i] = static_cast<float>(data[i]);
+}
+
+}  // namespace
+
+void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax, float* nested_absmax,
+                         float* nested_map, float* offset) {
+  dynamic_map_signed(nested_map);
+  double sum = 0.0;
+  for (int64_t i = 0; i < nblocks; ++i) sum += absmax[i];
+  const float off = nblocks > 0 ? static_cast<float>(sum / static_cast<double>(nblocks)) : 0.0f;
+  *offset = off;
+  const int64_t groups = (nblocks + 255) / 256;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t lo = g * 256;
+    const int64_t hi = std::min(nblocks, lo + 256);
+    float m = 0.0f;
+    for (int64_t i = lo; i < hi; ++i) m = std::max(m, std::fabs(absmax[i] - off));
+    nested_absmax[g] = m;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float y = m > 0.0f ? (absmax[i] - off) / m : 0.0f;
+      // Nearest map entry; on an exact tie the lower one.
+      int best = 0;
+      float best_d = std::fabs(nested_map[0] - y);
+      for (int c = 1; c < 256; ++c) {
+        const float d = std::fabs(nested_map[c] - y);
+        if (d < best_d) {
+          best = c;
+          best_d = d;
+        }
+      }
+      qabsmax[i] = static_cast<uint8_t>(best);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Scale layouts
+// ---------------------------------------------------------------------------
+void swizzle_scales(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw) {
+  const int64_t total = fmt::swizzled_rows(rows) * fmt::swizzled_cols(cols);
+  if (total > 0) std::memset(sw, 0, static_cast<size_t>(total));  // (NULL allowed when empty)
+  if (cols == 0) return;  // no scales: never walk the (possibly huge) empty rows
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) sw[fmt::swizzle_offset(r, c, cols)] = lin[r * cols + c];
+  }
+}
+
+void unswizzle_scales(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin) {
+  if (cols == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) lin[r * cols + c] = sw[fmt::swizzle_offset(r, c, cols)];
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Table entries (the builder's fill-ins, the scalar table)
+// ---------------------------------------------------------------------------
+namespace portable {
+
+void nvfp4_gemv(ActRows xr, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  const int64_t k = w.k;
+  std::vector<float> conv;
+  const float* x = f32_rows(xr, &ldx, m, k, conv);
+  float wrow[32];
+  for (int64_t j = n0; j < n1; ++j) {
+    float acc[kGemvMaxRows] = {};
+    const uint8_t* q = w.q + j * (k / 2);
+    const uint8_t* s = w.s + j * (k / 16);
+    for (int64_t b = 0; b < k / 16; ++b) {
+      const float sc = fmt::e4m3_decode(s[b]);
+      for (int e = 0; e < 16; e += 2) {
+        const uint8_t byte = q[b * 8 + e / 2];
+        wrow[e] = (fmt::e2m1_decode(byte & 0xfu) * sc) * w.g;
+        wrow[e + 1] = (fmt::e2m1_decode(byte >> 4) * sc) * w.g;
+      }
+      for (int32_t i = 0; i < m; ++i) {
+        const float* xi = x + i * ldx + b * 16;
+        float a = acc[i];
+        for (int e = 0; e < 16; ++e) a += xi[e] * wrow[e];
+        acc[i] = a;
+      }
+    }
+    for (int32_t i = 0; i < m; ++i) y[i * ldy + (j - n0)] = acc[i];
+  }
+}
+
+void nf4_gemv(ActRows xr, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  const int64_t k = w.k;
+  std::vector<float> conv;
+  const float* x = f32_rows(xr, &ldx, m, k, conv);
+  for (int64_t j = n0; j < n1; ++j) {
+    float acc[kGemvMaxRows] = {};
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const int64_t f = j * k + kk;
+      const uint8_t byte = w.q[f >> 1];
+      const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
+      const float wv = w.lut[code] * w.absmax[f >> w.block_shift];
+      for (int32_t i = 0; i < m; ++i) acc[i] += x[i * ldx + kk] * wv;
+    }
+    for (int32_t i = 0; i < m; ++i) y[i * ldy + (j - n0)] = acc[i];
+  }
+}
+
+void nvfp4_panel_nr(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel,
+                    int32_t nr) {
+  const int64_t k = w.k;
+  for (int32_t r = 0; r < nr; ++r) {
+    if (r >= rows) {
+      for (int64_t kk = 0; kk < kc; ++kk) panel[kk * nr + r] = 0.0f;
+      continue;
+    }
+    const uint8_t* q = w.q + (n0 + r) * (k / 2);
+    const uint8_t* s = w.s + (n0 + r) * (k / 16);
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const int64_t c = k0 + kk;
+      const uint8_t byte = q[c >> 1];
+      const uint32_t code = (c & 1) ? (byte >> 4) : (byte & 0xfu);
+      panel[kk * nr + r] = (fmt::e2m1_decode(code) * fmt::e4m3_decode(s[c / 16])) * w.g;
+    }
+  }
+}
+
+void nf4_panel_nr(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel,
+                  int32_t nr) {
+  const int64_t k = w.k;
+  for (int32_t r = 0; r < nr; ++r) {
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      float v = 0.0f;
+      if (r < rows) {
+        const int64_t f = (n0 + r) * k + k0 + kk;
+        const uint8_t byte = w.q[f >> 1];
+        const uint32_t code = (f & 1) ? (byte & 0xfu) : (byte >> 4);
+        v = w.lut[code] * w.absmax[f >> w.block_shift];
+      }
+      panel[kk * nr + r] = v;
+    }
+  }
+}
+
+void f32_panel_nr(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel,
+                  int32_t nr) {
+  for (int32_t r = 0; r < nr; ++r) {
+    const float* src = w + (n0 + r) * ldw + k0;
+    for (int64_t kk = 0; kk < kc; ++kk) panel[kk * nr + r] = r < rows ? src[kk] : 0.0f;
+  }
+}
+
+void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  const int64_t cols = k / 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* blk = x + r * k + c * 16;
+      float bmax = 0.0f;
+      for (int j = 0; j < 16; ++j) bmax = std::max(bmax, std::fabs(blk[j]));
+      const uint32_t sc = fmt::nvfp4_block_scale_code(bmax, g);
+      const float d = fmt::nvfp4_block_divisor(sc, g);
+      s[r * cols + c] = static_cast<uint8_t>(sc);
+      uint8_t* dst = q + (r * k + c * 16) / 2;
+      for (int j = 0; j < 16; j += 2) {
+        const uint32_t lo = fmt::nvfp4_encode_element(blk[j], d);
+        const uint32_t hi = fmt::nvfp4_encode_element(blk[j + 1], d);
+        dst[j / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+}
+
+void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+  for (int64_t i = 0; i < rows * k; i += 2) {
+    const float sc = fmt::e4m3_decode(s[i / 16]);
+    out[i] = (fmt::e2m1_decode(q[i / 2] & 0xfu) * sc) * g;
+    out[i + 1] = (fmt::e2m1_decode(q[i / 2] >> 4) * sc) * g;
+  }
+}
+
+float amax(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+uint32_t absmax_bits(const float* x, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  return m;
+}
+
+}  // namespace portable
+
+}  // namespace q4::kern

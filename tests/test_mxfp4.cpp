@@ -1,0 +1,422 @@
+// MXFP4 (docs/formats.md, MXFP4) through the public ABI, against an oracle
+// written here from the OCP Microscaling v1.0 rules (floor(log2(amax)) - 2,
+// E2M1 round-to-nearest-even with saturation, E8M0 = 2^(byte - 127)), in
+// double precision and independent of the library's codec code.
+#include <catch2/catch.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+using t::Tensor;
+
+namespace {
+
+const double kMag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+
+DLDataType e8m0() {
+  return DLDataType{kDLFloat8_e8m0fnu, 8, 1};
+}
+
+// The OCP shared exponent of a block of 32 values.
+int oracle_exponent(const std::vector<double>& block) {
+  double amax = 0;
+  for (double v : block) amax = std::max(amax, std::fabs(v));
+  if (amax == 0) return -127;
+  const int e = static_cast<int>(std::floor(std::log2(amax))) - 2;
+  return std::min(127, std::max(-127, e));
+}
+
+// Nearest E2M1 code of v (double), ties to the even code, saturating at 6,
+// the sign bit from v's sign (so -0 and small negatives give 0x8).
+uint32_t oracle_e2m1(double v) {
+  const double a = std::fabs(v);
+  uint32_t best = 7;
+  if (a < 6) {
+    double bd = 1e300;
+    for (uint32_t c = 0; c < 8; ++c) {
+      const double d = std::fabs(a - kMag[c]);
+      if (d < bd || (d == bd && (c & 1u) == 0)) {
+        best = c;
+        bd = d;
+      }
+    }
+  }
+  return (std::signbit(v) ? 8u : 0u) | best;
+}
+
+float oracle_decode(uint32_t code, uint32_t byte) {
+  if (byte == 0xff) return NAN;
+  const double v =
+      (code & 8u ? -kMag[code & 7u] : kMag[code & 7u]) * std::ldexp(1.0, static_cast<int>(byte) - 127);
+  if (std::fabs(v) > static_cast<double>(FLT_MAX)) return v < 0 ? -INFINITY : INFINITY;
+  return static_cast<float>(v);
+}
+
+// Quantizes rows x k values (read as fp32 from x) with the oracle.
+void oracle_quantize(const Tensor& x, int64_t rows, int64_t k, std::vector<uint8_t>& q,
+                     std::vector<uint8_t>& s) {
+  q.assign(static_cast<size_t>(rows * k / 2), 0);
+  s.assign(static_cast<size_t>(rows * k / 32), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      std::vector<double> block(32);
+      for (int j = 0; j < 32; ++j) block[j] = x.get(r * k + b * 32 + j);
+      const int e = oracle_exponent(block);
+      s[r * (k / 32) + b] = static_cast<uint8_t>(e + 127);
+      for (int j = 0; j < 32; ++j) {
+        const uint32_t c = oracle_e2m1(std::ldexp(block[j], -e));
+        const int64_t f = r * k + b * 32 + j;
+        q[f / 2] |= static_cast<uint8_t>((f & 1) ? c << 4 : c);
+      }
+    }
+  }
+}
+
+// Blocks of widely different magnitudes: zero blocks, subnormal amax (the
+// lower clamp), the top of the fp32 range, E2M1 ties, signed zeros.
+Tensor varied_input(int64_t rows, int64_t k, DLDataType dt, uint32_t seed) {
+  Tensor x({rows, k}, dt);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> kind(0, 9), ex(-140, 120);
+  const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 7.0f, 0.5f};
+  const bool half = dt.bits == 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      const int kd = kind(rng);
+      const int e =
+          half ? (dt.code == kDLBfloat ? ex(rng) : std::max(-20, std::min(12, ex(rng) / 8))) : ex(rng);
+      for (int j = 0; j < 32; ++j) {
+        float v;
+        switch (kd) {
+          case 0:
+            v = (j % 3 == 0) ? -0.0f : 0.0f;
+            break;
+          case 1:
+            v = std::ldexp(ties[j % 10] * (j % 2 ? -1.0f : 1.0f), half ? 0 : e);
+            break;
+          case 2:
+            v = half ? nd(rng) * 1000.0f : nd(rng) * 1e38f;
+            break;
+          default:
+            v = std::ldexp(nd(rng), e);
+        }
+        x.set(r * k + b * 32 + j, v);
+      }
+    }
+  }
+  return x;
+}
+
+int64_t swizzled_mx_bytes(int64_t rows, int64_t k) {
+  return t::swizzled_bytes(rows, k / 2);  // roundup(rows,128) * roundup(K/32,4)
+}
+
+double out_tol(DLDataType dt) {
+  return dt.bits == 32 ? 1e-5 : (dt.code == kDLBfloat ? 1e-2 : 2e-3);
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4_quantize is bit-exact with the OCP oracle", "[ops][mxfp4]") {
+  for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+    for (int layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+      const int64_t rows = 37, k = 160;
+      Tensor x = varied_input(rows, k, dt, 11 + dt.code);
+      Tensor q({rows, k / 2}, t::u8());
+      Tensor s(layout == Q4_SCALE_LINEAR ? std::vector<int64_t>{rows, k / 32}
+                                         : std::vector<int64_t>{swizzled_mx_bytes(rows, k)},
+               t::u8());
+      Q4_op_options o{};
+      Q4_op_options_init(&o);
+      o.num_threads = 2;
+      REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), layout, &o) == Q4_OK);
+      CHECK(q.guard_intact());
+      CHECK(s.guard_intact());
+      std::vector<uint8_t> oq, os;
+      oracle_quantize(x, rows, k, oq, os);
+      std::vector<uint8_t> lin(os.size());
+      if (layout == Q4_SCALE_LINEAR) {
+        std::memcpy(lin.data(), s.data(), lin.size());
+      } else {
+        Tensor l({rows, k / 32}, t::u8());
+        REQUIRE(NVFP4_unswizzle_scales(s.t(), l.t()) == Q4_OK);
+        std::memcpy(lin.data(), l.data(), lin.size());
+      }
+      INFO("dtype code " << int(dt.code) << " bits " << int(dt.bits) << " layout " << layout);
+      CHECK(lin == os);
+      CHECK(std::vector<uint8_t>(q.data(), q.data() + oq.size()) == oq);
+    }
+  }
+}
+
+TEST_CASE("MXFP4_quantize: the worked example of docs/formats.md", "[ops][mxfp4]") {
+  // Block amax 7.5: floor(log2 7.5) = 2, e = 0, byte 127; 7.5 saturates to 6
+  // (producers that round the scale up would pick e = 1 instead).
+  Tensor x({1, 32}, t::f32());
+  for (int j = 0; j < 32; ++j) x.set(j, 0.0f);
+  x.set(0, 0.1f);
+  x.set(1, 1.0f);
+  x.set(2, -3.0f);
+  x.set(3, 7.5f);
+  x.set(4, -0.0f);
+  x.set(5, 2.5f);
+  Tensor q({16}, t::u8()), s({1}, e8m0());
+  REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  CHECK(s.data()[0] == 127);
+  CHECK(q.data()[0] == 0x20);  // 0.1 -> 0 (low), 1 -> code 2 (high)
+  CHECK(q.data()[1] == 0x7D);  // -3 -> 0xD (low), 7.5 -> 6 = 0x7 (high)
+  CHECK(q.data()[2] == 0x48);  // -0 -> 0x8 (low), 2.5 -> 2 = 0x4 (tie to even, high)
+  Tensor back({1, 32}, t::f32());
+  REQUIRE(MXFP4_dequantize(q.t(), s.t(), Q4_SCALE_LINEAR, back.t(), nullptr) == Q4_OK);
+  CHECK(back.get(3) == 6.0f);
+  CHECK(std::signbit(back.get(4)));
+
+  // Amax 0.3: floor(log2 0.3) = -2, e = -4, byte 123; elements x * 16.
+  x.set(0, 0.3f);
+  for (int j = 1; j < 32; ++j) x.set(j, j == 1 ? -0.05f : 0.0f);
+  REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  CHECK(s.data()[0] == 123);
+  CHECK(q.data()[0] == 0xA6);  // 4.8 -> 4 (0x6), -0.8 -> -1 (0xA)
+  // An all-zero block: byte 0x00 (2^-127).
+  for (int j = 0; j < 32; ++j) x.set(j, 0.0f);
+  REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  CHECK(s.data()[0] == 0);
+}
+
+TEST_CASE("MXFP4_dequantize equals e2m1 * 2^(byte-127) for every code and byte", "[ops][mxfp4]") {
+  // Row b holds byte b for both of its blocks; the 64 elements run over the
+  // 16 codes four times.
+  const int64_t rows = 256, k = 64;
+  Tensor q({rows, k / 2}, t::u8()), s({rows, k / 32}, e8m0());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < k / 2; ++j)
+      q.data()[r * (k / 2) + j] = static_cast<uint8_t>((2 * j) % 16 | (((2 * j + 1) % 16) << 4));
+    s.data()[r * 2] = s.data()[r * 2 + 1] = static_cast<uint8_t>(r);
+  }
+  for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+    for (int layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+      Tensor sw({swizzled_mx_bytes(rows, k)}, t::u8());
+      const DLTensor* sc = s.t();
+      if (layout == Q4_SCALE_SWIZZLED) {
+        DLTensor s_u8 = *s.t();  // the swizzle functions take uint8 (or E4M3) bytes
+        s_u8.dtype = t::u8();
+        REQUIRE(NVFP4_swizzle_scales(&s_u8, sw.t()) == Q4_OK);
+        sc = sw.t();
+      }
+      Tensor out({rows, k}, dt);
+      REQUIRE(MXFP4_dequantize(q.t(), sc, layout, out.t(), nullptr) == Q4_OK);
+      CHECK(out.guard_intact());
+      int64_t bad = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < k; ++j) {
+          const float want32 = oracle_decode(static_cast<uint32_t>(j % 16), static_cast<uint32_t>(r));
+          Tensor one({1}, dt);
+          one.set(0, want32);  // the expected value rounded to the output dtype
+          const float want = one.get(0), got = out.get(r * k + j);
+          const bool same = std::isnan(want) ? std::isnan(got) : (std::memcmp(&want, &got, 4) == 0);
+          if (!same && bad++ < 5)
+            FAIL_CHECK("byte " << r << " code " << j % 16 << ": " << got << " vs " << want);
+        }
+      }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("MXFP4 quantize -> dequantize round trip is within half an E2M1 step", "[ops][mxfp4]") {
+  const int64_t rows = 8, k = 256;
+  Tensor x = t::random_float({rows, k}, t::f32(), 5);
+  Tensor q({rows, k / 2}, t::u8()), s({rows, k / 32}, t::u8()), back({rows, k}, t::f32());
+  REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  REQUIRE(MXFP4_dequantize(q.t(), s.t(), Q4_SCALE_LINEAR, back.t(), nullptr) == Q4_OK);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const double scale = std::ldexp(1.0, s.data()[i / 32] - 127);
+    const double a = std::fabs(x.get(i)) / scale;
+    const double step = a < 2 ? 0.5 : (a < 4 ? 1.0 : 2.0);  // up to saturation at 6 (a < 8 here)
+    const double err = std::fabs(static_cast<double>(back.get(i)) - x.get(i)) / scale;
+    CHECK(err <= (a > 6 ? a - 6 : step / 2));
+  }
+}
+
+TEST_CASE("MXFP4 validation and refusals", "[ops][mxfp4][validation]") {
+  Tensor x = t::random_float({4, 64}, t::f32(), 1);
+  Tensor q({4, 32}, t::u8()), s({4, 2}, t::u8());
+  SECTION("NaN/Inf names the first index, nothing written") {
+    x.set(77, NAN);
+    x.set(100, INFINITY);
+    const auto before = q.snapshot();
+    CHECK(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_ERR_NON_FINITE);
+    CHECK(std::string(Q4_last_error()).find("flat index 77") != std::string::npos);
+    CHECK(q.snapshot() == before);
+  }
+  SECTION("K must be a multiple of 32") {
+    Tensor x48 = t::random_float({4, 48}, t::f32(), 1);
+    Tensor q48({4, 24}, t::u8()), s48({4, 3}, t::u8());
+    CHECK(MXFP4_quantize(x48.t(), q48.t(), s48.t(), Q4_SCALE_LINEAR, nullptr) == Q4_ERR_SHAPE);
+    CHECK(std::string(Q4_last_error()).find("multiple of 32") != std::string::npos);
+  }
+  SECTION("scale dtypes: uint8 and float8_e8m0fnu, not float8_e4m3fn") {
+    Tensor se({4, 2}, e8m0()), s4({4, 2}, t::e4m3());
+    CHECK(MXFP4_quantize(x.t(), q.t(), se.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+    CHECK(MXFP4_quantize(x.t(), q.t(), s4.t(), Q4_SCALE_LINEAR, nullptr) == Q4_ERR_DTYPE);
+    CHECK(std::string(Q4_last_error()).find("E8M0") != std::string::npos);
+  }
+  SECTION("wrong scale size, bad layout, aliasing") {
+    Tensor s3({4, 3}, t::u8());
+    CHECK(MXFP4_quantize(x.t(), q.t(), s3.t(), Q4_SCALE_LINEAR, nullptr) == Q4_ERR_SHAPE);
+    CHECK(MXFP4_quantize(x.t(), q.t(), s.t(), 7, nullptr) == Q4_ERR_INVALID_ARGUMENT);
+    CHECK(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_SWIZZLED, nullptr) == Q4_ERR_SHAPE);
+    DLTensor alias = *s.t();
+    alias.data = q.data();
+    CHECK(MXFP4_quantize(x.t(), q.t(), &alias, Q4_SCALE_LINEAR, nullptr) == Q4_ERR_ALIASING);
+  }
+  SECTION("products refuse kernels and fast math; dequant-matmul is fine") {
+    REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+    Tensor a = t::random_float({3, 64}, t::f32(), 2), out({3, 4}, t::f32());
+    Q4_op_options o{};
+    Q4_op_options_init(&o);
+    o.compute_path = Q4_PATH_KERNEL_ONLY;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    CHECK(std::string(Q4_last_error()).find("KernelOnly") != std::string::npos);
+    CHECK(MXFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, out.t(), &o) ==
+          Q4_ERR_UNSUPPORTED);
+    Q4_op_options_init(&o);
+    o.backend = Q4_BACKEND_NVFP4_KERNEL;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    Q4_op_options_init(&o);
+    o.math_mode = Q4_MATH_FAST;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    Q4_op_options_init(&o);
+    o.compute_path = Q4_PATH_DEQUANT_MATMUL_ONLY;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_OK);
+  }
+  SECTION("kDLCUDA tensors are unsupported for now") {
+    Tensor out({4, 64}, t::f32());
+    DLTensor cq = *q.t(), cs = *s.t(), co = *out.t();
+    cq.device = cs.device = co.device = DLDevice{kDLCUDA, 0};
+    CHECK(MXFP4_dequantize(&cq, &cs, Q4_SCALE_LINEAR, &co, nullptr) == Q4_ERR_UNSUPPORTED);
+    CHECK(std::string(Q4_last_error()).find("kDLCUDA") != std::string::npos);
+  }
+  SECTION("empty tensors") {
+    Tensor x0({0, 64}, t::f32()), q0({0}, t::u8()), s0({0}, t::u8());
+    CHECK(MXFP4_quantize(x0.t(), q0.t(), s0.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+    CHECK(MXFP4_dequantize(q0.t(), s0.t(), Q4_SCALE_LINEAR, x0.t(), nullptr) == Q4_OK);
+  }
+}
+
+namespace {
+
+// dequant(W) of the oracle: row j, column kk.
+double w_value(const uint8_t* q, const uint8_t* s, int64_t k, int64_t j, int64_t kk) {
+  const int64_t f = j * k + kk;
+  const uint32_t code = (f & 1) ? q[f / 2] >> 4 : q[f / 2] & 0xfu;
+  return oracle_decode(code, s[j * (k / 32) + kk / 32]);
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4_linear equals x . dequant(W)^T in fp64, any batch dims, bias", "[ops][mxfp4]") {
+  const int64_t n = 9, k = 96;
+  Tensor w = t::random_float({n, k}, t::f32(), 3);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 32}, t::u8()), wsw({swizzled_mx_bytes(n, k)}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  REQUIRE(NVFP4_swizzle_scales(ws.t(), wsw.t()) == Q4_OK);
+  Tensor bias = t::random_float({n}, t::f32(), 9);
+  for (DLDataType xd : {t::f32(), t::f16(), t::bf16()}) {
+    for (DLDataType od : {t::f32(), t::f16(), t::bf16()}) {
+      for (int layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+        Tensor x = t::random_float({2, 3, k}, xd, 4);
+        Tensor out({2, 3, n}, od);
+        REQUIRE(MXFP4_linear(x.t(), wq.t(), layout == Q4_SCALE_LINEAR ? ws.t() : wsw.t(), layout, bias.t(),
+                             out.t(), nullptr) == Q4_OK);
+        CHECK(out.guard_intact());
+        for (int64_t i = 0; i < 6; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double acc = bias.get(j), mag = std::fabs(bias.get(j));
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const double p = x.get(i * k + kk) * w_value(wq.data(), ws.data(), k, j, kk);
+              acc += p;
+              mag += std::fabs(p);
+            }
+            CHECK(std::fabs(out.get(i * n + j) - acc) <= out_tol(od) * (mag + 1e-30));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MXFP4_linear takes one expert of an [E, N, K/2] stack by byte_offset, no copy",
+          "[ops][mxfp4][moe]") {
+  const int64_t e_count = 4, n = 24, k = 64, m = 5;
+  Tensor w = t::random_float({e_count, n, k}, t::f32(), 21);
+  // The gpt-oss layout: blocks [E, N, K/32, 16] and scales [E, N, K/32].
+  Tensor blocks({e_count, n, k / 32, 16}, t::u8()), scales({e_count, n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), blocks.t(), scales.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor x = t::random_float({m, k}, t::f32(), 22);
+  for (int64_t e = 0; e < e_count; ++e) {
+    // A 3-D view of expert e: shape [1, N, K/2] / [1, N, K/32].
+    int64_t qshape[3] = {1, n, k / 2}, sshape[3] = {1, n, k / 32};
+    DLTensor qv = *blocks.t(), sv = *scales.t();
+    qv.ndim = sv.ndim = 3;
+    qv.shape = qshape;
+    sv.shape = sshape;
+    qv.byte_offset = static_cast<uint64_t>(e * n * k / 2);
+    sv.byte_offset = static_cast<uint64_t>(e * n * k / 32);
+    Tensor out({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), &qv, &sv, Q4_SCALE_LINEAR, nullptr, out.t(), nullptr) == Q4_OK);
+    // The same expert copied out into its own 2-D tensors.
+    Tensor q1({n, k / 2}, t::u8()), s1({n, k / 32}, t::u8());
+    std::memcpy(q1.data(), blocks.data() + e * n * k / 2, static_cast<size_t>(n * k / 2));
+    std::memcpy(s1.data(), scales.data() + e * n * k / 32, static_cast<size_t>(n * k / 32));
+    Tensor out1({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, nullptr, out1.t(), nullptr) == Q4_OK);
+    CHECK(std::memcmp(out.data(), out1.data(), static_cast<size_t>(m * n * 4)) == 0);
+    // The 4-D gpt-oss view [1, N, K/32, 16] of the same bytes works too.
+    int64_t bshape[4] = {1, n, k / 32, 16};
+    DLTensor bv = *blocks.t();
+    bv.shape = bshape;
+    bv.byte_offset = qv.byte_offset;
+    Tensor out2({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), &bv, &sv, Q4_SCALE_LINEAR, nullptr, out2.t(), nullptr) == Q4_OK);
+    CHECK(std::memcmp(out.data(), out2.data(), static_cast<size_t>(m * n * 4)) == 0);
+  }
+  // A whole [E, N, K/2] stack is not one [N, K] weight: out's N decides.
+  Tensor out({m, n}, t::f32());
+  CHECK(MXFP4_linear(x.t(), blocks.t(), scales.t(), Q4_SCALE_LINEAR, nullptr, out.t(), nullptr) ==
+        Q4_ERR_SHAPE);
+}
+
+TEST_CASE("MXFP4_scaled_mm equals alpha * dequant(A) . dequant(B)^T + bias in fp64", "[ops][mxfp4]") {
+  const int64_t m = 7, n = 10, k = 128;
+  Tensor a = t::random_float({m, k}, t::f32(), 31), b = t::random_float({n, k}, t::f32(), 32);
+  Tensor aq({m, k / 2}, t::u8()), as({m, k / 32}, t::u8()), bq({n, k / 2}, t::u8()), bs({n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(a.t(), aq.t(), as.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  REQUIRE(MXFP4_quantize(b.t(), bq.t(), bs.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor bias = t::random_float({n}, t::f32(), 33);
+  for (DLDataType od : {t::f32(), t::bf16()}) {
+    Tensor out({m, n}, od);
+    const float alpha = 0.75f;
+    REQUIRE(MXFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), Q4_SCALE_LINEAR, alpha, bias.t(), out.t(),
+                            nullptr) == Q4_OK);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0, mag = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double p = w_value(aq.data(), as.data(), k, i, kk) * w_value(bq.data(), bs.data(), k, j, kk);
+          acc += p;
+          mag += std::fabs(p);
+        }
+        CHECK(std::fabs(out.get(i * n + j) - (alpha * acc + bias.get(j))) <=
+              out_tol(od) * (alpha * mag + std::fabs(bias.get(j)) + 1e-30));
+      }
+    }
+  }
+}
