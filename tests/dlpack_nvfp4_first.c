@@ -1,9 +1,9 @@
 /* <nvfp4/nvfp4.h> first, then an official-style dlpack.h: ours stays in force
  * (the official guard is defined) and carries the newer names too. */
-/* clang-format off: the order is what this test checks */
 #include <nvfp4/nvfp4.h>
+
+/* After ours (separate include block, so formatting keeps the order). */
 #include <dlpack/dlpack.h>
-/* clang-format on */
 
 int main(void) {
   DLDevice d = {kDLTrn, 0};

@@ -228,8 +228,9 @@ void run(const core::Nf4DequantizeDesc& d) {
 
 void run(const core::ProductDesc& d) {
   if (d.out.numel == 0) return;  // validated; nothing to compute on any device
-  const int32_t op = d.w4a4 ? NVFP4_CUDA_OP_NVFP4_SCALED_MM
-                            : (d.format == Q4_FORMAT_NF4 ? NVFP4_CUDA_OP_NF4_LINEAR : NVFP4_CUDA_OP_NVFP4_LINEAR);
+  const int32_t op =
+      d.w4a4 ? NVFP4_CUDA_OP_NVFP4_SCALED_MM
+             : (d.format == Q4_FORMAT_NF4 ? NVFP4_CUDA_OP_NF4_LINEAR : NVFP4_CUDA_OP_NVFP4_LINEAR);
   nvfp4_cuda_op c = new_call(op, d.ctx);
   // A forced dequant-matmul backend is the plugin's dequantize + GEMM path;
   // fast math is a permission the CUDA kernels do not use (they are exact).

@@ -14,9 +14,9 @@
 #include "core/cuda_backend.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
+#include "formats/codec.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
-#include "formats/codec.h"
 
 namespace q4::core {
 namespace {
@@ -222,7 +222,8 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
 
 void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
-  std::shared_ptr<const PreparedWeight> fresh = prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
+  std::shared_ptr<const PreparedWeight> fresh =
+      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->weight.swap(fresh);
