@@ -1,4 +1,4 @@
-// Exactness of the format codecs against the spec tables and brute-force
+// Exactness of the format codecs against the tables of docs/formats.md and brute-force
 // oracles written here (nearest representable value, ties to the even code).
 #include <catch2/catch.hpp>
 
@@ -67,14 +67,14 @@ uint32_t e4m3_oracle(float x) {
   return (std::signbit(x) ? 0x80u : 0u) | best;
 }
 
-// The spec's codebook as fp32 (exact: the decimals are fp32 values).
+// The NF4 codebook of docs/formats.md as fp32 (exact: the decimals are fp32 values).
 float nf4_spec(uint32_t c) {
   return static_cast<float>(t::kNf4Spec[c]);
 }
 
 }  // namespace
 
-TEST_CASE("E2M1 decode matches the spec table", "[codec][e2m1]") {
+TEST_CASE("E2M1 decode matches the table of docs/formats.md", "[codec][e2m1]") {
   const float expected[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
   for (uint32_t c = 0; c < 16; ++c) {
     CHECK(e2m1_decode(c) == expected[c]);
@@ -83,7 +83,7 @@ TEST_CASE("E2M1 decode matches the spec table", "[codec][e2m1]") {
   }
 }
 
-TEST_CASE("E2M1 encode: spec boundaries and ties", "[codec][e2m1]") {
+TEST_CASE("E2M1 encode: the documented boundaries and ties", "[codec][e2m1]") {
   struct Case {
     float x;
     uint32_t code;

@@ -295,7 +295,7 @@ TEST_CASE("NVFP4_linear equals x . dequant(W)^T in fp64, any batch dims", "[ops]
 
 namespace {
 
-// The spec's codebook as fp32 (exact: the decimals are fp32 values).
+// The NF4 codebook of docs/formats.md as fp32 (exact: the decimals are fp32 values).
 float nf4_spec(uint32_t c) {
   return static_cast<float>(t::kNf4Spec[c]);
 }
