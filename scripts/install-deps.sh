@@ -6,7 +6,13 @@ packages=(cmake g++ clang make pkg-config catch2 nlohmann-json3-dev binutils val
   clang-format clang-tidy libopenblas-dev
   python3-numpy python3-pytest python3-torch  # the Python binding's tests (Debian's python3)
   mono-mcs mono-runtime)                      # the .NET binding, built with mcs, tested with mono
-# (rustc/cargo come with the machine image; the Rust binding needs no crates.)
+# rustc/cargo usually come with the machine image (rustup); when no `cargo` is
+# on PATH, Debian's cargo (with rustc) is installed for the Rust binding, which
+# needs no crates. (Note: the workspace declares rust-version 1.77; an older
+# Debian rustc makes rust_binding fail visibly, it is not skipped.)
+if ! command -v cargo >/dev/null 2>&1; then
+  packages+=(cargo)
+fi
 # --cross: the aarch64 cross toolchain and qemu-user for the NEON tests.
 if [ "${1:-}" = "--cross" ]; then
   packages=(g++-aarch64-linux-gnu qemu-user)

@@ -2,8 +2,12 @@
 
 Imports the package from bindings/python (unless PYTHONPATH already provides
 one) and counts every call into libNVFP4 so that test_zz_abi_coverage.py can
-check that the suite exercised each exported function."""
+check that the suite exercised each exported function. The fixture
+`passed_pointers` records the DLTensor.data (+ byte_offset) of every DLTensor
+argument actually handed to the library, which the zero-copy tests compare
+with the callers' data_ptr()."""
 import collections
+import ctypes
 import os
 import sys
 
@@ -16,6 +20,15 @@ import nvfp4  # noqa: E402
 from nvfp4 import _capi  # noqa: E402
 
 CALLS = collections.Counter()
+_RECORD = []  # stack of lists; while non-empty, calls are appended to the top one
+
+
+def _dl_data(arg):
+    """Address of the data a DLTensor* argument describes, else None."""
+    if isinstance(arg, ctypes._Pointer) and arg._type_ is _capi.DLTensor and arg:
+        t = arg.contents
+        return (t.data or 0) + t.byte_offset
+    return None
 
 
 def _install_counters():
@@ -25,6 +38,8 @@ def _install_counters():
 
         def counted(*args, _fn=fn, _name=name):
             CALLS[_name] += 1
+            if _RECORD:
+                _RECORD[-1].append((_name, [_dl_data(a) for a in args]))
             return _fn(*args)
 
         counted.restype, counted.argtypes = fn.restype, fn.argtypes
@@ -32,6 +47,27 @@ def _install_counters():
 
 
 _install_counters()
+
+
+class PassedPointers(list):
+    """(function name, [data address or None per argument]) for each call."""
+
+    def of(self, name):
+        """The argument addresses of the only call to `name` recorded."""
+        calls = [ptrs for n, ptrs in self if n == name]
+        assert len(calls) == 1, f"{name} called {len(calls)} times: {self}"
+        return calls[0]
+
+    def clear(self):
+        del self[:]
+
+
+@pytest.fixture
+def passed_pointers():
+    rec = PassedPointers()
+    _RECORD.append(rec)
+    yield rec
+    _RECORD.remove(rec)
 
 
 @pytest.fixture

@@ -122,6 +122,25 @@ def test_options_and_library_errors(monkeypatch, tmp_path):
     assert nvfp4._capi.candidate_paths()[-1] == "libNVFP4.so.1"
 
 
+def test_installed_package_finds_the_prefix_library(tmp_path, monkeypatch):
+    # cmake --install layout: <prefix>/lib/python3/dist-packages/nvfp4 and <prefix>/lib/libNVFP4.so.1
+    pkg = tmp_path / "prefix" / "lib" / "python3" / "dist-packages" / "nvfp4"
+    pkg.mkdir(parents=True)
+    (pkg / "_capi.py").write_text("")
+    lib = tmp_path / "prefix" / "lib" / "libNVFP4.so.1"
+    assert nvfp4._capi.installed_prefix_paths(str(pkg)) == []  # only existing files
+    lib.write_bytes(b"")
+    assert nvfp4._capi.installed_prefix_paths(str(pkg)) == [str(lib)]
+    # not under a site directory: nothing relative to the package is guessed
+    assert nvfp4._capi.installed_prefix_paths(str(tmp_path / "prefix" / "lib")) == []
+    # order: NVFP4_LIBRARY unset -> next to the package, the prefix, then the system loader
+    monkeypatch.delenv("NVFP4_LIBRARY", raising=False)
+    (pkg / "libNVFP4.so").write_bytes(b"")
+    monkeypatch.setattr(nvfp4._capi, "__file__", str(pkg / "_capi.py"))
+    paths = nvfp4._capi.candidate_paths()
+    assert paths[:2] == [str(pkg / "libNVFP4.so"), str(lib)] and paths[-1] == "libNVFP4.so.1"
+
+
 def test_abi_mismatch_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(nvfp4._capi, "ABI_VERSION", 2)
     with pytest.raises(nvfp4.LibraryError, match="ABI version 1.*written for ABI version 2"):

@@ -79,3 +79,38 @@ def test_linear_object_forward_with_torch():
         fq, _ = nvfp4.fake_quantize(w.numpy())
         assert np.allclose(out.numpy(), x.numpy().astype(np.float64) @ fq.T.astype(np.float64), atol=1e-4)
         lin.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_inputs_reach_the_library_without_copies(dtype, passed_pointers):
+    """The DLTensor.data the library receives is the caller's tensor memory
+    (data_ptr()), for inputs as well as outputs: quantize, dequantize, linear."""
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(4)
+    w = (0.05 * torch.randn(24, 64)).to(tdt)
+    q = torch.empty(24, 32, dtype=torch.uint8)
+    s = torch.empty(24, 4, dtype=torch.uint8)
+    _, _, g = nvfp4.nvfp4_quantize(w, qdata=q, scale=s)
+    args = passed_pointers.of("NVFP4_quantize")
+    assert args[:3] == [w.data_ptr(), q.data_ptr(), s.data_ptr()]
+
+    d = torch.empty(24, 64, dtype=tdt)
+    nvfp4.nvfp4_dequantize(q, s, g, out=d)
+    args = passed_pointers.of("NVFP4_dequantize")
+    assert (args[0], args[1], args[4]) == (q.data_ptr(), s.data_ptr(), d.data_ptr())
+
+    # x is a row slice of a larger tensor: its memory starts inside the storage
+    big = torch.randn(7, 64).to(tdt)
+    x = big[2:6]
+    assert x.is_contiguous() and x.data_ptr() != big.data_ptr()
+    bias = torch.randn(24)
+    out = torch.empty(4, 24, dtype=tdt)
+    nvfp4.nvfp4_linear(x, q, s, g, bias, out=out)
+    args = passed_pointers.of("NVFP4_linear")
+    assert (args[0], args[1], args[2], args[5], args[6]) == (
+        x.data_ptr(), q.data_ptr(), s.data_ptr(), bias.data_ptr(), out.data_ptr())
+    wd = ref.nvfp4_dequantize(q.numpy(), s.numpy(), g, 24, 64).astype(np.float64)
+    expect = x.float().numpy().astype(np.float64) @ wd.T + bias.numpy()
+    tol = 1e-5 if dtype == "float32" else 3e-2
+    assert np.allclose(out.float().numpy(), expect, rtol=tol, atol=tol)
+    assert torch.equal(d.float(), torch.from_numpy(wd).to(tdt).float())

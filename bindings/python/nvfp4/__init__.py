@@ -6,7 +6,8 @@
     w2 = nvfp4.nvfp4_dequantize(q, s, g)           # -> [N, K] float32
 
 The library is found through $NVFP4_LIBRARY, then a libNVFP4.so* next to
-this package, then the system loader; its ABI version is checked on load.
+this package, then <prefix>/lib/libNVFP4.so.1 of the prefix the package is
+installed in, then the system loader; its ABI version is checked on load.
 Failures raise nvfp4.Error subclasses (one per Q4_ERR_* status) carrying the
 status, Q4_status_string and Q4_last_error(). See docs/bindings.md.
 """

@@ -327,7 +327,29 @@ def candidate_paths():
     here = os.path.dirname(os.path.abspath(__file__))
     local = sorted(glob.glob(os.path.join(here, "libNVFP4.so*")), key=len)
     system = [p for p in (ctypes.util.find_library("NVFP4"), "libNVFP4.so.1") if p]
-    return local + system
+    return local + installed_prefix_paths(here) + system
+
+
+def installed_prefix_paths(package_dir):
+    """The library of the prefix this package was installed into.
+
+    `cmake --install` puts the package in <prefix>/lib/python3/dist-packages/nvfp4
+    (NVFP4_PYTHON_INSTALL_DIR) and the library in <prefix>/<libdir>; pip puts it
+    in <prefix>/lib/python3.X/{site,dist}-packages/nvfp4. Looks for the versioned
+    SONAME in <prefix>/lib, then lib64 and lib/<multiarch>. Only existing files
+    are returned, so nothing is tried when the package lives elsewhere."""
+    site = os.path.dirname(package_dir)
+    if os.path.basename(site) not in ("dist-packages", "site-packages"):
+        return []
+    libdir = os.path.dirname(os.path.dirname(site))  # <prefix>/lib
+    prefix = os.path.dirname(libdir)
+    dirs = [libdir, os.path.join(prefix, "lib64")] + sorted(glob.glob(os.path.join(libdir, "*-linux-*")))
+    found = []
+    for d in dirs:
+        p = os.path.join(d, "libNVFP4.so.1")
+        if os.path.isfile(p) and p not in found:
+            found.append(p)
+    return found
 
 
 def _declare(lib, table, optional):
@@ -341,8 +363,10 @@ def _declare(lib, table, optional):
 
 def load(path=None):
     """Loads libNVFP4: `path`, else $NVFP4_LIBRARY (exclusively), else a
-    libNVFP4.so* next to this package, else the system loader
-    (find_library("NVFP4"), then "libNVFP4.so.1"). Checks Q4_abi_version()."""
+    libNVFP4.so* next to this package, else <prefix>/lib/libNVFP4.so.1 of the
+    prefix the package is installed in (see installed_prefix_paths), else the
+    system loader (find_library("NVFP4"), then "libNVFP4.so.1"). Checks
+    Q4_abi_version()."""
     paths = [path] if path else candidate_paths()
     errors = []
     for p in paths:
