@@ -88,6 +88,20 @@ int32_t plugin_free_managed(void* p) {
   return Q4_OK;
 }
 
+int32_t plugin_alloc_device(int32_t device, size_t bytes, void** p) {
+  DeviceGuard guard;
+  Q4_TRY(guard.set(device));
+  Q4_CK(cudaMalloc(p, bytes > 0 ? bytes : 1));
+  return Q4_OK;
+}
+
+int32_t plugin_free_device(int32_t device, void* p) {
+  DeviceGuard guard;
+  Q4_TRY(guard.set(device));
+  Q4_CK(cudaFree(p));
+  return Q4_OK;
+}
+
 int32_t plugin_copy(void* dst, const void* src, size_t bytes) {
   Q4_CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));  // direct host->managed or device->managed, no hop
   return Q4_OK;
@@ -209,6 +223,8 @@ extern "C" __attribute__((visibility("default"))) int32_t nvfp4_cuda_plugin_entr
   t.prefetch = plugin_prefetch;
   t.mem_info = plugin_mem_info;
   t.synchronize = plugin_synchronize;
+  t.alloc_device = plugin_alloc_device;
+  t.free_device = plugin_free_device;
   *table = t;
   return Q4_OK;
 }

@@ -70,7 +70,8 @@ PluginState load() {
     }
     nvfp4_cuda_plugin api{};
     const int32_t rc = entry(NVFP4_CUDA_PLUGIN_ABI, &api);
-    if (rc != Q4_OK || api.abi != NVFP4_CUDA_PLUGIN_ABI || api.struct_size < sizeof api) {
+    if (rc != Q4_OK || api.abi != NVFP4_CUDA_PLUGIN_ABI || api.struct_size < sizeof api ||
+        api.alloc_device == nullptr || api.free_device == nullptr) {
       tried += "[" + path + ": ABI handshake failed (core " + std::to_string(NVFP4_CUDA_PLUGIN_ABI) + ")] ";
       dlclose(h);
       continue;
@@ -204,11 +205,8 @@ namespace {
 
 // NF4 statistics as the plugin takes them: fp32 absmax and an optional
 // 16-entry codebook, both on the device.
+// (Double-quantized statistics were refused by the validator.)
 void set_nf4_stats(nvfp4_cuda_op& c, const core::Nf4State& st) {
-  if (st.nested) {
-    fail(Q4_ERR_UNSUPPORTED, "state->nested_absmax",
-         "double-quantized NF4 statistics on CUDA tensors: resolve them first (Q4_linear_create does)");
-  }
   c.absmax = reinterpret_cast<float*>(st.absmax.data);
   c.quant_map = st.has_quant_map ? reinterpret_cast<const float*>(st.quant_map.data) : nullptr;
   c.blocksize = st.stats.blocksize;
@@ -226,7 +224,7 @@ void run(const core::Nf4DequantizeDesc& d) {
   run_call(c, "qdata");
 }
 
-void run(const core::ProductDesc& d) {
+void run(const core::ProductDesc& d, std::string* fallback_reason) {
   if (d.out.numel == 0) return;  // validated; nothing to compute on any device
   const int32_t op =
       d.w4a4 ? NVFP4_CUDA_OP_NVFP4_SCALED_MM
@@ -262,6 +260,10 @@ void run(const core::ProductDesc& d) {
     set_nf4_stats(c, d.nf.state);
   }
   run_call(c, "x");
+  if (c.used_fallback != 0 && fallback_reason != nullptr) {
+    *fallback_reason =
+        c.fallback_reason[0] != '\0' ? c.fallback_reason : "the CUDA plugin took another route";
+  }
 }
 
 int32_t empty_cache() {
@@ -390,6 +392,87 @@ void synchronize(int32_t device, void* stream) {
     fail(Q4_ERR_INVALID_ARGUMENT, "device", "no CUDA device " + std::to_string(device));
   }
   check_status(p.api.synchronize(device, stream), p);
+}
+
+const nvfp4_cuda_device_attrs& require_device(int32_t device, const char* arg) {
+  const PluginState& p = plugin();
+  if (!p.loaded) fail(Q4_ERR_NOT_AVAILABLE, arg, "CUDA backend not available: " + p.load_state);
+  if (p.probe.device_count == 0) fail(Q4_ERR_NOT_AVAILABLE, arg, "no usable CUDA device: " + p.load_state);
+  if (device < 0 || device >= p.probe.device_count) {
+    fail(Q4_ERR_INVALID_ARGUMENT, arg,
+         "no CUDA device " + std::to_string(device) + " (" + std::to_string(p.probe.device_count) +
+             " device(s))");
+  }
+  return p.probe.devices[device];
+}
+
+std::string managed_unusable_reason(int32_t device) {
+  const PluginState& p = plugin();
+  if (!p.loaded) return "CUDA backend not available: " + p.load_state;
+  if (p.probe.device_count == 0) return "no usable CUDA device: " + p.load_state;
+  if (device < 0 || device >= p.probe.device_count) return "no CUDA device " + std::to_string(device);
+  const auto& a = p.probe.devices[device];
+  const std::string who = "device " + std::to_string(device) + " (" + a.name + ")";
+  const DeviceCaps c = device_caps(p, device);
+  if (!c.managed) return who + " has no managed memory (cudaDevAttrManagedMemory is 0)";
+  if (!c.zero_copy) {
+    return who +
+           " has neither concurrent managed access nor pageable memory access (both attributes are 0): the "
+           "CPU "
+           "and the GPU cannot use managed memory at the same time";
+  }
+  return "";
+}
+
+bool reads_host_memory(int32_t device) {
+  const PluginState& p = plugin();
+  if (!p.loaded || device < 0 || device >= p.probe.device_count) return false;
+  const auto& a = p.probe.devices[device];
+  return a.integrated != 0 && (a.concurrent_managed_access != 0 || a.pageable_memory_access != 0);
+}
+
+void* allocate(size_t bytes, bool managed, int32_t device) {
+  const PluginState& p = loaded_api();
+  void* ptr = nullptr;
+  const int32_t rc = managed ? p.api.alloc_managed(bytes, &ptr) : p.api.alloc_device(device, bytes, &ptr);
+  if (rc != Q4_OK) {
+    fail(rc == Q4_ERR_CUDA ? Q4_ERR_OUT_OF_MEMORY : rc, "",
+         std::string(managed ? "managed" : "device") + " allocation of " + std::to_string(bytes) +
+             " bytes failed: " + p.api.last_error());
+  }
+  return ptr;
+}
+
+void deallocate(void* ptr, bool managed, int32_t device) noexcept {
+  const PluginState& p = plugin();
+  if (!p.loaded || ptr == nullptr) return;
+  const int32_t rc = managed ? p.api.free_managed(ptr) : p.api.free_device(device, ptr);
+  if (rc != Q4_OK) {
+    try {
+      log_message(Q4_LOG_WARN, std::string("CUDA free failed: ") + p.api.last_error());
+    } catch (...) {
+    }
+  }
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const PluginState& p = loaded_api();
+  check_status(p.api.copy(dst, src, bytes), p);
+}
+
+void advise_weight(void* ptr, size_t bytes, int32_t device, void* stream) {
+  const PluginState& p = loaded_api();
+  check_status(p.api.advise_read_mostly(ptr, bytes, device), p);
+  if (device_caps(p, device).prefetch) check_status(p.api.prefetch(ptr, bytes, device, stream), p);
+}
+
+int32_t pointer_kind(const void* ptr) {
+  const PluginState& p = plugin();
+  if (!p.loaded || ptr == nullptr) return NVFP4_CUDA_MEM_UNREGISTERED;
+  int32_t kind = NVFP4_CUDA_MEM_UNREGISTERED, dev = -1;
+  if (p.api.pointer_info(ptr, &kind, &dev) != Q4_OK) return NVFP4_CUDA_MEM_UNREGISTERED;
+  return kind;
 }
 
 }  // namespace q4::cuda

@@ -33,7 +33,9 @@ void run(const core::Nvfp4QuantizeDesc& d);
 void run(const core::Nvfp4DequantizeDesc& d);
 void run(const core::Nf4QuantizeDesc& d);
 void run(const core::Nf4DequantizeDesc& d);
-void run(const core::ProductDesc& d);
+// A product; when the plugin took another route than the requested one
+// (KernelOrFallback), *fallback_reason (when given) receives why.
+void run(const core::ProductDesc& d, std::string* fallback_reason = nullptr);
 
 // Releases the plugin's cached workspaces and heuristics (Q4_OK without a
 // plugin).
@@ -46,5 +48,27 @@ DLManagedTensorVersioned* to_managed(const DLTensor* src, int32_t device, uint32
 void managed_prefetch(const DLTensor* t, int32_t device, void* stream);
 void memory_info(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes);
 void synchronize(int32_t device, void* stream);
+
+// ---------------------------------------------------------------------------
+// What sessions, linears and mutable tensors need (plugin ABI 3).
+// ---------------------------------------------------------------------------
+// A device `device` of a loaded plugin (else Q4_ERR_NOT_AVAILABLE naming
+// `arg` and saying why, nativeLoadState included).
+const nvfp4_cuda_device_attrs& require_device(int32_t device, const char* arg);
+// Why managed memory cannot be shared by the CPU and `device` (empty when
+// it can, i.e. when can_use_managed(device) is 1).
+std::string managed_unusable_reason(int32_t device);
+// The device reads ordinary host memory in place (integrated device with
+// concurrent managed access or pageable memory access).
+bool reads_host_memory(int32_t device);
+// Device or managed memory through the plugin; throws on failure.
+void* allocate(size_t bytes, bool managed, int32_t device);
+// Never throws (a failure is logged).
+void deallocate(void* p, bool managed, int32_t device) noexcept;
+void copy(void* dst, const void* src, size_t bytes);
+// Read-mostly advice and, where the device allows it, a prefetch to it.
+void advise_weight(void* p, size_t bytes, int32_t device, void* stream);
+// NVFP4_CUDA_MEM_* of p (UNREGISTERED without a plugin).
+int32_t pointer_kind(const void* p);
 
 }  // namespace q4::cuda

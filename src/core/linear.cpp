@@ -128,6 +128,45 @@ void prepare_from_packed(const Q4_weight_bundle& b, const Counters& c, PreparedW
   }
 }
 
+// The device form of a host-prepared weight: the same parts in ordinary
+// device memory or (UM policy) managed memory advised read-mostly and
+// prefetched to the device. The host form is freed by the caller.
+std::shared_ptr<PreparedWeight> upload(const PreparedWeight& h, const SessionSettings& st,
+                                       const Counters& c) {
+  auto d = std::make_shared<PreparedWeight>();
+  d->format = h.format;
+  d->n = h.n;
+  d->k = h.k;
+  d->path = h.path;
+  d->g = h.g;
+  d->blocksize = h.blocksize;
+  d->block_shift = h.block_shift;
+  std::memcpy(d->lut, h.lut, sizeof d->lut);
+  d->on_device = true;
+  d->managed = st.managed;
+  d->device = st.device;
+  const Memory mem = st.managed ? Memory::Managed : Memory::Device;
+  auto put = [&](const void* src, int64_t bytes) -> uint8_t* {
+    d->storage.push_back(std::make_unique<Buffer>(c, bytes, mem, st.device));
+    uint8_t* dst = d->storage.back()->data();
+    cuda::copy(dst, src, static_cast<size_t>(bytes));
+    if (st.managed && bytes > 0)
+      cuda::advise_weight(dst, static_cast<size_t>(bytes), st.device, st.ops.stream);
+    return dst;
+  };
+  if (h.format == Q4_FORMAT_NVFP4) {
+    d->q = put(h.q, h.n * h.k / 2);
+    d->s = put(h.s, h.n * (h.k / 16));
+  } else {
+    const int64_t numel = h.n * h.k;
+    d->q = put(h.q, (numel + 1) / 2);
+    d->absmax = reinterpret_cast<const float*>(put(h.absmax, (numel + h.blocksize - 1) / h.blocksize * 4));
+    d->quant_map = reinterpret_cast<const float*>(put(h.lut, sizeof h.lut));
+  }
+  if (h.bias != nullptr) d->bias = reinterpret_cast<const float*>(put(h.bias, h.n * 4));
+  return d;
+}
+
 std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, const SessionSettings& st,
                                               const Counters& c, CpuPath path, int32_t expect_format,
                                               int64_t expect_n, int64_t expect_k) {
@@ -154,7 +193,9 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
          "an update must keep the shape [" + std::to_string(expect_n) + ", " + std::to_string(expect_k) +
              "], got [" + std::to_string(p->n) + ", " + std::to_string(p->k) + "]");
   }
-  if (path == CpuPath::DequantMatmul) prepare_dequant(*p, st.ops.num_threads, c);
+  // On CUDA the plugin dequantizes itself (the compute path goes with each
+  // call); the fp32 weight is a CPU form.
+  if (path == CpuPath::DequantMatmul && !st.on_cuda()) prepare_dequant(*p, st.ops.num_threads, c);
   p->path = path;
   if (b.bias != nullptr) {
     const Bias bias = parse_bias(b.bias, p->n);
@@ -163,6 +204,7 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
     kern::load_row(bias.ptr.data, bias.ptr.type, 0, p->n, dst);
     p->bias = dst;
   }
+  if (st.on_cuda()) return upload(*p, st, c);  // the host form is freed on return
   return p;
 }
 
@@ -188,23 +230,113 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
                         ? Q4_BACKEND_DEQUANT_MATMUL
                         : (format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL);
   s->counters->linears.fetch_add(1);
+  (l->format == Q4_FORMAT_NF4 ? s->nf4_linears : s->nvfp4_linears).fetch_add(1);
   return l.release();
 }
 
+namespace {
+
+// Where a forward's activation or output is for a CUDA linear: read in
+// place, or staged through device memory (an implicit copy).
+bool needs_staging(const Q4_linear& l, const TensorRef& t) {
+  const SessionSettings& st = l.settings;
+  switch (t.device.device_type) {
+    case kDLCUDA:
+      if (t.device.device_id != st.device) {
+        fail(Q4_ERR_DEVICE, t.name,
+             "is on CUDA device " + std::to_string(t.device.device_id) +
+                 "; this linear is prepared on device " + std::to_string(st.device));
+      }
+      if (t.data != nullptr && !st.reads_host && cuda::pointer_kind(t.data) == NVFP4_CUDA_MEM_UNREGISTERED) {
+        fail(Q4_ERR_DEVICE, t.name,
+             "is labelled kDLCUDA but its data is ordinary host memory, which this device cannot read");
+      }
+      return false;
+    case kDLCUDAManaged:
+    case kDLCUDAHost:
+      return false;
+    default:  // kDLCPU (check_tensor_any accepts nothing else)
+      return !st.reads_host;
+  }
+}
+
+// A forward on the session's CUDA device: the weight's device pointers,
+// the activations and outputs in place where the device reads them, else
+// through device memory (counted in implicit_copies).
+void forward_cuda(Q4_linear* l, ProductDesc& d, const PreparedWeight& w) {
+  const SessionSettings& st = l->settings;
+  d.ctx.place = Place::Device;
+  d.ctx.device = st.device;
+  const bool stage_x = needs_staging(*l, d.x), stage_out = needs_staging(*l, d.out);
+  std::unique_ptr<Buffer> xs, os;
+  uint8_t* const host_out = d.out.data;
+  int64_t copies = 0;
+  if (stage_x && d.x.nbytes > 0) {
+    xs = std::make_unique<Buffer>(nullptr, d.x.nbytes, Memory::Device, st.device);
+    cuda::copy(xs->data(), d.x.data, static_cast<size_t>(d.x.nbytes));
+    d.x.data = xs->data();
+    ++copies;
+  }
+  if (stage_out && d.out.nbytes > 0) {
+    os = std::make_unique<Buffer>(nullptr, d.out.nbytes, Memory::Device, st.device);
+    d.out.data = os->data();
+  }
+  if (w.format == Q4_FORMAT_NVFP4) {
+    d.nv.q.data = const_cast<uint8_t*>(w.q);
+    d.nv.s.data = const_cast<uint8_t*>(w.s);
+    d.nv.layout = Q4_SCALE_LINEAR;
+    d.nv.rows = w.n;
+    d.nv.k = w.k;
+    d.nv.g = w.g;
+  } else {
+    d.nf.q.data = const_cast<uint8_t*>(w.q);
+    d.nf.numel = w.n * w.k;
+    d.nf.state.absmax.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.absmax));
+    d.nf.state.has_quant_map = true;
+    d.nf.state.quant_map.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.quant_map));
+    d.nf.state.stats.blocksize = w.blocksize;
+  }
+  if (w.bias != nullptr) {
+    d.bias.present = true;
+    d.bias.ref.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.bias));
+    d.bias.ref.type = ElemType::F32;
+  }
+  std::string why;
+  cuda::run(d, &why);
+  // Results in memory the host reads: complete before returning.
+  if (os || d.out.device.device_type != kDLCUDA) cuda::synchronize(st.device, st.ops.stream);
+  if (os) {
+    cuda::copy(host_out, os->data(), static_cast<size_t>(d.out.nbytes));
+    ++copies;
+  }
+  if (copies > 0) l->counters->implicit_copies.fetch_add(copies, std::memory_order_relaxed);
+  if (!why.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(l->info_mutex);
+      l->fallback_reason = why;
+      l->backend_used = Q4_BACKEND_DEQUANT_MATMUL;
+    }
+    l->session->record_fallback(why);
+  }
+}
+
+}  // namespace
+
 void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
+  const bool on_cuda = l->settings.on_cuda();
   ProductDesc d;
   d.ctx.opts = l->settings.ops;
   d.format = l->format;
   d.path = l->path;
-  d.x = check_tensor(x_t, "x");
+  d.x = on_cuda ? check_tensor_any(x_t, "x") : check_tensor(x_t, "x");
   require_float(d.x);
   require_min_ndim(d.x, 1);
   if (d.x.last_dim() != l->k) {
     fail(Q4_ERR_SHAPE, "x",
          "last dimension must be in_features K = " + std::to_string(l->k) + ", got " + d.x.shape_text());
   }
-  d.out = check_tensor(out_t, "out");
+  d.out = on_cuda ? check_tensor_any(out_t, "out") : check_tensor(out_t, "out");
   require_float(d.out);
   require_same_leading(d.out, d.x);
   if (d.out.last_dim() != l->n) {
@@ -216,7 +348,11 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
   d.n = l->n;
   d.k = l->k;
   const std::shared_ptr<const PreparedWeight> w = l->current();  // old or new, never a mix
-  if (run_host_product(*w, d)) l->counters->implicit_copies.fetch_add(1, std::memory_order_relaxed);
+  if (w->on_device) {
+    forward_cuda(l, d, *w);
+  } else if (run_host_product(*w, d)) {
+    l->counters->implicit_copies.fetch_add(1, std::memory_order_relaxed);
+  }
   l->counters->forwards.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -235,6 +371,7 @@ void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
 
 void destroy_linear(Q4_linear* l) {
   std::shared_ptr<SessionCounters> c = l->counters;
+  (l->format == Q4_FORMAT_NF4 ? l->session->nf4_linears : l->session->nvfp4_linears).fetch_sub(1);
   delete l;
   c->linears.fetch_sub(1);
 }
@@ -265,12 +402,15 @@ void linear_info(const Q4_linear* l, Q4_linear_info* out) {
   Q4_linear_info r;
   std::memset(&r, 0, sizeof r);
   r.format = l->format;
-  r.backend = l->backend_used;
+  {
+    std::lock_guard<std::mutex> lock(l->info_mutex);
+    r.backend = l->backend_used;
+    r.fell_back = l->fallback_reason.empty() ? 0 : 1;
+  }
   r.compute_path = l->settings.ops.compute_path;
-  r.fell_back = l->fallback_reason.empty() ? 0 : 1;
   r.isa = active_isa();
-  r.target = Q4_TARGET_CPU;
-  r.unified_memory = 0;
+  r.target = w->on_device ? Q4_TARGET_CUDA : Q4_TARGET_CPU;
+  r.unified_memory = w->managed ? 1 : 0;
   r.scale_layout = Q4_SCALE_LINEAR;
   r.math_mode = l->settings.ops.math_mode;
   r.out_features = l->n;
@@ -284,14 +424,19 @@ std::string linear_diagnostics(const Q4_linear& l) {
   const auto w = l.current();
   nlohmann::json j;
   j["format"] = names::format_name(l.format);
-  j["backend"] = names::backend_name(l.backend_used);
+  {
+    std::lock_guard<std::mutex> lock(l.info_mutex);
+    j["backend"] = names::backend_name(l.backend_used);
+    j["fallbackReason"] = l.fallback_reason;
+  }
   j["computePath"] = names::path_name(l.settings.ops.compute_path);
-  j["fallbackReason"] = l.fallback_reason;
   j["nativeLoadState"] = cuda::plugin().load_state;
   j["isa"] = isa_name(active_isa());
-  j["device"] = "cpu";
+  j["target"] = w->on_device ? "cuda" : "cpu";
+  j["device"] = w->on_device ? "cuda:" + std::to_string(w->device) + " (" + l.settings.device_name + ")"
+                             : std::string("cpu");
   j["unifiedMemory"] = {{"policy", names::um_name(l.settings.unified_memory)},
-                        {"active", false},
+                        {"active", w->managed},
                         {"reason", l.settings.unified_memory_reason}};
   j["scaleLayout"] = l.format == Q4_FORMAT_NF4 ? "absmax" : "linear";
   j["mathMode"] = names::math_name(l.settings.ops.math_mode);

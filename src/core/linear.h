@@ -20,9 +20,10 @@ struct Q4_linear {
   int32_t format = 0;
   int64_t n = 0, k = 0;
   q4::CpuPath path = q4::CpuPath::Kernel;
-  int32_t backend_used = Q4_BACKEND_AUTO;
-  std::string fallback_reason;  // set only when the requested path could not run
-  mutable std::mutex mutex;     // guards `weight` (copied out by forwards)
+  mutable std::mutex info_mutex;           // guards backend_used and fallback_reason
+  int32_t backend_used = Q4_BACKEND_AUTO;  // changes when a CUDA forward falls back
+  std::string fallback_reason;             // set only when the requested path could not run
+  mutable std::mutex mutex;                // guards `weight` (copied out by forwards)
   std::shared_ptr<const q4::core::PreparedWeight> weight;
   std::atomic<uint64_t> version{1};
 

@@ -40,6 +40,10 @@ struct Q4_mutable {
   std::vector<int64_t> shape;
   DLDataType dtype{};
   int64_t nbytes = 0;
+  // Session policy: managed memory (CPU writers and GPU readers share it
+  // in place) or host memory.
+  q4::core::Memory memory = q4::core::Memory::Host;
+  int32_t device = 0;
   mutable std::mutex mutex;
   std::shared_ptr<q4::core::Version> current;
   std::shared_ptr<q4::core::Version> writing;               // active writer's buffer
@@ -60,6 +64,15 @@ struct Q4_mutable {
 };
 
 namespace q4::core {
+namespace {
+
+// Managed memory is reported as such, with its device: a CUDA consumer
+// (Q4_linear_forward of a CUDA session) reads it in place.
+DLDevice device_of(const Q4_mutable& m) {
+  return m.memory == Memory::Managed ? DLDevice{kDLCUDAManaged, m.device} : DLDevice{kDLCPU, 0};
+}
+
+}  // namespace
 
 Q4_mutable* create_mutable(Q4_session* s, int32_t ndim, const int64_t* shape, DLDataType dtype) {
   if (s == nullptr) fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
@@ -80,8 +93,10 @@ Q4_mutable* create_mutable(Q4_session* s, int32_t ndim, const int64_t* shape, DL
   m->shape.assign(shape, shape + ndim);
   m->dtype = dtype;
   m->nbytes = nbytes;
+  m->memory = s->settings.managed ? Memory::Managed : Memory::Host;
+  m->device = s->settings.device;
   m->current = std::make_shared<Version>();
-  m->current->mem = std::make_unique<Buffer>(s->counters, nbytes);
+  m->current->mem = std::make_unique<Buffer>(s->counters, nbytes, m->memory, m->device);
   std::memset(m->current->mem->data(), 0, static_cast<size_t>(nbytes));
   s->counters->mutables.fetch_add(1);
   return m.release();
@@ -113,7 +128,7 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
       buf = std::move(m->spare);
     } else {
       buf = std::make_shared<Version>();
-      buf->mem = std::make_unique<Buffer>(m->counters, m->nbytes);
+      buf->mem = std::make_unique<Buffer>(m->counters, m->nbytes, m->memory, m->device);
     }
     m->writing = buf;
     base = m->current;
@@ -122,7 +137,7 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
   if (mode == Q4_WRITE_KEEP) std::memcpy(buf->mem->data(), base->mem->data(), static_cast<size_t>(m->nbytes));
   DLTensor t{};
   t.data = buf->mem->data();
-  t.device = DLDevice{kDLCPU, 0};
+  t.device = device_of(*m);
   t.ndim = static_cast<int32_t>(m->shape.size());
   t.dtype = m->dtype;
   t.shape = m->shape.data();
@@ -163,7 +178,7 @@ DLManagedTensorVersioned* acquire(Q4_mutable* m, uint64_t* version) {
   mt.deleter = release_snapshot;
   mt.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
   mt.dl_tensor.data = const_cast<uint8_t*>(ctx->version->mem->data());
-  mt.dl_tensor.device = DLDevice{kDLCPU, 0};
+  mt.dl_tensor.device = device_of(*m);
   mt.dl_tensor.ndim = static_cast<int32_t>(ctx->shape.size());
   mt.dl_tensor.dtype = m->dtype;
   mt.dl_tensor.shape = ctx->shape.data();

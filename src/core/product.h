@@ -32,6 +32,13 @@ struct PreparedWeight {
   int32_t block_shift = 6;         // log2(blocksize)
   const float* dequant = nullptr;  // fp32 [N, K] (dequant-matmul)
   const float* bias = nullptr;     // fp32 [N] (linears)
+  // A linear of a CUDA session: every pointer above is CUDA device or
+  // managed memory on `device` (never dereferenced on the host), NF4 keeps
+  // its 16 code values there too.
+  bool on_device = false;
+  bool managed = false;
+  int32_t device = 0;
+  const float* quant_map = nullptr;  // NF4 on a device: the 16 code values
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;

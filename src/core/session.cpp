@@ -12,6 +12,7 @@
 #include "core/cuda_backend.h"
 #include "core/options.h"
 #include "kernels/dispatch.h"
+#include "plugin/seams.h"
 
 namespace q4::core {
 
@@ -33,8 +34,10 @@ int32_t copy_out(const std::string& text, char* buf, size_t cap, size_t* needed)
 // ---------------------------------------------------------------------------
 SessionSettings resolve_session_config(const Q4_session_config* config) {
   SessionSettings s;
-  if (config == nullptr) return s;
-  const Q4_session_config cfg = read_struct(config, "config");
+  Q4_session_config cfg;
+  std::memset(&cfg, 0, sizeof cfg);  // NULL: the defaults of Q4_session_config_init
+  cfg.struct_size = sizeof cfg;
+  if (config != nullptr) cfg = read_struct(config, "config");
   const Q4_session_config* c = &cfg;
   // Reuse the per-call option checks for the shared fields.
   Q4_op_options o{};
@@ -53,17 +56,49 @@ SessionSettings resolve_session_config(const Q4_session_config* config) {
     fail(Q4_ERR_INVALID_ARGUMENT, "config->diagnostics",
          "expected 0 or 1, got " + std::to_string(c->diagnostics));
   }
-  if (c->unified_memory == Q4_UM_REQUIRE) {
-    fail(Q4_ERR_NOT_AVAILABLE, "config->unified_memory",
-         "RequireUnified: managed memory needs the CUDA backend, which this build does not have");
-  }
-  s.ops = resolve_options(&o);  // CUDA target -> Q4_ERR_NOT_AVAILABLE
+  s.ops = resolve_options_allow_cuda(&o);  // ranges; the target is decided here
   s.unified_memory = c->unified_memory;
   s.diagnostics = c->diagnostics != 0;
-  if (c->unified_memory == Q4_UM_PREFER) {
-    s.unified_memory_reason =
-        "PreferUnified: managed memory unavailable (CUDA backend not built); using ordinary memory";
-    log_message(Q4_LOG_INFO, s.unified_memory_reason);
+  s.device = c->device_id;
+  s.device_name = "cpu";
+  const cuda::PluginState& p = cuda::plugin();
+  if (c->target == Q4_TARGET_CUDA) {
+    if (!p.loaded)
+      fail(Q4_ERR_NOT_AVAILABLE, "config->target", "CUDA backend not available: " + p.load_state);
+    if (p.probe.device_count == 0) {
+      fail(Q4_ERR_NOT_AVAILABLE, "config->target", "no usable CUDA device: " + p.load_state);
+    }
+    cuda::require_device(c->device_id, "config->device_id");
+    s.target = Q4_TARGET_CUDA;
+  } else if (c->target == Q4_TARGET_AUTO && cuda::cuda_state() == Q4_CUDA_READY && c->device_id >= 0 &&
+             c->device_id < p.probe.device_count) {
+    const auto& a = p.probe.devices[c->device_id];
+    // AUTO takes the device only where this plugin has code for it.
+    if (cuda::interpret_caps(a.cc_major, a.cc_minor, a.managed_memory, a.concurrent_managed_access,
+                             a.pageable_memory_access, p.probe.compiled_archs)
+            .arch_compiled) {
+      s.target = Q4_TARGET_CUDA;
+    }
+  }
+  if (s.on_cuda()) {
+    s.device_name = p.probe.devices[s.device].name;
+    s.reads_host = cuda::reads_host_memory(s.device);
+    s.ops.target = Q4_TARGET_CUDA;
+  } else {
+    s.ops.target = Q4_TARGET_CPU;
+  }
+  if (c->unified_memory != Q4_UM_DISABLED) {
+    const std::string why = cuda::managed_unusable_reason(c->device_id);
+    if (c->unified_memory == Q4_UM_REQUIRE && !why.empty()) {
+      fail(Q4_ERR_NOT_AVAILABLE, "config->unified_memory",
+           "RequireUnified: managed memory is not usable: " + why);
+    }
+    s.managed = why.empty();
+    if (!s.managed) {
+      s.unified_memory_reason = "PreferUnified: managed memory unavailable (" + why + "); using ordinary " +
+                                (s.on_cuda() ? "device" : "host") + " memory";
+      log_message(Q4_LOG_INFO, s.unified_memory_reason);  // once, at session creation
+    }
   }
   return s;
 }
@@ -101,15 +136,24 @@ std::string session_diagnostics(const Q4_session& s) {
   nlohmann::json j;
   j["computePath"] = names::path_name(s.settings.ops.compute_path);
   j["backend"] = names::backend_name(s.settings.ops.backend);
-  j["target"] = "cpu";
-  j["device"] = "cpu";
+  j["target"] = s.settings.on_cuda() ? "cuda" : "cpu";
+  j["device"] = s.settings.on_cuda()
+                    ? "cuda:" + std::to_string(s.settings.device) + " (" + s.settings.device_name + ")"
+                    : std::string("cpu");
+  const int32_t nv = s.nvfp4_linears.load(), nf = s.nf4_linears.load();
+  j["format"] = nv > 0 && nf > 0 ? "mixed" : (nv > 0 ? "nvfp4" : (nf > 0 ? "nf4" : "none"));
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    j["fallbackReason"] = s.last_fallback_reason;
+  }
   j["isa"] = isa_name(active_isa());
   j["threads"] = s.settings.ops.num_threads > 0 ? s.settings.ops.num_threads : default_num_threads();
   j["mathMode"] = names::math_name(s.settings.ops.math_mode);
   j["nativeLoadState"] = cuda::plugin().load_state;
   j["unifiedMemory"] = {{"policy", names::um_name(s.settings.unified_memory)},
-                        {"active", false},
-                        {"reason", s.settings.unified_memory_reason}};
+                        {"active", s.settings.managed},
+                        {"reason", s.settings.unified_memory_reason},
+                        {"managedBytes", st.managed_bytes}};
   j["stats"] = {{"liveLinears", st.live_linears},      {"liveMutables", st.live_mutables},
                 {"liveSnapshots", st.live_snapshots},  {"liveBuffers", st.live_buffers},
                 {"liveBytes", st.live_bytes},          {"forwards", st.forwards},

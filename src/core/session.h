@@ -3,8 +3,10 @@
 // linear.h, mutable tensors in mutable_tensor.h) so that leaks are visible.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/buffer.h"
@@ -18,6 +20,19 @@ struct SessionSettings {
   int32_t unified_memory = Q4_UM_DISABLED;
   bool diagnostics = false;
   std::string unified_memory_reason;  // why managed memory is not used
+  // Where the session's linears run: Q4_TARGET_CPU or Q4_TARGET_CUDA (AUTO
+  // resolved), on CUDA ordinal `device`.
+  int32_t target = Q4_TARGET_CPU;
+  int32_t device = 0;
+  std::string device_name;  // "cpu" or the CUDA device's name
+  // Prepared weights (CUDA target) and mutable tensors live in managed
+  // memory (the UM policy resolved against the device).
+  bool managed = false;
+  // The device reads ordinary host memory in place (integrated, with
+  // concurrent managed access or pageable memory access).
+  bool reads_host = false;
+
+  bool on_cuda() const { return target == Q4_TARGET_CUDA; }
 };
 
 }  // namespace q4::core
@@ -25,6 +40,14 @@ struct SessionSettings {
 struct Q4_session {
   q4::core::SessionSettings settings;
   std::shared_ptr<q4::core::SessionCounters> counters = std::make_shared<q4::core::SessionCounters>();
+  std::atomic<int32_t> nvfp4_linears{0}, nf4_linears{0};  // live linears per format
+  mutable std::mutex mutex;                               // guards last_fallback_reason
+  std::string last_fallback_reason;
+
+  void record_fallback(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_fallback_reason = reason;
+  }
 };
 
 namespace q4::core {

@@ -239,6 +239,12 @@ void place_nf4(OpContext& ctx, const TensorRef& out, const Nf4Operand& o, const 
   require_no_overlap(
       out, {&o.q, &s.absmax, s.has_quant_map ? &s.quant_map : nullptr, s.nested ? &s.nested_absmax : nullptr,
             s.nested ? &s.nested_map : nullptr, x, bias});
+  // The plugin takes fp32 absmax only: double-quantized statistics on a
+  // CUDA device are refused here, so the CUDA side validates nothing.
+  if (ctx.place == Place::Device && s.nested) {
+    fail(Q4_ERR_UNSUPPORTED, "state->nested_absmax",
+         "double-quantized NF4 statistics on CUDA tensors: resolve them first (Q4_linear_create does)");
+  }
 }
 
 }  // namespace

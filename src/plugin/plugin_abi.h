@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define NVFP4_CUDA_PLUGIN_ABI 2
+#define NVFP4_CUDA_PLUGIN_ABI 3
 #define NVFP4_CUDA_MAX_DEVICES 16
 
 /* Element types of activations/outputs across the boundary. */
@@ -124,6 +124,11 @@ typedef struct nvfp4_cuda_plugin {
   int32_t (*prefetch)(const void* p, size_t bytes, int32_t device /* -1: CPU */, void* stream);
   int32_t (*mem_info)(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes);
   int32_t (*synchronize)(int32_t device, void* stream);
+  /* ABI 3: ordinary device memory (cudaMalloc/cudaFree on `device`; the
+   * caller's current device is left as it was). Prepared weights of
+   * sessions that do not use managed memory live here. */
+  int32_t (*alloc_device)(int32_t device, size_t bytes, void** p);
+  int32_t (*free_device)(int32_t device, void* p);
 } nvfp4_cuda_plugin;
 
 typedef int32_t (*nvfp4_cuda_plugin_entry_fn)(uint32_t core_abi, nvfp4_cuda_plugin* table);
