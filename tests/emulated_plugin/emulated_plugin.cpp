@@ -338,6 +338,8 @@ int32_t run_op(nvfp4_cuda_op& op) {
   const bool product = op.op == NVFP4_CUDA_OP_NVFP4_LINEAR || op.op == NVFP4_CUDA_OP_NVFP4_SCALED_MM ||
                        op.op == NVFP4_CUDA_OP_NF4_LINEAR;
   Q4_op_options o;
+  std::memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
   Q4_op_options_init(&o);
   o.compute_path =
       op.compute_path == Q4_PATH_DEQUANT_MATMUL_ONLY ? Q4_PATH_DEQUANT_MATMUL_ONLY : Q4_PATH_AUTO;

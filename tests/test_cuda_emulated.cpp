@@ -1,0 +1,563 @@
+// Sessions, linears and mutable tensors on a CUDA device, end to end,
+// through the emulated device plugin (tests/emulated_plugin): CTest runs
+// this binary once per emulated device (NVFP4_CUDA_PLUGIN and NVFP4_EMU_*
+// in its environment, see tests/CMakeLists.txt); the expectations follow
+// from the same variables.
+#define CATCH_CONFIG_MAIN
+#include <dlfcn.h>
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emulated_plugin/emulated_plugin.h"
+#include "nvfp4/cuda.h"
+#include "plugin/plugin_abi.h"
+#include "test_util.h"
+
+using t::Tensor;
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? fallback : std::atoi(v);
+}
+
+// What the emulated device is (mirrors emulated_plugin.cpp's defaults).
+struct Emu {
+  bool loaded = false;
+  int devices = 1, cc = 121;
+  bool integrated = true, managed = true, concurrent = true, pageable = true;
+  nvfp4_cuda_plugin api{};
+  nvfp4_emu_counters_fn counters_fn = nullptr;
+  nvfp4_emu_set_fail_fn set_fail_fn = nullptr;
+
+  // Managed memory shared by CPU and GPU (NVFP4_can_use_managed).
+  bool zero_copy() const { return managed && (concurrent || pageable); }
+  // The device reads ordinary host memory in place.
+  bool reads_host() const { return integrated && (concurrent || pageable); }
+};
+
+const Emu& emu() {
+  static const Emu e = [] {
+    Emu r;
+    r.devices = env_int("NVFP4_EMU_DEVICES", 1) != 0 ? 1 : 0;
+    r.cc = env_int("NVFP4_EMU_CC", 121);
+    r.integrated = env_int("NVFP4_EMU_INTEGRATED", 1) != 0;
+    r.managed = env_int("NVFP4_EMU_MANAGED", 1) != 0;
+    r.concurrent = r.managed && env_int("NVFP4_EMU_CONCURRENT", 1) != 0;
+    r.pageable = env_int("NVFP4_EMU_PAGEABLE", r.integrated && r.concurrent) != 0;
+    Q4_capabilities caps{};
+    caps.struct_size = sizeof caps;
+    Q4_get_capabilities(&caps);  // the core loads the plugin
+    const char* path = std::getenv("NVFP4_CUDA_PLUGIN");
+    void* h = path != nullptr ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+    if (h == nullptr) return r;
+    auto entry = reinterpret_cast<nvfp4_cuda_plugin_entry_fn>(dlsym(h, "nvfp4_cuda_plugin_entry"));
+    r.counters_fn = reinterpret_cast<nvfp4_emu_counters_fn>(dlsym(h, "nvfp4_emu_counters_get"));
+    r.set_fail_fn = reinterpret_cast<nvfp4_emu_set_fail_fn>(dlsym(h, "nvfp4_emu_set_fail"));
+    r.loaded =
+        entry != nullptr && entry(NVFP4_CUDA_PLUGIN_ABI, &r.api) == Q4_OK && r.counters_fn && r.set_fail_fn;
+    return r;
+  }();
+  return e;
+}
+
+nvfp4_emu_counters counters() {
+  nvfp4_emu_counters c{};
+  emu().counters_fn(&c);
+  return c;
+}
+
+// Clears a forced failure at the end of a scope.
+struct ForceFail {
+  explicit ForceFail(const char* call) { emu().set_fail_fn(call); }
+  ~ForceFail() { emu().set_fail_fn(nullptr); }
+};
+
+std::string last_error() {
+  return Q4_last_error();
+}
+
+struct Session {
+  Q4_session* s = nullptr;
+  explicit Session(const Q4_session_config* c) { REQUIRE(Q4_session_create(c, &s) == Q4_OK); }
+  ~Session() { CHECK(Q4_session_destroy(s) == Q4_OK); }
+  Q4_session_stats stats() const {
+    Q4_session_stats st{};
+    st.struct_size = sizeof st;
+    REQUIRE(Q4_session_get_stats(s, &st) == Q4_OK);
+    return st;
+  }
+  nlohmann::json diagnostics() const {
+    size_t needed = 0;
+    Q4_session_diagnostics(s, nullptr, 0, &needed);
+    std::string buf(needed, '\0');
+    REQUIRE(Q4_session_diagnostics(s, buf.data(), buf.size(), &needed) == Q4_OK);
+    return nlohmann::json::parse(buf.c_str());
+  }
+};
+
+Q4_session_config config(int32_t target, int32_t um, int32_t path = Q4_PATH_AUTO) {
+  Q4_session_config c{};
+  Q4_session_config_init(&c);
+  c.target = target;
+  c.unified_memory = um;
+  c.compute_path = path;
+  return c;
+}
+
+Q4_weight_bundle float_bundle(Tensor& w, int32_t format, Tensor* bias = nullptr) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = format;
+  b.source = Q4_WEIGHT_FLOAT;
+  b.weight = w.t();
+  b.bias = bias != nullptr ? bias->t() : nullptr;
+  return b;
+}
+
+Q4_linear_info info_of(const Q4_linear* l) {
+  Q4_linear_info info{};
+  info.struct_size = sizeof info;
+  REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+  return info;
+}
+
+nlohmann::json diagnostics_of(const Q4_linear* l) {
+  size_t needed = 0;
+  Q4_linear_diagnostics(l, nullptr, 0, &needed);
+  std::string buf(needed, '\0');
+  REQUIRE(Q4_linear_diagnostics(l, buf.data(), buf.size(), &needed) == Q4_OK);
+  return nlohmann::json::parse(buf.c_str());
+}
+
+// Emulated device or managed memory holding a float tensor.
+struct DevTensor {
+  std::vector<int64_t> shape;
+  void* p = nullptr;
+  bool managed = false;
+  size_t bytes = 0;
+  DLTensor dl{};
+  DevTensor(std::vector<int64_t> s, bool managed_memory, DLDeviceType type)
+      : shape(std::move(s)), managed(managed_memory) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes = static_cast<size_t>(n) * 4;
+    const int32_t rc = managed ? emu().api.alloc_managed(bytes, &p) : emu().api.alloc_device(0, bytes, &p);
+    REQUIRE(rc == Q4_OK);
+    dl.data = p;
+    dl.device = DLDevice{type, 0};
+    dl.ndim = static_cast<int32_t>(shape.size());
+    dl.dtype = t::f32();
+    dl.shape = shape.data();
+  }
+  ~DevTensor() {
+    if (managed) {
+      emu().api.free_managed(p);
+    } else {
+      emu().api.free_device(0, p);
+    }
+  }
+  DevTensor(const DevTensor&) = delete;
+  DevTensor& operator=(const DevTensor&) = delete;
+  // Emulated memory is host memory: the test reads and writes it directly.
+  void upload(const Tensor& h) { std::memcpy(p, h.data(), bytes); }
+  Tensor download() const {
+    Tensor h(shape, t::f32());
+    std::memcpy(h.data(), p, bytes);
+    return h;
+  }
+};
+
+// The exact-mode bound: the emulated device computes with the same CPU
+// kernels, so results agree to fp32 rounding of the same sums.
+void check_close(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.numel() == want.numel());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const float a = got.f()[i], b = want.f()[i];
+    if (!(std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b)))) ++bad;
+  }
+  CHECK(bad == 0);
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.bytes == b.bytes && std::memcmp(a.data(), b.data(), a.bytes) == 0;
+}
+
+// The result of the CPU backend for the same weight and activations.
+Tensor cpu_reference(Q4_weight_bundle& b, Tensor& x, int64_t n) {
+  Q4_session_config c = config(Q4_TARGET_CPU, Q4_UM_DISABLED);
+  Session cpu(&c);
+  Q4_linear* l = nullptr;
+  REQUIRE(Q4_linear_create(cpu.s, &b, &l) == Q4_OK);
+  Tensor y({x.shape[0], n}, t::f32());
+  REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+  Q4_linear_destroy(l);
+  return y;
+}
+
+bool has_device() {
+  return emu().loaded && emu().devices > 0;
+}
+
+}  // namespace
+
+TEST_CASE("the emulated plugin is loaded and reports the configured device", "[emulated]") {
+  REQUIRE(emu().loaded);
+  Q4_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  REQUIRE(Q4_get_capabilities(&caps) == Q4_OK);
+  INFO(caps.native_load_state);
+  CHECK(caps.cuda_device_count == emu().devices);
+  CHECK(std::string(caps.native_load_state).find("libNVFP4_cuda_emulated") != std::string::npos);
+  if (!has_device()) {
+    CHECK(caps.cuda_state == Q4_CUDA_NO_DEVICE);
+    return;
+  }
+  CHECK(caps.cuda_state == Q4_CUDA_READY);
+  int32_t can = -1;
+  REQUIRE(NVFP4_can_use_managed(0, &can) == Q4_OK);
+  CHECK(can == (emu().zero_copy() ? 1 : 0));
+  CHECK(NVFP4_empty_cache() == Q4_OK);
+}
+
+TEST_CASE("without a usable device CUDA targets and RequireUnified fail, naming why", "[emulated]") {
+  if (has_device()) return;
+  Q4_session* s = nullptr;
+  Q4_session_config c = config(Q4_TARGET_CUDA, Q4_UM_DISABLED);
+  CHECK(Q4_session_create(&c, &s) == Q4_ERR_NOT_AVAILABLE);
+  CHECK(last_error().find("no usable CUDA device") != std::string::npos);
+  CHECK(last_error().find("NVFP4_EMU_DEVICES=0") != std::string::npos);  // the plugin's own words
+  c = config(Q4_TARGET_AUTO, Q4_UM_REQUIRE);
+  CHECK(Q4_session_create(&c, &s) == Q4_ERR_NOT_AVAILABLE);
+  CHECK(last_error().find("RequireUnified") != std::string::npos);
+  CHECK(s == nullptr);
+  // AUTO runs on the CPU.
+  c = config(Q4_TARGET_AUTO, Q4_UM_PREFER);
+  Session auto_s(&c);
+  Tensor w = t::random_float({16, 32}, t::f32(), 1);
+  Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NVFP4);
+  Q4_linear* l = nullptr;
+  REQUIRE(Q4_linear_create(auto_s.s, &b, &l) == Q4_OK);
+  CHECK(info_of(l).target == Q4_TARGET_CPU);
+  CHECK(auto_s.diagnostics()["unifiedMemory"]["reason"].get<std::string>().find("unavailable") !=
+        std::string::npos);
+  Q4_linear_destroy(l);
+}
+
+TEST_CASE("each target x UM policy x format: placement, info, forwards on host/device/managed tensors",
+          "[emulated][session]") {
+  if (!has_device()) return;
+  const int64_t n = 48, k = 64, m = 5;
+  Tensor x = t::random_float({m, k}, t::f32(), 3);
+  Tensor bias = t::random_float({n}, t::f32(), 4);
+  const nvfp4_emu_counters before = counters();
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+    Tensor w = t::random_float({n, k}, t::f32(), 5 + static_cast<uint32_t>(format));
+    Q4_weight_bundle b = float_bundle(w, format, &bias);
+    const Tensor ref = cpu_reference(b, x, n);
+    for (int32_t target : {Q4_TARGET_CUDA, Q4_TARGET_AUTO, Q4_TARGET_CPU}) {
+      for (int32_t um : {Q4_UM_DISABLED, Q4_UM_PREFER, Q4_UM_REQUIRE}) {
+        INFO("format " << format << ", target " << target << ", UM policy " << um);
+        Q4_session_config c = config(target, um);
+        if (um == Q4_UM_REQUIRE && !emu().zero_copy()) {
+          Q4_session* s = nullptr;
+          CHECK(Q4_session_create(&c, &s) == Q4_ERR_NOT_AVAILABLE);
+          CHECK(s == nullptr);
+          const std::string e = last_error();
+          INFO(e);
+          CHECK(e.find("RequireUnified") != std::string::npos);
+          CHECK(e.find(emu().managed ? "concurrent managed access" : "no managed memory") !=
+                std::string::npos);
+          continue;
+        }
+        Session s(&c);
+        const bool on_cuda = target != Q4_TARGET_CPU;
+        const bool managed = um != Q4_UM_DISABLED && emu().zero_copy();
+        Q4_linear* l = nullptr;
+        REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
+        const Q4_linear_info info = info_of(l);
+        CHECK(info.target == (on_cuda ? Q4_TARGET_CUDA : Q4_TARGET_CPU));
+        CHECK(info.unified_memory == (on_cuda && managed ? 1 : 0));
+        CHECK(info.fell_back == 0);
+        const Q4_session_stats st0 = s.stats();
+        CHECK(st0.managed_bytes == (on_cuda && managed ? st0.live_bytes : 0));
+        // Host activations and outputs.
+        Tensor y({m, n}, t::f32());
+        REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+        check_close(y, ref);
+        const int64_t staged = on_cuda && !emu().reads_host() ? 2 : 0;  // x in, y out
+        CHECK(s.stats().implicit_copies == staged);
+        if (on_cuda) {
+          // Device memory.
+          DevTensor dx({m, k}, false, kDLCUDA), dy({m, n}, false, kDLCUDA);
+          dx.upload(x);
+          REQUIRE(Q4_linear_forward(l, &dx.dl, &dy.dl) == Q4_OK);
+          check_close(dy.download(), ref);
+          // Managed memory.
+          if (emu().managed) {
+            DevTensor mx({m, k}, true, kDLCUDAManaged), my({m, n}, true, kDLCUDAManaged);
+            mx.upload(x);
+            REQUIRE(Q4_linear_forward(l, &mx.dl, &my.dl) == Q4_OK);
+            check_close(my.download(), ref);
+          }
+          CHECK(s.stats().implicit_copies == staged);  // nothing copied on device/managed tensors
+        }
+        // Diagnostics say where it runs and why.
+        const nlohmann::json sj = s.diagnostics(), lj = diagnostics_of(l);
+        CHECK(sj["target"] == (on_cuda ? "cuda" : "cpu"));
+        CHECK(sj["format"] == (format == Q4_FORMAT_NF4 ? "nf4" : "nvfp4"));
+        CHECK(sj["fallbackReason"] == "");
+        CHECK(sj["unifiedMemory"]["active"] == managed);
+        CHECK(lj["unifiedMemory"]["active"] == (on_cuda && managed));
+        CHECK(lj["target"] == (on_cuda ? "cuda" : "cpu"));
+        const std::string reason = sj["unifiedMemory"]["reason"];
+        CHECK(reason.empty() == !(um == Q4_UM_PREFER && !emu().zero_copy()));
+        CHECK(lj["unifiedMemory"]["reason"] == reason);
+        if (!reason.empty()) CHECK(reason.find("PreferUnified") != std::string::npos);
+        CHECK(s.stats().forwards == (on_cuda ? (emu().managed ? 3 : 2) : 1));
+        REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+        const Q4_session_stats st = s.stats();
+        CHECK(st.live_bytes == 0);
+        CHECK(st.managed_bytes == 0);
+        CHECK(st.live_buffers == 0);
+      }
+    }
+  }
+  // Every emulated allocation made above was freed.
+  const nvfp4_emu_counters after = counters();
+  CHECK(after.live_device_allocs == before.live_device_allocs);
+  CHECK(after.live_managed_allocs == before.live_managed_allocs);
+  CHECK(after.live_bytes == before.live_bytes);
+  CHECK(after.device_allocs > before.device_allocs);
+  if (emu().zero_copy()) {
+    // Managed weights were advised read-mostly and, where the device
+    // allows it, prefetched.
+    CHECK(after.advices > before.advices);
+    CHECK((after.prefetches > before.prefetches) == emu().concurrent);
+  }
+}
+
+TEST_CASE("a host pointer labelled kDLCUDA is caught", "[emulated]") {
+  if (!has_device() || emu().pageable) return;
+  const int64_t n = 16, k = 32, m = 2;
+  Tensor w = t::random_float({n, k}, t::f32(), 7);
+  Q4_session_config c = config(Q4_TARGET_CUDA, Q4_UM_DISABLED);
+  Session s(&c);
+  Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NVFP4);
+  Q4_linear* l = nullptr;
+  REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
+  Tensor x = t::random_float({m, k}, t::f32(), 8);
+  Tensor y({m, n}, t::f32());
+  x.dl.device = DLDevice{kDLCUDA, 0};
+  y.dl.device = DLDevice{kDLCUDA, 0};
+  CHECK(Q4_linear_forward(l, x.t(), y.t()) == Q4_ERR_DEVICE);
+  CHECK(last_error().find("x") != std::string::npos);
+  // The stateless product does not look: the device itself refuses.
+  Tensor q({n, k / 2}, t::u8()), sc({n, k / 16}, t::u8());
+  q.dl.device = sc.dl.device = DLDevice{kDLCUDA, 0};
+  const int64_t refused = counters().refused_pointers;
+  CHECK(NVFP4_linear(x.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, y.t(), nullptr) == Q4_ERR_CUDA);
+  CHECK(last_error().find("host memory the device cannot read") != std::string::npos);
+  CHECK(counters().refused_pointers == refused + 1);
+  Q4_linear_destroy(l);
+}
+
+TEST_CASE(
+    "fallback means fallback: KernelOrFallback reports it, KernelOnly fails, DequantMatmulOnly is a choice",
+    "[emulated][session]") {
+  if (!has_device()) return;
+  const int64_t n = 32, k = 64, m = 3;
+  Tensor x = t::random_float({m, k}, t::f32(), 9);
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+    Tensor w = t::random_float({n, k}, t::f32(), 10);
+    Q4_weight_bundle b = float_bundle(w, format);
+    const Tensor ref = cpu_reference(b, x, n);
+    ForceFail kernel("kernel");
+    for (int32_t path :
+         {Q4_PATH_AUTO, Q4_PATH_KERNEL_OR_FALLBACK, Q4_PATH_KERNEL_ONLY, Q4_PATH_DEQUANT_MATMUL_ONLY}) {
+      INFO("format " << format << ", path " << path);
+      Q4_session_config c = config(Q4_TARGET_CUDA, Q4_UM_PREFER, path);
+      Session s(&c);
+      Q4_linear* l = nullptr;
+      REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
+      Tensor y({m, n}, t::f32());
+      const int32_t rc = Q4_linear_forward(l, x.t(), y.t());
+      const Q4_linear_info info = info_of(l);
+      const nlohmann::json lj = diagnostics_of(l), sj = s.diagnostics();
+      if (path == Q4_PATH_KERNEL_ONLY) {
+        CHECK(rc == Q4_ERR_UNSUPPORTED);
+        CHECK(last_error().find("NVFP4_EMU_FAIL=kernel") != std::string::npos);
+        CHECK(info.fell_back == 0);
+      } else if (path == Q4_PATH_DEQUANT_MATMUL_ONLY) {
+        REQUIRE(rc == Q4_OK);
+        check_close(y, ref);
+        CHECK(info.fell_back == 0);
+        CHECK(info.backend == Q4_BACKEND_DEQUANT_MATMUL);
+        CHECK(lj["fallbackReason"] == "");
+        CHECK(sj["fallbackReason"] == "");
+      } else {
+        REQUIRE(rc == Q4_OK);
+        check_close(y, ref);
+        CHECK(info.fell_back == 1);
+        CHECK(info.backend == Q4_BACKEND_DEQUANT_MATMUL);
+        CHECK(lj["fallbackReason"].get<std::string>().find("NVFP4_EMU_FAIL=kernel") != std::string::npos);
+        CHECK(sj["fallbackReason"] == lj["fallbackReason"]);
+      }
+      Q4_linear_destroy(l);
+    }
+  }
+}
+
+TEST_CASE("8 threads forward on the device during 200 weight updates: each output is one weight's",
+          "[emulated][concurrency]") {
+  if (!has_device()) return;
+  const int64_t n = 32, k = 128;
+  Q4_session_config c = config(Q4_TARGET_CUDA, Q4_UM_PREFER);
+  Session s(&c);
+  Tensor w1 = t::random_float({n, k}, t::f32(), 11), w2 = t::random_float({n, k}, t::f32(), 12);
+  Tensor x = t::random_float({3, k}, t::f32(), 13);
+  Q4_weight_bundle b1 = float_bundle(w1, Q4_FORMAT_NVFP4), b2 = float_bundle(w2, Q4_FORMAT_NVFP4);
+  Q4_linear* l = nullptr;
+  REQUIRE(Q4_linear_create(s.s, &b2, &l) == Q4_OK);
+  Tensor y2({3, n}, t::f32()), y1({3, n}, t::f32());
+  REQUIRE(Q4_linear_forward(l, x.t(), y2.t()) == Q4_OK);
+  REQUIRE(Q4_linear_update_weight(l, &b1) == Q4_OK);
+  const int32_t rc1 = Q4_linear_forward(l, x.t(), y1.t());
+  INFO(last_error());
+  REQUIRE(rc1 == Q4_OK);
+  REQUIRE(!same_bytes(y1, y2));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> mixed{0}, calls{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i) {
+    ts.emplace_back([&] {
+      Tensor y({3, n}, t::f32());
+      while (!stop.load()) {
+        if (Q4_linear_forward(l, x.t(), y.t()) != Q4_OK || !(same_bytes(y, y1) || same_bytes(y, y2))) mixed++;
+        calls++;
+      }
+    });
+  }
+  for (int r = 0; r < 200; ++r) REQUIRE(Q4_linear_update_weight(l, r % 2 ? &b1 : &b2) == Q4_OK);
+  stop = true;
+  for (auto& th : ts) th.join();
+  INFO("forwards during updates: " << calls.load());
+  CHECK(mixed.load() == 0);
+  CHECK(info_of(l).weight_version == 202);
+  CHECK(info_of(l).target == Q4_TARGET_CUDA);
+  Q4_linear_destroy(l);
+  CHECK(s.stats().live_bytes == 0);
+}
+
+TEST_CASE("a mutable tensor shared by a CPU writer and a device forward", "[emulated][session]") {
+  if (!has_device()) return;
+  const int64_t n = 16, k = 32, m = 4;
+  for (int32_t um : {Q4_UM_DISABLED, Q4_UM_PREFER}) {
+    INFO("UM policy " << um);
+    Q4_session_config c = config(Q4_TARGET_CUDA, um);
+    Session s(&c);
+    const bool managed = um == Q4_UM_PREFER && emu().zero_copy();
+    Tensor w = t::random_float({n, k}, t::f32(), 14), x = t::random_float({m, k}, t::f32(), 15);
+    Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NF4);
+    const Tensor ref = cpu_reference(b, x, n);
+    Q4_linear* l = nullptr;
+    REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
+    Q4_mutable* mt = nullptr;
+    const int64_t shape[2] = {m, k};
+    REQUIRE(Q4_mutable_create(s.s, 2, shape, t::f32(), &mt) == Q4_OK);
+    DLTensor view{};
+    REQUIRE(Q4_mutable_begin_write(mt, Q4_WRITE_DISCARD, &view) == Q4_OK);
+    CHECK(view.device.device_type == (managed ? kDLCUDAManaged : kDLCPU));
+    std::memcpy(view.data, x.data(), x.bytes);  // the actor writes in place on the CPU
+    uint64_t version = 0;
+    REQUIRE(Q4_mutable_commit(mt, &version) == Q4_OK);
+    DLManagedTensorVersioned* snap = nullptr;
+    REQUIRE(Q4_mutable_acquire(mt, &snap, &version) == Q4_OK);
+    CHECK(version == 1);
+    CHECK(snap->dl_tensor.device.device_type == (managed ? kDLCUDAManaged : kDLCPU));
+    CHECK(snap->dl_tensor.device.device_id == 0);
+    const int64_t copies = s.stats().implicit_copies;
+    if (managed) CHECK(s.stats().managed_bytes > 0);
+    // The "GPU" reads the committed version; the output is device memory.
+    DevTensor dy({m, n}, false, kDLCUDA);
+    REQUIRE(Q4_linear_forward(l, &snap->dl_tensor, &dy.dl) == Q4_OK);
+    check_close(dy.download(), ref);
+    // No copy when the device reads the tensor's memory in place.
+    CHECK(s.stats().implicit_copies == copies + ((managed || emu().reads_host()) ? 0 : 1));
+    // Destroy with live objects is refused, then everything returns to zero.
+    CHECK(Q4_session_destroy(s.s) == Q4_ERR_STATE);
+    snap->deleter(snap);
+    REQUIRE(Q4_mutable_destroy(mt) == Q4_OK);
+    CHECK(Q4_session_destroy(s.s) == Q4_ERR_STATE);  // the linear
+    Q4_linear_destroy(l);
+    const Q4_session_stats st = s.stats();
+    CHECK(st.live_bytes == 0);
+    CHECK(st.managed_bytes == 0);
+    CHECK(st.live_snapshots == 0);
+  }
+}
+
+TEST_CASE("failures of the device leave nothing behind", "[emulated][session]") {
+  if (!has_device()) return;
+  const nvfp4_emu_counters before = counters();
+  Tensor w = t::random_float({16, 32}, t::f32(), 16), x = t::random_float({2, 32}, t::f32(), 17);
+  Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NVFP4);
+  for (const char* call : {"alloc_device", "alloc_managed", "copy", "advise", "run"}) {
+    INFO(call);
+    const bool managed_call = std::strcmp(call, "alloc_managed") == 0 || std::strcmp(call, "advise") == 0;
+    if (managed_call && !emu().zero_copy()) continue;
+    Q4_session_config c = config(Q4_TARGET_CUDA, managed_call ? Q4_UM_REQUIRE : Q4_UM_DISABLED);
+    Session s(&c);
+    Q4_linear* l = nullptr;
+    if (std::strcmp(call, "run") == 0) {
+      REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
+      ForceFail f(call);
+      Tensor y({2, 16}, t::f32());
+      CHECK(Q4_linear_forward(l, x.t(), y.t()) == Q4_ERR_CUDA);
+      CHECK(last_error().find("forced") != std::string::npos);
+      CHECK(s.stats().forwards == 0);
+      Q4_linear_destroy(l);
+    } else {
+      ForceFail f(call);
+      CHECK(Q4_linear_create(s.s, &b, &l) != Q4_OK);
+      CHECK(l == nullptr);
+      CHECK(!last_error().empty());
+    }
+    CHECK(s.stats().live_bytes == 0);
+    CHECK(s.stats().live_linears == 0);
+  }
+  const nvfp4_emu_counters after = counters();
+  CHECK(after.live_device_allocs == before.live_device_allocs);
+  CHECK(after.live_managed_allocs == before.live_managed_allocs);
+}
+
+TEST_CASE("double-quantized NF4 statistics on CUDA tensors are refused by the validator", "[emulated]") {
+  if (!has_device()) return;
+  const int64_t n = 4, k = 64;
+  DevTensor x({1, k}, false, kDLCUDA), y({1, n}, false, kDLCUDA), q({n * k / 8}, false, kDLCUDA);
+  DevTensor am({n * k / 64 / 4}, false, kDLCUDA), nested({1}, false, kDLCUDA), nmap({256}, false, kDLCUDA);
+  q.dl.dtype = t::u8();
+  q.shape[0] = n * k / 2;
+  am.dl.dtype = t::u8();
+  am.shape[0] = n * k / 64;
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = 64;
+  st.absmax = &am.dl;
+  st.nested_absmax = &nested.dl;
+  st.nested_quant_map = &nmap.dl;
+  const int64_t runs = counters().runs;
+  CHECK(NF4_scaled_mm(&x.dl, &q.dl, &st, nullptr, &y.dl, nullptr) == Q4_ERR_UNSUPPORTED);
+  CHECK(last_error().find("nested_absmax") != std::string::npos);
+  CHECK(counters().runs == runs);  // never reached the plugin
+}
