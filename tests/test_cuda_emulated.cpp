@@ -228,6 +228,15 @@ TEST_CASE("the emulated plugin is loaded and reports the configured device", "[e
   REQUIRE(NVFP4_can_use_managed(0, &can) == Q4_OK);
   CHECK(can == (emu().zero_copy() ? 1 : 0));
   CHECK(NVFP4_empty_cache() == Q4_OK);
+  // A device that does not exist is named.
+  Q4_session_config c{};
+  Q4_session_config_init(&c);
+  c.target = Q4_TARGET_CUDA;
+  c.device_id = 3;
+  Q4_session* s = nullptr;
+  CHECK(Q4_session_create(&c, &s) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(Q4_last_error()).find("config->device_id") != std::string::npos);
+  CHECK(s == nullptr);
 }
 
 TEST_CASE("without a usable device CUDA targets and RequireUnified fail, naming why", "[emulated]") {

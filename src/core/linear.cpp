@@ -37,7 +37,9 @@ DLTensor bytes_view(uint8_t* data, int64_t* shape, int32_t ndim, DLDataType dt) 
 // in a bundle is refused before anything is dereferenced.
 void require_host(const TensorRef& t) {
   if (t.device.device_type == kDLCUDA) {
-    fail(Q4_ERR_DEVICE, t.name, "is CUDA device memory; this linear is prepared on the CPU");
+    fail(Q4_ERR_DEVICE, t.name,
+         "is CUDA device memory; weight bundles are read on the host (pass host, pinned or managed memory; a "
+         "CUDA session copies the prepared weight to its device)");
   }
 }
 
@@ -384,6 +386,10 @@ namespace {
 int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
   if (l.settings.ops.math_mode != Q4_MATH_FAST || l.path != CpuPath::Kernel) {
     return l.settings.ops.math_mode;
+  }
+  if (l.settings.on_cuda()) {
+    if (reason != nullptr) *reason = "the CUDA kernels compute in exact mode only";
+    return Q4_MATH_EXACT;
   }
   const kern::KernelTable& kt = kern::table_for(active_isa());
   const char* why =
