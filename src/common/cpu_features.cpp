@@ -74,10 +74,11 @@ void detect_x86(CpuInfo& info) {
     char brand[49] = {};
     for (uint32_t leaf = 0; leaf < 3; ++leaf) {
       __get_cpuid(0x80000002u + leaf, &a, &b, &c, &d);
-      std::memcpy(brand + 16 * leaf + 0, &a, 4);
-      std::memcpy(brand + 16 * leaf + 4, &b, 4);
-      std::memcpy(brand + 16 * leaf + 8, &c, 4);
-      std::memcpy(brand + 16 * leaf + 12, &d, 4);
+      char* const dst = brand + size_t{16} * leaf;
+      std::memcpy(dst + 0, &a, 4);
+      std::memcpy(dst + 4, &b, 4);
+      std::memcpy(dst + 8, &c, 4);
+      std::memcpy(dst + 12, &d, 4);
     }
     const char* p = brand;
     while (*p == ' ') ++p;

@@ -122,8 +122,7 @@ class Pool {
   }
 
   std::shared_ptr<Job> take_open_job() {
-    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      std::shared_ptr<Job>& j = *it;
+    for (std::shared_ptr<Job>& j : queue_) {
       if (j->next.load(std::memory_order_relaxed) >= j->n) continue;
       if (j->helpers.fetch_add(1, std::memory_order_relaxed) < j->max_helpers) return j;
     }

@@ -40,7 +40,7 @@ int32_t threads_or_default(int32_t threads) {
 
 // Tasks of `chunk` rows of N, at least one row each.
 int64_t gemv_chunk(int64_t n, int32_t threads) {
-  const int64_t tasks = std::max<int64_t>(1, 4 * threads_or_default(threads));
+  const int64_t tasks = std::max<int64_t>(1, int64_t{4} * threads_or_default(threads));
   return std::max<int64_t>(16, (n + tasks - 1) / tasks);
 }
 

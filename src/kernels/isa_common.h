@@ -78,7 +78,7 @@ inline const float* f32_rows(ActRows x, int64_t* ldx, int32_t m, int64_t k, std:
 template <class Split, class Body>
 inline void gemv_even_odd(ActRows x, int64_t ldx, int32_t m, int64_t k, Split&& split, Body&& body) {
   const int64_t ld = split_stride(k);
-  std::vector<float> buf(static_cast<size_t>(2 * m * ld));
+  std::vector<float> buf(static_cast<size_t>(int64_t{2} * m * ld));
   float* xe = buf.data();
   float* xo = xe + m * ld;
   split(x, ldx, m, k, xe, xo);
@@ -94,7 +94,7 @@ double fma_probe(int64_t iters) {
   for (int i = 0; i < 12; ++i) a[i] = V::set1(0.1f * static_cast<float>(i));
   const typename V::Reg b = V::set1(0.999f), c = V::set1(0.001f);
   for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i) a[i] = V::fma(a[i], b, c);
+    for (typename V::Reg& ai : a) ai = V::fma(ai, b, c);
   }
   typename V::Reg sum = a[0];
   for (int i = 1; i < 12; ++i) sum = V::add(sum, a[i]);

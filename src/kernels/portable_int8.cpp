@@ -84,7 +84,7 @@ void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int
   static const BiasedLut lut;
   const int64_t kb = w.k / 16;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int32_t r = 0; r < kI8PanelNr; ++r) {
+    for (int64_t r = 0; r < kI8PanelNr; ++r) {
       uint8_t* dst = wq + b * 256 + r * 4;
       if (r >= rows) {
         for (int p = 0; p < 16; ++p) dst[(p / 4) * 64 + p % 4] = static_cast<uint8_t>(kI8WeightBias);
@@ -105,7 +105,7 @@ void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
               const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
               bool accumulate) {
   for (int32_t i = 0; i < mr; ++i) {
-    for (int32_t r = 0; r < nr; ++r) {
+    for (int64_t r = 0; r < nr; ++r) {
       float acc = accumulate ? y[i * ldy + r] : 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* xb = xq + i * ldxq + b * 16;
@@ -122,7 +122,7 @@ void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
 double i8_probe(int64_t iters) {
   int32_t acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   volatile int8_t va = 3, vb = 5;
-  const int32_t a = va, b = vb;
+  const int32_t a = int32_t{va}, b = int32_t{vb};  // int8 -> int32 sign extension, intended
   int32_t bb = b;
   for (int64_t it = 0; it < iters; ++it) {
     __asm__ volatile("" : "+r"(bb));  // no hoisting (GCC/Clang)

@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -125,6 +126,7 @@ double read_bandwidth(int64_t bytes, int threads, int reps) {
   std::vector<uint64_t> sink(static_cast<size_t>(threads));
   const double ms = median_ms(reps, [&](int) {
     std::vector<std::thread> ts;
+    ts.reserve(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) {
       ts.emplace_back([&, t] {
         const int64_t i0 = n * t / threads, i1 = n * (t + 1) / threads;
@@ -152,7 +154,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_probe_vnni(in
   for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
   const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(-5);
   for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, c);
+    for (__m512i& ai : a) ai = _mm512_dpbusd_epi32(ai, b, c);
     __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]));
   }
   __m512i sum = a[0];
@@ -168,8 +170,7 @@ __attribute__((target("avx512f,avx512bw"))) double int8_probe_avx512bw(int64_t i
   for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
   const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(-5), ones = _mm512_set1_epi16(1);
   for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i)
-      a[i] = _mm512_add_epi32(a[i], _mm512_madd_epi16(_mm512_maddubs_epi16(b, c), ones));
+    for (__m512i& ai : a) ai = _mm512_add_epi32(ai, _mm512_madd_epi16(_mm512_maddubs_epi16(b, c), ones));
     __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]));
   }
   __m512i sum = a[0];
@@ -185,8 +186,7 @@ __attribute__((target("avx2"))) double int8_probe_avx2(int64_t iters) {
   for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_epi32(i);
   const __m256i b = _mm256_set1_epi8(3), c = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
   for (int64_t r = 0; r < iters; ++r) {
-    for (int i = 0; i < 12; ++i)
-      a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(_mm256_maddubs_epi16(b, c), ones));
+    for (__m256i& ai : a) ai = _mm256_add_epi32(ai, _mm256_madd_epi16(_mm256_maddubs_epi16(b, c), ones));
     __asm__ volatile("" : "+x"(a[0]), "+x"(a[1]), "+x"(a[2]), "+x"(a[3]), "+x"(a[4]), "+x"(a[5]));
   }
   __m256i sum = a[0];
@@ -225,6 +225,7 @@ double probe_rate(double (*probe)(int64_t), int64_t iters, int threads) {
   double ops = 0;
   const double ms = median_ms(3, [&](int) {
     std::vector<std::thread> ts;
+    ts.reserve(static_cast<size_t>(threads));
     std::vector<double> f(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { f[static_cast<size_t>(t)] = probe(iters); });
     for (auto& th : ts) th.join();
@@ -242,6 +243,7 @@ double l3_bandwidth(int64_t bytes, int threads, int passes) {
   std::vector<uint64_t> sink(static_cast<size_t>(threads));
   const double ms = median_ms(5, [&](int) {
     std::vector<std::thread> ts;
+    ts.reserve(static_cast<size_t>(threads));
     for (int t = 0; t < threads; ++t) {
       ts.emplace_back([&, t] {
         const int64_t i0 = n * t / threads, i1 = n * (t + 1) / threads;
@@ -389,7 +391,7 @@ struct DeviceCopy {
     }
   }
   ~DeviceCopy() { m->deleter(m); }
-  DLTensor* t() { return &m->dl_tensor; }
+  DLTensor* t() const { return &m->dl_tensor; }
 };
 
 // GPU figures: GEMV/GEMM (NVFP4 weight-only, W4A4 scaled_mm, NF4) and
@@ -462,9 +464,7 @@ int run_cuda(const Options& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   // The benchmark links the core objects itself, so the plugin is not next
   // to "the core library": point the loader at the build or install tree.
   if (std::getenv("NVFP4_CUDA_PLUGIN") == nullptr) {
@@ -759,4 +759,19 @@ int main(int argc, char** argv) {
   out["load_average_at_end"] = load_average();
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
+}
+
+}  // namespace
+
+// No exception leaves main: anything the program did not handle itself is
+// reported and ends it with a failure status.
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvfp4-bench: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "nvfp4-bench: unknown exception\n");
+  }
+  return 1;
 }

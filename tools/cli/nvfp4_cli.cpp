@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -32,6 +33,12 @@ struct CliError : std::runtime_error {
 
 void check(int32_t status, const std::string& context) {
   if (status != Q4_OK) throw CliError(context + ": " + Q4_status_string(status) + ": " + Q4_last_error());
+}
+
+// The same with the context "where: what", put together only on failure
+// (the calls in the per-tensor loops then build no strings).
+void check(int32_t status, const std::string& where, const std::string& what) {
+  if (status != Q4_OK) check(status, where + ": " + what);
 }
 
 DLTensor host(const void* data, int64_t* shape, int32_t ndim, DLDataType dt) {
@@ -175,7 +182,7 @@ int cmd_generate(const std::string& out, int layers, int64_t dim, uint32_t seed)
     std::vector<uint16_t> data(static_cast<size_t>(n));
     for (auto& v : data) v = f32_to_bf16(nd(rng));
     DLTensor t = host(data.data(), shape.data(), static_cast<int32_t>(shape.size()), bf16);
-    check(Q4_checkpoint_writer_add(w, name.c_str(), Q4_DTYPE_BF16, &t), out + ": " + name);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), Q4_DTYPE_BF16, &t), out, name);
   };
   const int64_t vocab = 512;
   add("model.embed_tokens.weight", {vocab, dim});
@@ -307,7 +314,7 @@ int cmd_generate_llama(const std::string& dir, int layers, int64_t hidden, uint3
       }
     }
     DLTensor t = host(data.data(), shape.data(), static_cast<int32_t>(shape.size()), dt);
-    check(Q4_checkpoint_writer_add(w, name.c_str(), file_dtype, &t), dir + ": " + name);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), file_dtype, &t), dir, name);
   };
   auto proj = [&](const std::string& name, int64_t n, int64_t k) {
     add(name, {n, k}, 0.0f, static_cast<float>(1.0 / std::sqrt(static_cast<double>(k))));
@@ -464,7 +471,7 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
   auto put = [&](const std::string& name, int32_t dtype, const void* data, std::vector<int64_t> shape,
                  DLDataType dt) {
     DLTensor t = host(data, shape.data(), static_cast<int32_t>(shape.size()), dt);
-    check(Q4_checkpoint_writer_add(w, name.c_str(), dtype, &t), out + ": " + name);
+    check(Q4_checkpoint_writer_add(w, name.c_str(), dtype, &t), out, name);
   };
   Progress progress(descs.size());
   json summary = json::array();
@@ -475,7 +482,7 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
     const DLTensor v = c.view(i);
     progress.step(i + 1, name);
     if (!is_linear_weight(d, o)) {  // copied as it is
-      check(Q4_checkpoint_writer_add(w, name.c_str(), d.dtype, &v), out + ": " + name);
+      check(Q4_checkpoint_writer_add(w, name.c_str(), d.dtype, &v), out, name);
       continue;
     }
     const std::string prefix = name.substr(0, name.size() - 7);
@@ -490,7 +497,7 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
       DLTensor tq = host(q.data(), qs, 2, kU8), ts = host(s.data(), ss, 2, kU8);
       float g = 0;
       check(NVFP4_quantize(&v, &tq, &ts, Q4_SCALE_LINEAR, o.layout == "legacy" ? 1.0f : 0.0f, &g, nullptr),
-            in + ": " + name);
+            in, name);
       check(NVFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, g, &tback, nullptr), name);
       const DLDataType e4m3{kDLFloat8_e4m3fn, 8, 1};
       if (o.layout == "modelopt") {
@@ -512,7 +519,7 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
       std::vector<float> absmax(static_cast<size_t>(nblocks));
       int64_t qs[2] = {(numel + 1) / 2, 1}, as[1] = {nblocks};
       DLTensor tq = host(q.data(), qs, 2, kU8), ta = host(absmax.data(), as, 1, kF32);
-      check(NF4_quantize(&v, &tq, &ta, static_cast<int32_t>(bs), nullptr), in + ": " + name);
+      check(NF4_quantize(&v, &tq, &ta, static_cast<int32_t>(bs), nullptr), in, name);
       NF4_state st{};
       st.struct_size = sizeof st;
       st.blocksize = static_cast<int32_t>(bs);
@@ -654,7 +661,7 @@ int cmd_verify(const std::string& path, double tolerance) {
   for (const auto& l : linears) {
     const std::string prefix(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len));
     Q4_linear* lin = nullptr;
-    check(Q4_checkpoint_linear_create(session, c.c, prefix.c_str(), &lin), path + ": " + prefix);
+    check(Q4_checkpoint_linear_create(session, c.c, prefix.c_str(), &lin), path, prefix);
     Q4_linear_info info{};
     info.struct_size = sizeof info;
     Q4_linear_info_get(lin, &info);
@@ -663,7 +670,7 @@ int cmd_verify(const std::string& path, double tolerance) {
     for (float& v : x) v = nd(rng);
     int64_t xs[2] = {m, k}, ys[2] = {m, n};
     DLTensor tx = host(x.data(), xs, 2, kF32), ty = host(y.data(), ys, 2, kF32);
-    check(Q4_linear_forward(lin, &tx, &ty), path + ": " + prefix);
+    check(Q4_linear_forward(lin, &tx, &ty), path, prefix);
     const std::vector<float> w = dequantized_weight(c, descs, l, n, k);
     std::vector<double> bias(static_cast<size_t>(n), 0.0);
     if (l.roles[Q4_ROLE_BIAS] >= 0) {
@@ -736,9 +743,7 @@ int cmd_bench(const std::string& self, const std::vector<std::string>& args) {
   throw CliError("cannot run " + bench + ": " + std::strerror(errno));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int cli_main(int argc, char** argv) {
   CLI::App app{"nvfp4: inspect, quantize and verify 4-bit (NVFP4 / NF4) safetensors checkpoints"};
   app.require_subcommand(1);
   std::string in, out, file;
@@ -818,4 +823,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 2;
+}
+
+}  // namespace
+
+// No exception leaves main: anything the program did not handle itself is
+// reported and ends it with a failure status.
+int main(int argc, char** argv) {
+  try {
+    return cli_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvfp4: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "nvfp4: unknown exception\n");
+  }
+  return 1;
 }

@@ -49,7 +49,7 @@ inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, 
   const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
                         _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
   const __m256i nib = _mm256_set1_epi8(0x0f);
-  for (int d = 0; d < (two ? 4 : 2); ++d) {
+  for (int64_t d = 0; d < (two ? 4 : 2); ++d) {
     const __m256i lo = _mm256_and_si256(T[d], nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T[d], 4), nib);
     uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
@@ -87,7 +87,7 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
                                int64_t ldy, int32_t nr, bool accumulate) {
   __m256 acc[MR][2];
   for (int i = 0; i < MR; ++i) {
-    for (int h = 0; h < 2; ++h) {
+    for (int64_t h = 0; h < 2; ++h) {
       if (accumulate) {
         alignas(32) float tmp[8] = {};
         for (int r = 0; r < 8 && 8 * h + r < nr; ++r) tmp[r] = y[i * ldy + 8 * h + r];
@@ -102,7 +102,7 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
     const uint8_t* wb = wq + b * 256;
     __m256i d[MR][2];
     for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
-    for (int t = 0; t < 4; ++t) {
+    for (int64_t t = 0; t < 4; ++t) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
       for (int i = 0; i < MR; ++i) {
@@ -143,9 +143,7 @@ double i8_probe_avx2(int64_t iters) {
   for (int64_t it = 0; it < iters; ++it) {
     __asm__ volatile("" : "+x"(b));  // no hoisting
     // The unsigned operand is the chain's own accumulator: no shared product.
-    for (int j = 0; j < 8; ++j) {
-      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(acc[j], b), ones));
-    }
+    for (__m256i& a : acc) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
   }
   __m256i s = acc[0];
   for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, acc[j]);

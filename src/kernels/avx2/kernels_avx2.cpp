@@ -203,7 +203,7 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
       continue;
     }
     alignas(32) int32_t codes[16];
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const __m256 yv = _mm256_div_ps(half ? v1 : v0, _mm256_set1_ps(d));
       const __m256 ay = _mm256_and_ps(yv, abs_mask);
       __m256i mag = count(ay, 0.25f, _CMP_GT_OQ);
@@ -216,7 +216,8 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
       const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(yv), 31), 3);
       _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * half), _mm256_or_si256(mag, sign));
     }
-    for (int j = 0; j < 8; ++j) q[b * 8 + j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
+    for (int64_t j = 0; j < 8; ++j)
+      q[b * 8 + j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
   }
 }
 
@@ -229,7 +230,7 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 8));
     const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
     const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
-    for (int half = 0; half < 2; ++half) {
+    for (int64_t half = 0; half < 2; ++half) {
       const __m128i src = half ? _mm_srli_si128(dup, 8) : dup;
       const __m256i codes = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);
       const __m256 v = e2m1_decode8(codes, lut);

@@ -76,7 +76,7 @@ inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut,
   const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
                         _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
   const __m512i nib = _mm512_set1_epi8(0x0f);
-  for (int d = 0; d < (two ? 4 : 2); ++d) {
+  for (int64_t d = 0; d < (two ? 4 : 2); ++d) {
     const __m512i lo = _mm512_and_si512(T[d], nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(T[d], 4), nib);
     uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
@@ -112,12 +112,12 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wq + b * 256;
     __m512i wv[4];
-    for (int t = 0; t < 4; ++t) wv[t] = _mm512_loadu_si512(wb + t * 64);
+    for (int64_t t = 0; t < 4; ++t) wv[t] = _mm512_loadu_si512(wb + t * 64);
     const __m512 wsv = _mm512_loadu_ps(ws + b * 16);
     for (int i = 0; i < MR; ++i) {
       const int8_t* xb = xq + i * ldxq + b * 16;
       __m512i d = _mm512_set1_epi32(xc[i * ldxs + b]);
-      for (int t = 0; t < 4; ++t) {
+      for (int64_t t = 0; t < 4; ++t) {
         int32_t x4;
         std::memcpy(&x4, xb + 4 * t, 4);
         const __m512i xv = _mm512_set1_epi32(x4);
@@ -216,7 +216,7 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
         xlo[i] = _mm512_permutex2var_epi32(x0, even_dw, x1);  // steps 0, 2 of each block
         xhi[i] = _mm512_permutex2var_epi32(x0, odd_dw, x1);   // steps 1, 3
       }
-      for (int p = 0; p < 8; ++p) {
+      for (int64_t p = 0; p < 8; ++p) {
         const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
         const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
         const __m512i loa = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
@@ -306,7 +306,7 @@ double i8_probe_avx512(int64_t iters) {
     __asm__ volatile("" : "+v"(b));  // no hoisting
     // The unsigned operand is the chain's own accumulator: no product is
     // shared between chains (values wrap; only the instruction rate counts).
-    for (int j = 0; j < 12; ++j) acc[j] = i8_dot4<kVnni>(acc[j], acc[j], b);
+    for (__m512i& a : acc) a = i8_dot4<kVnni>(a, a, b);
   }
   __m512i s = acc[0];
   for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, acc[j]);

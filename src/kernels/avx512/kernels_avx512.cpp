@@ -116,7 +116,7 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
           e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
     }
     for (int p = 0; p < 8; ++p) {
-      const int64_t e = (b0 + 2 * p) * 8;
+      const int64_t e = (b0 + int64_t{2} * p) * 8;
       for (int r = 0; r < R; ++r) {
         const __m512i bytes =
             _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + e)));
@@ -379,15 +379,15 @@ inline void encode_block(__m512 v, float d, uint8_t* dst) {
 // lanes hold the 16 maxima in a fixed (network) order.
 inline __m512 max_network16(__m512 (&v)[16]) {
   __m512 c[8], e[4], g[2];
-  for (int j = 0; j < 8; ++j) {  // 128-bit halves of pairs
+  for (int64_t j = 0; j < 8; ++j) {  // 128-bit halves of pairs
     c[j] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
                          _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xee));
   }
-  for (int j = 0; j < 4; ++j) {
+  for (int64_t j = 0; j < 4; ++j) {
     e[j] = _mm512_max_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
                          _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xdd));
   }
-  for (int j = 0; j < 2; ++j) {  // within 128-bit lanes
+  for (int64_t j = 0; j < 2; ++j) {  // within 128-bit lanes
     g[j] = _mm512_max_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0x44),
                          _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0xee));
   }
@@ -411,7 +411,7 @@ inline __m512i max_network_order() {
 inline __m512 block_amax16(const float* x, __m512 abs_mask) {
   static const __m512i order = max_network_order();
   __m512 v[16];
-  for (int i = 0; i < 16; ++i) v[i] = _mm512_and_ps(_mm512_loadu_ps(x + i * 16), abs_mask);
+  for (int64_t i = 0; i < 16; ++i) v[i] = _mm512_and_ps(_mm512_loadu_ps(x + i * 16), abs_mask);
   return _mm512_permutexvar_ps(order, max_network16(v));
 }
 
