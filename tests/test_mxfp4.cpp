@@ -420,3 +420,204 @@ TEST_CASE("MXFP4_scaled_mm equals alpha * dequant(A) . dequant(B)^T + bias in fp
     }
   }
 }
+
+namespace {
+
+// Expert e of a stacked gpt-oss weight ([E, N, K/32, 16] + [E, N, K/32]) as
+// its own 2-D tensors (a copy, the reference operand of MXFP4_linear).
+void expert_copy(const Tensor& blocks, const Tensor& scales, int64_t e, int64_t n, int64_t k, Tensor& q1,
+                 Tensor& s1) {
+  q1 = Tensor({n, k / 2}, t::u8());
+  s1 = Tensor({n, k / 32}, t::u8());
+  std::memcpy(q1.data(), blocks.data() + e * n * k / 2, static_cast<size_t>(n * k / 2));
+  std::memcpy(s1.data(), scales.data() + e * n * k / 32, static_cast<size_t>(n * k / 32));
+}
+
+// Rows [r0, r0 + rows) of a 2-D float tensor as a new tensor.
+Tensor rows_of(const Tensor& x, int64_t r0, int64_t rows) {
+  const int64_t cols = x.shape.back();
+  Tensor r({rows, cols}, x.dl.dtype);
+  const size_t elem = x.dl.dtype.bits / 8;
+  std::memcpy(r.data(), x.data() + r0 * cols * static_cast<int64_t>(elem),
+              static_cast<size_t>(rows * cols) * elem);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4_linear_experts: every group equals MXFP4_linear on its expert", "[ops][mxfp4][moe]") {
+  const int64_t e_count = 5, n = 24, k = 96;
+  Tensor w = t::random_float({e_count, n, k}, t::f32(), 41);
+  Tensor blocks({e_count, n, k / 32, 16}, t::u8()), scales({e_count, n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), blocks.t(), scales.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  // Swizzled: E consecutive per-expert swizzled blocks.
+  const int64_t per = swizzled_mx_bytes(n, k);
+  Tensor swz({e_count, per}, t::u8());
+  for (int64_t e = 0; e < e_count; ++e) {
+    int64_t ls[2] = {n, k / 32}, ss[1] = {per};
+    DLTensor lin = *scales.t(), sw = *swz.t();
+    lin.ndim = 2;
+    lin.shape = ls;
+    lin.byte_offset = static_cast<uint64_t>(e * n * k / 32);
+    sw.ndim = 1;
+    sw.shape = ss;
+    sw.byte_offset = static_cast<uint64_t>(e * per);
+    REQUIRE(NVFP4_swizzle_scales(&lin, &sw) == Q4_OK);
+  }
+  Tensor bias = t::random_float({e_count, n}, t::f32(), 42);
+  // Groups: expert 3 twice (not adjacent), an empty group, expert 0, 4.
+  const std::vector<int32_t> experts = {3, 0, 1, 3, 4};
+  const std::vector<int64_t> rows = {4, 2, 0, 1, 6};
+  const int64_t total = 13;
+  for (DLDataType xd : {t::f32(), t::bf16()}) {
+    for (int layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+      for (bool with_bias : {false, true}) {
+        Tensor x = t::random_float({total, k}, xd, 43);
+        Tensor out({total, n}, t::f32());
+        const auto xs = x.snapshot(), bs = blocks.snapshot(), ss = scales.snapshot();
+        REQUIRE(MXFP4_linear_experts(x.t(), blocks.t(), layout == Q4_SCALE_LINEAR ? scales.t() : swz.t(),
+                                     layout, experts.data(), rows.data(),
+                                     static_cast<int64_t>(experts.size()), with_bias ? bias.t() : nullptr,
+                                     out.t(), nullptr) == Q4_OK);
+        CHECK(out.guard_intact());
+        CHECK(x.snapshot() == xs);  // inputs untouched
+        CHECK(blocks.snapshot() == bs);
+        CHECK(scales.snapshot() == ss);
+        int64_t r0 = 0;
+        for (size_t g = 0; g < experts.size(); ++g) {
+          if (rows[g] == 0) continue;
+          Tensor q1, s1;
+          expert_copy(blocks, scales, experts[g], n, k, q1, s1);
+          Tensor b1 = rows_of(bias, experts[g], 1);
+          Tensor xg = rows_of(x, r0, rows[g]), ref({rows[g], n}, t::f32());
+          REQUIRE(MXFP4_linear(xg.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, with_bias ? b1.t() : nullptr, ref.t(),
+                               nullptr) == Q4_OK);
+          CHECK(std::memcmp(ref.data(), out.data() + r0 * n * 4, static_cast<size_t>(rows[g] * n * 4)) == 0);
+          r0 += rows[g];
+        }
+      }
+    }
+  }
+  SECTION("one expert's product: one group of all rows, [E, N, K/2] shape") {
+    int64_t qshape[3] = {e_count, n, k / 2};
+    DLTensor q3 = *blocks.t();
+    q3.ndim = 3;
+    q3.shape = qshape;
+    Tensor x = t::random_float({2, 3, k}, t::f16(), 44), out({2, 3, n}, t::f16());
+    const int32_t e = 2;
+    const int64_t all = 6;
+    REQUIRE(MXFP4_linear_experts(x.t(), &q3, scales.t(), Q4_SCALE_LINEAR, &e, &all, 1, nullptr, out.t(),
+                                 nullptr) == Q4_OK);
+    Tensor q1, s1, ref({2, 3, n}, t::f16());
+    expert_copy(blocks, scales, e, n, k, q1, s1);
+    REQUIRE(MXFP4_linear(x.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, nullptr, ref.t(), nullptr) == Q4_OK);
+    CHECK(std::memcmp(ref.data(), out.data(), static_cast<size_t>(6 * n * 2)) == 0);
+  }
+  SECTION("no rows, no groups") {
+    Tensor x({0, k}, t::f32()), out({0, n}, t::f32());
+    CHECK(MXFP4_linear_experts(x.t(), blocks.t(), scales.t(), Q4_SCALE_LINEAR, nullptr, nullptr, 0, nullptr,
+                               out.t(), nullptr) == Q4_OK);
+  }
+}
+
+TEST_CASE("MXFP4_linear_experts validation: each bad input a status naming it, nothing written",
+          "[ops][mxfp4][moe][validation]") {
+  const int64_t e_count = 3, n = 8, k = 64, m = 6;
+  Tensor w = t::random_float({e_count, n, k}, t::f32(), 51);
+  Tensor q({e_count, n, k / 2}, t::u8()), s({e_count, n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor x = t::random_float({m, k}, t::f32(), 52), out({m, n}, t::f32());
+  const std::vector<int32_t> ex = {0, 2};
+  const std::vector<int64_t> rows = {2, 4};
+  auto call = [&](const DLTensor* xx, const DLTensor* qq, const DLTensor* sc, int layout, const int32_t* e,
+                  const int64_t* r, int64_t ng, const DLTensor* b,
+                  DLTensor* o) { return MXFP4_linear_experts(xx, qq, sc, layout, e, r, ng, b, o, nullptr); };
+  auto named = [](const char* what) { return std::string(Q4_last_error()).find(what) != std::string::npos; };
+  CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out.t()) == Q4_OK);
+  Tensor out2({m, n}, t::f32());
+  const auto before2 = out2.snapshot();
+  SECTION("expert index out of range") {
+    const std::vector<int32_t> bad = {0, 3};
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, bad.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("expert_of_group[1]"));
+    const std::vector<int32_t> neg = {-1, 0};
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, neg.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("expert_of_group[0]"));
+  }
+  SECTION("group rows: negative, too many, too few") {
+    const std::vector<int64_t> neg = {-1, 7}, many = {4, 4}, few = {2, 3};
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), neg.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("group_rows[0]"));
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), many.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("group_rows[1]"));
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), few.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("group_rows"));
+  }
+  SECTION("NULL arrays, negative n_groups") {
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_NULL_POINTER);
+    CHECK(named("expert_of_group"));
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), nullptr, 2, nullptr, out2.t()) ==
+          Q4_ERR_NULL_POINTER);
+    CHECK(named("group_rows"));
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), -1, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("n_groups"));
+    CHECK(call(nullptr, q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_NULL_POINTER);
+  }
+  SECTION("shapes: no expert dim, N disagreeing, scales short, K not a multiple of 32, bias") {
+    int64_t flat[1] = {e_count * n * k / 2};
+    DLTensor q1 = *q.t();
+    q1.ndim = 1;
+    q1.shape = flat;
+    CHECK(call(x.t(), &q1, s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("w_qdata"));
+    Tensor out9({m, n + 1}, t::f32());
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out9.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("out"));
+    Tensor s_short({e_count - 1, n, k / 32}, t::u8());
+    CHECK(call(x.t(), q.t(), s_short.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("w_scale"));
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_SWIZZLED, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("w_scale"));
+    Tensor x48 = t::random_float({m, 48}, t::f32(), 1);
+    CHECK(call(x48.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("multiple of 32"));
+    Tensor b_n({n}, t::f32());
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, b_n.t(), out2.t()) ==
+          Q4_ERR_SHAPE);
+    CHECK(named("bias"));
+    Tensor s4({e_count, n, k / 32}, t::e4m3());
+    CHECK(call(x.t(), q.t(), s4.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_DTYPE);
+    CHECK(call(x.t(), q.t(), s.t(), 9, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+  }
+  SECTION("aliasing, options, devices") {
+    DLTensor alias = *out2.t();
+    alias.data = x.data();
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, &alias) ==
+          Q4_ERR_ALIASING);
+    Q4_op_options o{};
+    Q4_op_options_init(&o);
+    o.math_mode = Q4_MATH_FAST;
+    CHECK(MXFP4_linear_experts(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr,
+                               out2.t(), &o) == Q4_ERR_UNSUPPORTED);
+    DLTensor cx = *x.t(), cq = *q.t(), cs = *s.t(), co = *out2.t();
+    cx.device = cq.device = cs.device = co.device = DLDevice{kDLCUDA, 0};
+    CHECK(call(&cx, &cq, &cs, Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, &co) ==
+          Q4_ERR_UNSUPPORTED);
+  }
+  CHECK(out2.snapshot() == before2);
+}

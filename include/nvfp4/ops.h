@@ -138,6 +138,32 @@ Q4_API int32_t MXFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale,
                                const DLTensor* b_scale, int32_t scale_layout, float alpha,
                                const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 
+/* Batched experts (a mixture-of-experts layer): the expert weights stacked
+ * as the checkpoint stores them, taken in place (no copy):
+ *   w_qdata: E * N * K/2 bytes with E its FIRST dimension, e.g. [E, N, K/2]
+ *            or gpt-oss's [E, N, K/32, 16];
+ *   w_scale: E * N * K/32 bytes linear ([E, N, K/32]), or, swizzled, E
+ *            consecutive per-expert swizzled blocks of
+ *            roundup(N,128) * roundup(K/32,4) bytes;
+ *   bias:    NULL or float [E, N] (any shape of E*N elements).
+ * x [..., K] is T rows split into n_groups consecutive groups: group g is
+ * the group_rows[g] rows after those of groups 0..g-1 and runs expert
+ * expert_of_group[g]:
+ *   out[rows of g, :] = x[rows of g, :] . dequant(W[e])^T (+ bias[e, :]).
+ * out [..., N] has x's leading dims. Groups may be empty and may repeat an
+ * expert; together they must cover all T rows (sum(group_rows) == T). One
+ * expert's product: n_groups = 1, group_rows = {T}. Each group's result
+ * equals MXFP4_linear on that expert's slice of the stack. Refused:
+ * expert_of_group[g] outside [0, E) (Q4_ERR_INVALID_ARGUMENT naming
+ * "expert_of_group[g]"), group_rows[g] < 0 (Q4_ERR_INVALID_ARGUMENT) or
+ * groups not covering x exactly (Q4_ERR_SHAPE naming "group_rows[g]" or
+ * "group_rows"), NULL arrays with n_groups > 0 (Q4_ERR_NULL_POINTER),
+ * n_groups < 0; the rest as MXFP4_linear. */
+Q4_API int32_t MXFP4_linear_experts(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                                    int32_t scale_layout, const int32_t* expert_of_group,
+                                    const int64_t* group_rows, int64_t n_groups, const DLTensor* bias,
+                                    DLTensor* out, const Q4_op_options* opts);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -235,6 +235,17 @@ Q4_API int32_t MXFP4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale,
   });
 }
 
+Q4_API int32_t MXFP4_linear_experts(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                                    int32_t scale_layout, const int32_t* expert_of_group,
+                                    const int64_t* group_rows, int64_t n_groups, const DLTensor* bias,
+                                    DLTensor* out, const Q4_op_options* opts) {
+  return api_call("MXFP4_linear_experts", [&] {
+    q4::core::mxfp4_linear_experts(x, w_qdata, w_scale, scale_layout, expert_of_group, group_rows, n_groups,
+                                   bias, out, opts);
+    return Q4_OK;
+  });
+}
+
 Q4_API int32_t NF4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* absmax, int32_t blocksize,
                             const Q4_op_options* opts) {
   return api_call("NF4_quantize", [&] {

@@ -26,5 +26,6 @@ void prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t threads,
 void run_mxfp4(const Mxfp4QuantizeDesc& d);
 void run_mxfp4(const Mxfp4DequantizeDesc& d);
 void run_mxfp4(const Mxfp4ProductDesc& d);
+void run_mxfp4(const Mxfp4ExpertsDesc& d);
 
 }  // namespace q4::core

@@ -169,6 +169,80 @@ void run_mxfp4(const Mxfp4ProductDesc& d) {
   run_host_product(w, p);
 }
 
+namespace {
+
+// Rows [r0, r0 + rows) of a validated compact float tensor [T, C], as a
+// [rows, C] view (shape kept in `shape`).
+TensorRef row_slice(const TensorRef& t, int64_t cols, int64_t r0, int64_t rows, int64_t* shape) {
+  const int64_t elem = t.type == ElemType::F32 ? 4 : 2;
+  TensorRef v = t;
+  shape[0] = rows;
+  shape[1] = cols;
+  v.data = t.data + r0 * cols * elem;
+  v.ndim = 2;
+  v.shape = shape;
+  v.numel = rows * cols;
+  v.nbytes = rows * cols * elem;
+  return v;
+}
+
+}  // namespace
+
+void run_mxfp4(const Mxfp4ExpertsDesc& d) {
+  require_host(d.ctx, "MXFP4_linear_experts");
+  if (d.out.numel == 0) return;
+  const int32_t threads = d.ctx.opts.num_threads;
+  const int64_t q_bytes = d.n * (d.k / 2);
+  PreparedWeight w;  // the fp32 form of the last expert decoded
+  int32_t decoded = -1;
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < d.n_groups; ++g) {
+    const int64_t rows = d.group_rows[g];
+    const int32_t e = d.expert_of_group[g];
+    if (rows == 0) continue;
+    if (e != decoded) {
+      // Expert e's bytes in place: a view into the stack, no copy of the
+      // packed weight (the ready form is its fp32 decode, scratch).
+      Mxfp4Operand op;
+      op.layout = d.w.layout;
+      op.rows = d.n;
+      op.k = d.k;
+      op.q = d.w.q;
+      op.q.data = d.w.q.data + e * q_bytes;
+      op.q.nbytes = q_bytes;
+      op.s = d.w.s;
+      op.s.data = d.w.s.data + e * d.expert_scale_bytes;
+      op.s.nbytes = d.expert_scale_bytes;
+      w = PreparedWeight{};
+      if (d.k > 0) {
+        prepare_mxfp4(w, op, threads, nullptr);
+      } else {
+        w.format = Q4_FORMAT_MXFP4;
+        w.n = d.n;
+        w.path = CpuPath::DequantMatmul;
+      }
+      decoded = e;
+    }
+    ProductDesc p;
+    p.ctx = d.ctx;
+    p.format = Q4_FORMAT_MXFP4;
+    p.m = rows;
+    p.n = d.n;
+    p.k = d.k;
+    p.path = CpuPath::DequantMatmul;
+    int64_t x_shape[2], out_shape[2];
+    p.x = row_slice(d.x, d.k, r0, rows, x_shape);
+    p.out = row_slice(d.out, d.n, r0, rows, out_shape);
+    if (d.bias.present) {
+      p.bias = d.bias;
+      const int64_t elem = d.bias.ref.type == ElemType::F32 ? 4 : 2;
+      p.bias.ptr.data = d.bias.ref.data + static_cast<int64_t>(e) * d.n * elem;
+    }
+    run_host_product(w, p);
+    r0 += rows;
+  }
+}
+
 // The stateless entry points (core/ops.h): validate once, then run.
 void mxfp4_quantize(const DLTensor* x, DLTensor* qdata, DLTensor* scale, int32_t layout,
                     const Q4_op_options* opts) {
@@ -189,6 +263,13 @@ void mxfp4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLT
                      const DLTensor* b_scale, int32_t layout, float alpha, const DLTensor* bias,
                      DLTensor* out, const Q4_op_options* opts) {
   run_mxfp4(validate_mxfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, layout, alpha, bias, out, opts));
+}
+
+void mxfp4_linear_experts(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale, int32_t layout,
+                          const int32_t* expert_of_group, const int64_t* group_rows, int64_t n_groups,
+                          const DLTensor* bias, DLTensor* out, const Q4_op_options* opts) {
+  run_mxfp4(validate_mxfp4_linear_experts(x, w_qdata, w_scale, layout, expert_of_group, group_rows, n_groups,
+                                          bias, out, opts));
 }
 
 }  // namespace q4::core

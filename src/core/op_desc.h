@@ -124,6 +124,23 @@ struct Mxfp4ProductDesc {
   float alpha = 1.0f;
 };
 
+// Batched experts (MXFP4_linear_experts): the stacked weight [E, N, K]
+// (codes w.q of E * N * K/2 bytes, scales w.s of E * expert_scale_bytes),
+// x [T, K] split into consecutive row groups, group g running expert
+// experts[g] on group_rows[g] rows; bias [E, N] when present.
+struct Mxfp4ExpertsDesc {
+  OpContext ctx;
+  int64_t experts = 0, t = 0, n = 0, k = 0;
+  TensorRef x;
+  Mxfp4Operand w;  // rows = E * N (the whole stack), layout per expert
+  int64_t expert_scale_bytes = 0;
+  const int32_t* expert_of_group = nullptr;
+  const int64_t* group_rows = nullptr;
+  int64_t n_groups = 0;
+  Bias bias;  // numel E * N
+  TensorRef out;
+};
+
 struct SwizzleDesc {
   TensorRef linear, swizzled;
   int64_t rows = 0, cols = 0;
@@ -155,6 +172,11 @@ Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t
 Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
                                           const DLTensor* bs_t, int32_t layout, float alpha,
                                           const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts);
+Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTensor* wq_t,
+                                               const DLTensor* ws_t, int32_t layout,
+                                               const int32_t* expert_of_group, const int64_t* group_rows,
+                                               int64_t n_groups, const DLTensor* bias_t, DLTensor* out_t,
+                                               const Q4_op_options* opts);
 SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_t, bool to_swizzled);
 
 }  // namespace q4::core

@@ -32,6 +32,9 @@ void mxfp4_linear(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_
 void mxfp4_scaled_mm(const DLTensor* a_qdata, const DLTensor* a_scale, const DLTensor* b_qdata,
                      const DLTensor* b_scale, int32_t scale_layout, float alpha, const DLTensor* bias,
                      DLTensor* out, const Q4_op_options* opts);
+void mxfp4_linear_experts(const DLTensor* x, const DLTensor* w_qdata, const DLTensor* w_scale,
+                          int32_t scale_layout, const int32_t* expert_of_group, const int64_t* group_rows,
+                          int64_t n_groups, const DLTensor* bias, DLTensor* out, const Q4_op_options* opts);
 void swizzle_scales(const DLTensor* linear, DLTensor* swizzled);
 void unswizzle_scales(const DLTensor* swizzled, DLTensor* linear);
 int64_t swizzled_scale_size(int64_t rows, int64_t k);

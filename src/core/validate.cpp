@@ -479,4 +479,103 @@ Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* 
   return d;
 }
 
+Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTensor* wq_t,
+                                               const DLTensor* ws_t, int32_t layout,
+                                               const int32_t* expert_of_group, const int64_t* group_rows,
+                                               int64_t n_groups, const DLTensor* bias_t, DLTensor* out_t,
+                                               const Q4_op_options* opts) {
+  Mxfp4ExpertsDesc d;
+  d.ctx = options_of(opts);
+  require_mxfp4_product_options(d.ctx.opts);
+  d.x = check_tensor_any(x_t, "x");
+  require_float(d.x);
+  require_min_ndim(d.x, 1);
+  d.k = d.x.last_dim();
+  d.t = d.x.leading();
+  require_k_multiple_of_32(d.k, "x");
+  d.out = check_tensor_any(out_t, "out");
+  require_float(d.out);
+  require_same_leading(d.out, d.x);
+  require_layout(layout);
+  // The stack: E is the first dimension of w_qdata ([E, N, K/2] or the
+  // gpt-oss [E, N, K/32, 16]); each expert is N rows of K/2 bytes.
+  const TensorRef wq = check_tensor_any(wq_t, "w_qdata");
+  require_packed_bytes(wq);
+  if (wq.ndim < 2) {
+    fail(Q4_ERR_SHAPE, "w_qdata",
+         "must have a leading expert dimension ([E, N, K/2] or [E, N, K/32, 16]), got " + wq.shape_text());
+  }
+  d.experts = wq.dim(0);
+  if (d.experts == 0) fail(Q4_ERR_SHAPE, "w_qdata", "has no experts (E = 0)");
+  if (wq.nbytes % d.experts != 0) {
+    fail(Q4_ERR_SHAPE, "w_qdata",
+         std::to_string(wq.nbytes) + " bytes do not split into E = " + std::to_string(d.experts) +
+             " equal experts");
+  }
+  if (d.k > 0) {
+    const int64_t per_expert = wq.nbytes / d.experts;
+    if (per_expert % (d.k / 2) != 0) {
+      fail(Q4_ERR_SHAPE, "w_qdata",
+           std::to_string(per_expert) + " bytes per expert is not a whole number of weight rows of K = " +
+               std::to_string(d.k) + " elements (K/2 bytes each)");
+    }
+    require_out_features(d.out, per_expert / (d.k / 2), "each expert of w_qdata");
+  }
+  d.n = d.out.last_dim();
+  require_nbytes(
+      wq, checked_mul(checked_mul(d.experts, d.n, "w_qdata"), d.k / 2, "w_qdata"),
+      std::to_string(d.experts) + " experts x " + std::to_string(d.n) + " rows x K/2 packed bytes");
+  d.w.layout = layout;
+  d.w.rows = d.experts * d.n;
+  d.w.k = d.k;
+  d.w.q = wq;
+  d.w.s = check_tensor_any(ws_t, "w_scale");
+  require_e8m0_bytes(d.w.s);
+  d.expert_scale_bytes = mx_scale_bytes(d.n, d.k, layout, "w_scale");
+  require_nbytes(d.w.s, checked_mul(d.experts, d.expert_scale_bytes, "w_scale"),
+                 std::to_string(d.experts) + " experts x " + mx_scale_why(d.n, d.k, layout));
+  // The groups: consecutive row ranges of x, each with its expert.
+  if (n_groups < 0)
+    fail(Q4_ERR_INVALID_ARGUMENT, "n_groups", "must be >= 0, got " + std::to_string(n_groups));
+  if (n_groups > 0 && expert_of_group == nullptr) {
+    fail(Q4_ERR_NULL_POINTER, "expert_of_group", "pointer is NULL with n_groups > 0");
+  }
+  if (n_groups > 0 && group_rows == nullptr) {
+    fail(Q4_ERR_NULL_POINTER, "group_rows", "pointer is NULL with n_groups > 0");
+  }
+  int64_t total = 0;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const std::string at = "[" + std::to_string(g) + "]";
+    if (expert_of_group[g] < 0 || expert_of_group[g] >= d.experts) {
+      fail(Q4_ERR_INVALID_ARGUMENT, "expert_of_group" + at,
+           "expert " + std::to_string(expert_of_group[g]) + " is outside [0, " + std::to_string(d.experts) +
+               ") (E from w_qdata)");
+    }
+    if (group_rows[g] < 0 || group_rows[g] > d.t - total) {
+      fail(group_rows[g] < 0 ? Q4_ERR_INVALID_ARGUMENT : Q4_ERR_SHAPE, "group_rows" + at,
+           std::to_string(group_rows[g]) + " rows: the groups must be >= 0 rows and together cover x's " +
+               std::to_string(d.t) + " rows (" + std::to_string(total) + " covered before this group)");
+    }
+    total += group_rows[g];
+  }
+  if (total != d.t) {
+    fail(Q4_ERR_SHAPE, "group_rows",
+         "the groups cover " + std::to_string(total) + " rows, x has " + std::to_string(d.t) +
+             " (every row of x belongs to exactly one group)");
+  }
+  d.expert_of_group = expert_of_group;
+  d.group_rows = group_rows;
+  d.n_groups = n_groups;
+  if (bias_t != nullptr) {
+    d.bias.ref = check_tensor_any(bias_t, "bias");
+    require_float(d.bias.ref);
+    require_numel(d.bias.ref, checked_mul(d.experts, d.n, "bias"), "[E, N]: one row of N per expert");
+    d.bias.ptr = as_input(d.bias.ref);
+    d.bias.present = true;
+  }
+  place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  return d;
+}
+
 }  // namespace q4::core
