@@ -430,11 +430,13 @@ enum Kind : int {
   kQuantize,
   kDequantize,
   kAmax,
+  kNvfp4Small,
+  kNf4Small,
   kKinds
 };
-const char* const kKindName[kKinds] = {"nvfp4_gemv",     "nf4_gemv",         "nvfp4_panel",
-                                       "nf4_panel",      "f32_panel",        "gemm_micro",
-                                       "nvfp4_quantize", "nvfp4_dequantize", "amax"};
+const char* const kKindName[kKinds] = {"nvfp4_gemv", "nf4_gemv",    "nvfp4_panel",    "nf4_panel",
+                                       "f32_panel",  "gemm_micro",  "nvfp4_quantize", "nvfp4_dequantize",
+                                       "amax",       "nvfp4_small", "nf4_small"};
 
 // (isa, kind) pairs whose comparison ran.
 using Coverage = std::set<std::pair<int32_t, int>>;
@@ -686,7 +688,90 @@ void check_amax(const kern::KernelTable& t, Coverage& cov) {
   cov.insert({t.isa, kAmax});
 }
 
+// The small-batch entries: for several m, row ranges, K ranges and K
+// chunks, every output within the exact-mode bound of the reference over
+// its K range (x zero outside it, never read there: NaN is stored there in
+// the kernel's copy); the same bits whatever m, n0/n1 and kc are (the
+// fixed per-output sequence), and fp16/bf16 activations give the bits of
+// their fp32 values.
+template <class Weights, class Small, class Dot>
+void check_small_entry(Small small, const Weights& w, int64_t n, int kind, Dot&& dot) {
+  const int64_t k = w.k;
+  const int64_t n0 = 2, n1 = n - 1;
+  const std::pair<int64_t, int64_t> ranges[] = {{0, k}, {16, k}, {0, k - 16}, {k / 32 * 16, k}};
+  for (const auto& [k0, k1] : ranges) {
+    if (k1 <= k0) continue;
+    for (int32_t m : {1, 2, 3, 5, 7, 8, 13, 17}) {
+      const int64_t ldx = k + 5, ldy = n1 - n0 + 2;
+      std::vector<float> x = randoms(static_cast<size_t>(m * ldx), static_cast<uint32_t>(m * 31 + k + k0));
+      std::vector<float> xz = x, xnan = x;  // xz: zero outside [k0, k1); xnan: NaN there
+      for (int32_t i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < ldx; ++c) {
+          if (c >= k0 && c < k1) continue;
+          xz[static_cast<size_t>(i * ldx + c)] = 0.0f;
+          xnan[static_cast<size_t>(i * ldx + c)] = std::nanf("");
+        }
+      }
+      std::vector<float> first;
+      for (int64_t kc : {16, 64, 512}) {
+        INFO(kKindName[kind] << " k=" << k << " [" << k0 << ", " << k1 << ") m=" << m << " kc=" << kc);
+        std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
+        small(xnan.data(), ldx, m, w, n0, n1, k0, k1, y.data(), ldy, kc);
+        CHECK(gemv_violations(xz.data(), ldx, m, k, n0, n1, y.data(), ldy,
+                              [&](const float* xi, int64_t j) { return dot(xi, j); }) == 0);
+        CHECK(y[static_cast<size_t>(ldy - 1)] == -7.0f);  // columns past n1 - n0 untouched
+        if (first.empty()) {
+          first = y;
+        } else {
+          CHECK(same_floats(first.data(), y.data(), y.size()));  // kc is a speed knob only
+        }
+      }
+      // Row by row and over other row ranges: the same bits.
+      for (int32_t i = 0; i < m; i += 4) {
+        std::vector<float> yi(static_cast<size_t>(ldy), -7.0f);
+        small(xnan.data() + i * ldx, ldx, 1, w, n0, n0 + 1, k0, k1, yi.data(), ldy, 64);
+        small(xnan.data() + i * ldx, ldx, 1, w, n0 + 1, n1, k0, k1, yi.data() + 1, ldy, 64);
+        CHECK(same_floats(yi.data(), first.data() + i * ldy, static_cast<size_t>(n1 - n0)));
+      }
+      // fp16 / bf16 activations: the bits of the fp32 result on their values.
+      for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
+        std::vector<uint16_t> h(x.size());
+        std::vector<float> hv(x.size());
+        for (size_t e = 0; e < x.size(); ++e) {
+          h[e] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(xnan[e]) : q4::fmt::f32_to_bf16(xnan[e]);
+          hv[e] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[e]) : q4::fmt::bf16_to_f32(h[e]);
+        }
+        std::vector<float> yh(static_cast<size_t>(m * ldy), -7.0f), yf(static_cast<size_t>(m * ldy), -7.0f);
+        small(kern::ActRows(h.data(), ft), ldx, m, w, n0, n1, k0, k1, yh.data(), ldy, 64);
+        small(hv.data(), ldx, m, w, n0, n1, k0, k1, yf.data(), ldy, 64);
+        INFO(kKindName[kind] << " 16-bit activations k=" << k << " m=" << m);
+        CHECK(same_floats(yh.data(), yf.data(), yh.size()));
+      }
+    }
+  }
+}
+
+void check_small(const kern::KernelTable& t, Coverage& cov) {
+  for (int64_t k : {16, 48, 272, 528}) {
+    const int64_t n = 23;
+    NvMatrix mat(n, k, static_cast<uint32_t>(k + 5));
+    check_small_entry(t.nvfp4_small, mat.w, n, kNvfp4Small,
+                      [&](const float* xi, int64_t j) { return ref::nvfp4_dot(xi, mat.w, j); });
+  }
+  cov.insert({t.isa, kNvfp4Small});
+  for (int64_t k : {32, 64, 544}) {
+    for (int32_t shift : {4, 6, 8}) {
+      const int64_t n = 14;
+      Nf4Matrix mat(n, k, shift, static_cast<uint32_t>(k * 3 + shift));
+      check_small_entry(t.nf4_small, mat.w, n, kNf4Small,
+                        [&](const float* xi, int64_t j) { return ref::nf4_dot(xi, mat.w, j); });
+    }
+  }
+  cov.insert({t.isa, kNf4Small});
+}
+
 void check_table(const kern::KernelTable& t, Coverage& cov) {
+  check_small(t, cov);
   check_nvfp4_gemv(t, cov);
   check_nf4_gemv(t, cov);
   check_panels(t, cov);
@@ -752,7 +837,9 @@ TEST_CASE("kernel tables: every (table, entry) pair runnable here was compared w
                                    t.gemm_micro != s.gemm_micro,
                                    t.nvfp4_quantize != s.nvfp4_quantize,
                                    t.nvfp4_dequantize != s.nvfp4_dequantize,
-                                   t.amax != s.amax};
+                                   t.amax != s.amax,
+                                   t.nvfp4_small != s.nvfp4_small,
+                                   t.nf4_small != s.nf4_small};
     for (int kind = 0; kind < kKinds; ++kind) {
       if (distinct[kind]) own += std::string(own.empty() ? "" : ", ") + kKindName[kind];
     }

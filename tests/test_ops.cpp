@@ -480,3 +480,49 @@ TEST_CASE("packed data accepted as uint8, fp4 lanes 1 and fp4 lanes 2", "[ops][d
   Tensor y({rows, k}, t::f32());
   CHECK(NVFP4_dequantize(q_u8.t(), s.t(), Q4_SCALE_LINEAR, 1.0f, y.t(), nullptr) == Q4_OK);
 }
+
+TEST_CASE("NVFP4_linear and NF4_scaled_mm: every batch size across GEMV, small-batch and GEMM, odd N",
+          "[ops][small-batch]") {
+  // K = 4352 exceeds the default split_k (4096): the small-batch sizes run
+  // over two K parts. Exact-mode bound: (K + 16) * 2^-24 * sum |x w|.
+  for (int64_t k : {48, 4352}) {
+    const int64_t n = k > 1000 ? 7 : 13;
+    Tensor w = t::random_float({n, k}, t::f32(), static_cast<uint32_t>(k));
+    Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+    float g = 0;
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
+    Tensor nq({(n * k + 1) / 2}, t::u8()), na({(n * k + 63) / 64}, t::f32());
+    REQUIRE(NF4_quantize(w.t(), nq.t(), na.t(), 64, nullptr) == Q4_OK);
+    NF4_state st = nf4_state(na, 64);
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 64, 65}) {
+      const int xw = static_cast<int>(m % 3);
+      Tensor x = t::random_float({m, k}, dtype_for(xw), static_cast<uint32_t>(m * 13 + k));
+      Tensor y({m, n}, t::f32()), yn({m, n}, t::f32());
+      REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), nullptr) == Q4_OK);
+      REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, yn.t(), nullptr) == Q4_OK);
+      size_t bad = 0, bad_nf4 = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0, mag = 0, acc4 = 0, mag4 = 0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const double xv = x.get(i * k + kk);
+            const double wv = static_cast<float>(nvfp4_value(wq.data(), ws.data(), k, j, kk, 1)) * g;
+            acc += xv * wv;
+            mag += std::fabs(xv * wv);
+            const int64_t f = j * k + kk;
+            const uint32_t code = (f & 1) ? (nq.data()[f / 2] & 0xf) : (nq.data()[f / 2] >> 4);
+            const double w4 = static_cast<double>(nf4_spec(code) * na.f()[f / 64]);
+            acc4 += xv * w4;
+            mag4 += std::fabs(xv * w4);
+          }
+          const double unit = (static_cast<double>(k) + 16.0) * std::ldexp(1.0, -24);
+          bad += std::fabs(y.get(i * n + j) - acc) > unit * mag + 1e-30;
+          bad_nf4 += std::fabs(yn.get(i * n + j) - acc4) > unit * mag4 + 1e-30;
+        }
+      }
+      INFO("m=" << m << " n=" << n << " k=" << k << " x " << dtype_label(xw));
+      CHECK(bad == 0);
+      CHECK(bad_nf4 == 0);
+    }
+  }
+}

@@ -48,6 +48,66 @@ double median_ms(const kern::KernelTable& kt, const std::vector<float>& a, const
   return t[t.size() / 2];
 }
 
+// Median time of linear_nvfp4 at m rows under the small-batch config c.
+double product_ms(const kern::KernelTable& kt, const std::vector<float>& x, int64_t m,
+                  const kern::NvWeights& w, int64_t n, std::vector<float>& y, int32_t runs,
+                  const kern::SmallBatchConfig& c) {
+  kern::set_small_batch_config(c);
+  std::vector<double> t;
+  for (int32_t r = -1; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kern::linear_nvfp4(kt, x.data(), m, w, n, y.data(), 0);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r >= 0) t.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The small-batch settings for this CPU: the K chunk (at M = 16), the
+// smallest M where the small-batch kernels beat the fused GEMV and the
+// largest (of 64, 96, 128) where they beat the panel GEMM, on a random
+// NVFP4 weight of dim x dim (at least 256 x 256).
+kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
+  const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
+  std::vector<uint8_t> q(static_cast<size_t>(d * d / 2)), s(static_cast<size_t>(d * d / 16));
+  std::mt19937 rng(2);
+  for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
+  for (uint8_t& b : s) b = static_cast<uint8_t>(0x30 + rng() % 16);
+  const kern::NvWeights w{q.data(), s.data(), 1.0f, d};
+  std::vector<float> x(static_cast<size_t>(128 * d)), y(static_cast<size_t>(128 * d));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : x) v = u(rng);
+  kern::SmallBatchConfig best{};
+  double best_ms = product_ms(kt, x, 16, w, d, y, runs, best);
+  for (int64_t kc : {256, 1024, 2048}) {
+    kern::SmallBatchConfig c = best;
+    c.kc = kc;
+    const double ms = product_ms(kt, x, 16, w, d, y, runs, c);
+    if (ms < best_ms * (1.0 - kMargin)) {
+      best_ms = ms;
+      best.kc = kc;
+    }
+  }
+  best.min_m = kern::kGemvMaxRows + 1;
+  for (int32_t m = kern::kGemvMaxRows; m >= 2; --m) {
+    kern::SmallBatchConfig small = best, gemv = best;
+    small.min_m = m;
+    gemv.min_m = kern::kGemvMaxRows + 1;
+    if (product_ms(kt, x, m, w, d, y, runs, small) > product_ms(kt, x, m, w, d, y, runs, gemv)) break;
+    best.min_m = m;
+  }
+  best.max_m = 32;
+  for (int32_t m : {64, 96, 128}) {
+    kern::SmallBatchConfig small = best, gemm = best;
+    small.max_m = m;
+    gemm.max_m = m - 1;
+    if (product_ms(kt, x, m, w, d, y, runs, small) > product_ms(kt, x, m, w, d, y, runs, gemm)) break;
+    best.max_m = m;
+  }
+  return best;
+}
+
 nlohmann::json read_cache(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nlohmann::json::object();
@@ -114,6 +174,15 @@ void ensure_loaded() {
         kern::set_gemm_blocking(kern::GemmBlocking{kc, mc});
         log_message(Q4_LOG_INFO, "matmul tuning loaded from " + path);
       }
+      const auto sb = e->find("small_batch");
+      if (sb != e->end() && sb->is_object()) {
+        kern::SmallBatchConfig c;
+        c.min_m = sb->value("min_m", c.min_m);
+        c.max_m = sb->value("max_m", c.max_m);
+        c.kc = sb->value("kc", c.kc);
+        c.split_k = sb->value("split_k", c.split_k);
+        kern::set_small_batch_config(c);  // clamps to the valid ranges
+      }
     } catch (...) {
       log_message(Q4_LOG_WARN, "matmul tuning file ignored (unreadable or malformed)");
     }
@@ -153,6 +222,8 @@ void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
   }
   const bool adopted = best_ms <= default_ms * (1.0 - kMargin);
   kern::set_gemm_blocking(adopted ? best : defaults);
+  const kern::SmallBatchConfig sb = tune_small_batch(kt, dim, runs);
+  kern::set_small_batch_config(sb);
 
   bool persisted = false;
   const std::string path = cache_path();
@@ -161,13 +232,15 @@ void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out) {
     j["version"] = 1;
     if (!j.contains("entries") || !j["entries"].is_object()) j["entries"] = nlohmann::json::object();
     const kern::GemmBlocking keep = adopted ? best : defaults;
-    j["entries"][cpu_signature()] = {{"kc", keep.kc},
-                                     {"mc", keep.mc},
-                                     {"dim", dim},
-                                     {"default_ms", default_ms},
-                                     {"best_ms", best_ms},
-                                     {"adopted", adopted},
-                                     {"isa", isa_name(kt.isa)}};
+    j["entries"][cpu_signature()] = {
+        {"kc", keep.kc},
+        {"mc", keep.mc},
+        {"dim", dim},
+        {"default_ms", default_ms},
+        {"best_ms", best_ms},
+        {"adopted", adopted},
+        {"isa", isa_name(kt.isa)},
+        {"small_batch", {{"min_m", sb.min_m}, {"max_m", sb.max_m}, {"kc", sb.kc}, {"split_k", sb.split_k}}}};
     persisted = write_cache(path, j);
   }
 

@@ -1,4 +1,5 @@
-// The matmul tuner: grid search over the panel GEMM's cache blocking,
+// The matmul tuner: grid search over the panel GEMM's cache blocking and
+// the small-batch settings (M thresholds, K chunk),
 // persisted per CPU signature, loaded on first use.
 #pragma once
 

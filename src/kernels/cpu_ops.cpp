@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -23,6 +24,8 @@ namespace {
 
 std::atomic<int64_t> g_kc{256};
 std::atomic<int64_t> g_mc{96};
+std::mutex g_sb_mutex;
+SmallBatchConfig g_sb;  // guarded by g_sb_mutex
 
 struct AlignedDelete {
   void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
@@ -195,6 +198,21 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
   i8_product(kt, a, m, w, n, 0.25f * w.g, y, threads);  // (e2m1 x2)^2 -> e2m1^2
 }
 
+SmallBatchConfig small_batch_config() {
+  std::lock_guard<std::mutex> lock(g_sb_mutex);
+  return g_sb;
+}
+
+void set_small_batch_config(const SmallBatchConfig& c) {
+  SmallBatchConfig v = c;
+  v.min_m = std::clamp<int32_t>(v.min_m, 1, kGemvMaxRows + 1);
+  v.max_m = std::clamp<int32_t>(v.max_m, v.min_m - 1, 4096);
+  v.kc = std::clamp<int64_t>(v.kc / 16 * 16, 16, 1 << 16);
+  v.split_k = std::clamp<int64_t>(v.split_k / 16 * 16, 256, int64_t{1} << 40);
+  std::lock_guard<std::mutex> lock(g_sb_mutex);
+  g_sb = v;
+}
+
 GemmBlocking gemm_blocking() {
   GemmBlocking b;
   b.kc = g_kc.load(std::memory_order_relaxed);
@@ -209,12 +227,54 @@ void set_gemm_blocking(const GemmBlocking& b) {
 
 namespace {
 
-// Shared driver of the 4-bit products: the fused GEMV for small M, split
-// over N; the packed-panel GEMM otherwise. `Weights` is NvWeights or
-// Nf4Weights; gemv/panel are the matching kernel-table entries.
-template <class Weights, class Gemv, class Panel>
+// The small-batch product over N chunks x K parts (SmallBatchConfig):
+// every task is one (chunk, part) call of the kernel; with more than one
+// part, the parts are summed afterwards in part order, so the result
+// depends on the shape only.
+template <class Weights, class Small>
+void small_batch_product(ActRows x, int64_t m, const Weights& w, int64_t n, float* y, int32_t threads,
+                         const SmallBatchConfig& sb, Small small) {
+  const int64_t k = w.k;
+  const int64_t parts = k > sb.split_k ? (k + sb.split_k - 1) / sb.split_k : 1;
+  const int64_t kpart = ((k + parts - 1) / parts + 15) / 16 * 16;
+  const int64_t chunk = gemv_chunk(n, threads);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  std::vector<float> partial(parts > 1 ? static_cast<size_t>(parts * m * n) : 0);
+  parallel_for(chunks * parts, threads, [&](int64_t t) {
+    const int64_t c = t % chunks, p = t / chunks;
+    const int64_t n0 = c * chunk, n1 = std::min(n, n0 + chunk);
+    const int64_t k0 = std::min(k, p * kpart), k1 = std::min(k, k0 + kpart);
+    float* dst = parts > 1 ? partial.data() + p * m * n : y;
+    small(x, k, static_cast<int32_t>(m), w, n0, n1, k0, k1, dst + n0, n, sb.kc);
+  });
+  if (parts == 1) return;
+  const int64_t total = m * n;
+  constexpr int64_t kSumChunk = 4096;
+  parallel_for((total + kSumChunk - 1) / kSumChunk, threads, [&](int64_t t) {
+    const int64_t e0 = t * kSumChunk, e1 = std::min(total, e0 + kSumChunk);
+    for (int64_t e = e0; e < e1; ++e) {
+      float acc = partial[static_cast<size_t>(e)];
+      for (int64_t p = 1; p < parts; ++p) acc += partial[static_cast<size_t>(p * total + e)];
+      y[e] = acc;
+    }
+  });
+}
+
+// Shared driver of the 4-bit products: the fused GEMV for the smallest M,
+// the small-batch kernels (long K: over K parts)
+// up to SmallBatchConfig::max_m, the packed-panel GEMM beyond. `Weights` is
+// NvWeights or Nf4Weights; gemv/small/panel are the matching table entries;
+// small_ok says whether the small-batch kernels take these weights.
+template <class Weights, class Gemv, class Small, class Panel>
 void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w, int64_t n, float* y,
-                   int32_t threads, Gemv gemv, Panel panel) {
+                   int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok) {
+  if (m == 0 || n == 0) return;
+  const SmallBatchConfig sb = small_batch_config();
+  const bool use_small = small_ok && small != nullptr && m >= sb.min_m && m <= sb.max_m;
+  if (use_small) {
+    small_batch_product(x, m, w, n, y, threads, sb, small);
+    return;
+  }
   if (m <= kGemvMaxRows) {
     // fp16/bf16 rows go to the kernels as they are (converted in registers).
     const int64_t chunk = gemv_chunk(n, threads);
@@ -241,12 +301,13 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 
 void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
                   int32_t threads) {
-  linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_panel);
+  linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_small, kt.nvfp4_panel, true);
 }
 
 void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads) {
-  linear_packed(kt, x, m, w, n, y, threads, kt.nf4_gemv, kt.nf4_panel);
+  linear_packed(kt, x, m, w, n, y, threads, kt.nf4_gemv, kt.nf4_small, kt.nf4_panel,
+                w.k % 16 == 0 && w.blocksize >= 16);
 }
 
 void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,

@@ -19,10 +19,28 @@ struct GemmBlocking {
 GemmBlocking gemm_blocking();
 void set_gemm_blocking(const GemmBlocking& b);
 
-// y[m, n] = x[m, k] . W^T (fp32 accumulation). m <= kGemvMaxRows uses the
-// fused GEMV kernels, which read fp16/bf16 rows directly (converted in
-// registers); larger m the packed-panel GEMM (fp16/bf16 rows converted to
-// fp32 first, a copy: callers that count copies pass fp32 there).
+// The small-batch kernels' settings (the tuner's parameters): the M range
+// they take (below it the fused GEMV, above it the panel GEMM), the K chunk
+// of a decoded weight tile, and the split of long K: a product whose K
+// exceeds split_k (and whose M is below the panel GEMM) is cut into
+// ceil(K / split_k) column parts of equal size (multiples of 16), summed in
+// part order (the GEMV below min_m is not split). The split depends on the shape only, never on the thread
+// count, so results do not depend on the thread count either.
+struct SmallBatchConfig {
+  int32_t min_m = 9;
+  int32_t max_m = 64;
+  int64_t kc = 512;
+  int64_t split_k = 4096;
+};
+SmallBatchConfig small_batch_config();
+void set_small_batch_config(const SmallBatchConfig& c);
+
+// y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused
+// GEMV kernels, m in [min_m,
+// max_m] the small-batch kernels, both reading fp16/bf16 rows directly
+// (converted in registers); larger m the packed-panel GEMM (fp16/bf16 rows
+// converted to fp32 first, a copy: callers that count copies pass fp32
+// there).
 void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
                   int32_t threads);
 void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
@@ -37,10 +55,19 @@ enum class MathUsed : int32_t { Exact = 0, Int8 = 1 };
 
 // Why fast math mode runs the exact kernels on table kt, or nullptr when it
 // runs the integer kernels. NVFP4: the ISA has no integer kernels of its own
-// (fast mode is then never slower than exact). NF4: always exact (see
-// docs/performance.md: an int8 NF4 codebook has no bound we state).
+// (fast mode is then never slower than exact). NF4: the same (its integer
+// path and error bound: linear_nf4_int8).
 const char* fast_math_fallback_nvfp4(const KernelTable& kt);
 const char* fast_math_fallback_nf4(const KernelTable& kt);
+// Why fast mode runs the exact kernels for this M on table kt (M above the
+// table's i8_fast_max_m), or nullptr.
+const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m);
+// Why NF4 fast mode runs the exact kernels for this M on table kt (no NF4
+// integer GEMV on the table, or M above it), or nullptr.
+const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m);
+// Why NF4 weights w cannot take the integer path (K % 16, blocksize < 16,
+// non-finite or zero code values), or nullptr.
+const char* fast_math_fallback_nf4_weights(const Nf4Weights& w);
 
 // Fast math mode: activations quantized to int8 per block of 16 (scale
 // amax/127, round half away from zero), then integer dot products with the
@@ -57,6 +84,14 @@ MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const
 // The integer fast path itself, on any table (its i8 entries), no fallback.
 void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
                        float* y, int32_t threads);
+// NF4 fast mode on the integer kernels (no fallback; the caller checked
+// fast_math_fallback_nf4_weights): activations as above (bias kI8Nf4Bias),
+// the NF4 codes mapped by i8_nf4_codebook, block partials xs * absmax in the
+// fixed order, times post = max|lut| / 63. Error against the exact product:
+// |y - y_exact| <= sum_k (xs_b(k) / 2) |w_k| + sum_k (|x_k| + xs_b(k) / 2)
+// absmax_k max|lut| / 126 (+ fp32 rounding as above).
+void linear_nf4_int8(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+                     float* y, int32_t threads);
 
 // W4A4 NVFP4_scaled_mm on the integer kernels: A [m, k] NVFP4 codes with
 // linear E4M3 scales (A's global scale not applied), exact block sums,

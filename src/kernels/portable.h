@@ -54,6 +54,10 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
                 int64_t ldy);
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy);
+void nvfp4_small(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, int64_t k0,
+                 int64_t k1, float* y, int64_t ldy, int64_t kc);
+void nf4_small(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, int64_t k0,
+               int64_t k1, float* y, int64_t ldy, int64_t kc);
 void nvfp4_panel_nr(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel,
                     int32_t nr);
 void nf4_panel_nr(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel,

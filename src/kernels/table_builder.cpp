@@ -86,6 +86,8 @@ KernelTable complete_table(KernelTable t) {
   }
   if (t.nvfp4_gemv == nullptr) t.nvfp4_gemv = portable::nvfp4_gemv;
   if (t.nf4_gemv == nullptr) t.nf4_gemv = portable::nf4_gemv;
+  if (t.nvfp4_small == nullptr) t.nvfp4_small = portable::nvfp4_small;
+  if (t.nf4_small == nullptr) t.nf4_small = portable::nf4_small;
   if (t.nvfp4_quantize == nullptr) t.nvfp4_quantize = portable::nvfp4_quantize;
   if (t.nvfp4_dequantize == nullptr) t.nvfp4_dequantize = portable::nvfp4_dequantize;
   if (t.amax == nullptr) t.amax = portable::amax;

@@ -297,6 +297,8 @@ const KernelTable& avx2_table() {
     f.micro_mr = kMR;
     f.nvfp4_gemv = nvfp4_gemv;
     f.nf4_gemv = nf4_gemv;
+    f.nvfp4_small = sb_nvfp4_small<SbAvx2>;
+    f.nf4_small = sb_nf4_small<SbAvx2>;
     f.gemm_micro = gemm_micro;
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_dequantize = nvfp4_dequantize;

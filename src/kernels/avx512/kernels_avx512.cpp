@@ -7,6 +7,7 @@
 
 #include "formats/codec.h"
 #include "kernels/avx512/int8_avx512.h"
+#include "kernels/avx512/small_batch_avx512.h"
 #include "kernels/isa_common.h"
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
@@ -522,6 +523,8 @@ const KernelTable& avx512_table() {
     f.micro_mr = kMR;
     f.nvfp4_gemv = nvfp4_gemv;
     f.nf4_gemv = nf4_gemv;
+    f.nvfp4_small = sb_nvfp4_small<SbAvx512>;
+    f.nf4_small = sb_nf4_small<SbAvx512>;
     f.nvfp4_panel = nvfp4_panel;
     f.nf4_panel = nf4_panel;
     f.gemm_micro = gemm_micro;

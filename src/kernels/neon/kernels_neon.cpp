@@ -9,6 +9,7 @@
 
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
+#include "kernels/neon/small_batch_neon.h"
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
 
@@ -122,6 +123,8 @@ const KernelTable& neon_table() {
     f.panel_nr = kNR;
     f.micro_mr = kMR;
     f.nvfp4_gemv = nvfp4_gemv;
+    f.nvfp4_small = sb_nvfp4_small<SbNeon>;
+    f.nf4_small = sb_nf4_small<SbNeon>;
     f.gemm_micro = gemm_micro;
     f.amax = amax;
     f.fma_probe = fma_probe<Vec>;

@@ -1,0 +1,91 @@
+// AVX2 + FMA + F16C traits of the small-batch product kernels
+// (src/kernels/small_batch.h): 8 lanes, 3 rows of X x 3 rows of W = 9 ymm
+// accumulators (16 registers in all). Included by kernels_avx2.cpp only.
+#pragma once
+
+#include <immintrin.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/small_batch.h"
+
+namespace q4::kern {
+namespace {
+
+struct SbAvx2 {
+  using Reg = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kMI = 3;
+  static constexpr int kR = 3;
+  static __m256 zero() { return _mm256_setzero_ps(); }
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+  static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static float sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+
+  template <FType T>
+  static __m256 load_act(const void* base, int64_t off) {
+    if constexpr (T == FType::F32) {
+      return _mm256_loadu_ps(static_cast<const float*>(base) + off);
+    } else {
+      const __m128i h =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + off));
+      if constexpr (T == FType::F16) {
+        return _mm256_cvtph_ps(h);
+      } else {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      }
+    }
+  }
+
+  // 4 bytes -> 8 dwords whose low 4 bits are the nibbles of elements in order.
+  static __m256i nibbles8(const uint8_t* q4, __m256i shifts) {
+    int32_t v;
+    __builtin_memcpy(&v, q4, 4);
+    const __m128i b = _mm_cvtsi32_si128(v);
+    return _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);
+  }
+
+  // Codes (low 4 bits, sign in bit 3) -> signed values of an 8-entry magnitude LUT.
+  static __m256 signed8(__m256i codes, __m256 mag_lut) {
+    const __m256 mag = _mm256_permutevar8x32_ps(mag_lut, codes);
+    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28), _mm256_set1_epi32(INT32_MIN));
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+  }
+
+  static void decode_nvfp4(const uint8_t* q, const uint8_t* s, int64_t nblocks, float* dst) {
+    const __m256 lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const float* e4m3 = sb_e4m3_table();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const __m256 sc = _mm256_set1_ps(e4m3[s[b]]);
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m256 v = signed8(nibbles8(q + b * 8 + h * 4, shifts), lut);
+        _mm256_storeu_ps(dst + b * 16 + h * 8, _mm256_mul_ps(v, sc));
+      }
+    }
+  }
+
+  // NF4: 16 arbitrary code values (two 8-entry halves, blended on bit 3).
+  static void decode_nf4(const Nf4Weights& w, int64_t flat, int64_t len, float* dst) {
+    const __m256 lo = _mm256_loadu_ps(w.lut), hi = _mm256_loadu_ps(w.lut + 8);
+    const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
+    for (int64_t e = 0; e < len; e += 8) {
+      const int64_t f = flat + e;
+      const __m256i c = nibbles8(w.q + f / 2, shifts);
+      const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(c, 28));  // bit 3 -> sign bit
+      const __m256 v =
+          _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c), upper);
+      _mm256_storeu_ps(dst + e, _mm256_mul_ps(v, _mm256_set1_ps(w.absmax[f >> w.block_shift])));
+    }
+  }
+};
+
+}  // namespace
+}  // namespace q4::kern
