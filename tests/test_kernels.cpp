@@ -1020,8 +1020,16 @@ TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-i
     REQUIRE(NVFP4_scaled_mm(aq.t(), as.t(), bq.t(), bs.t(), 0, 0.125f, nullptr, y.t(), nullptr) == Q4_OK);
     CHECK(Q4_last_isa_used() == isa);
     REQUIRE(NVFP4_linear(a.t(), bq.t(), bs.t(), 0, 0.5f, nullptr, yf.t(), &fast) == Q4_OK);
-    CHECK(Q4_last_isa_used() == isa);
+    // Fast mode reports the integer level that ran, or the table's exact
+    // level where it fell back (no integer kernels, or M above i8_fast_max_m).
+    const kern::KernelTable& kt = kern::table_for(isa);
+    const bool fast_int = native && kern::fast_math_fallback_rows(kt, m) == nullptr;
+    CHECK(Q4_last_isa_used() == (fast_int ? isa : kt.exact_isa));
     if (!native) continue;
+    if (!fast_int) {
+      CHECK(same_bytes(y, first_mm) == have_first);
+      continue;
+    }
     if (!have_first) {
       first_mm = y;
       first_fast = yf;
@@ -1058,9 +1066,13 @@ TEST_CASE("linear diagnostics tell which math ran (mathModeUsed, mathFallbackRea
     INFO(j);
     CHECK(info.math_mode == Q4_MATH_FAST);
     const bool native = kern::table_for(q4::active_isa()).i8_native;
-    if (format == Q4_FORMAT_NVFP4 && native) {
+    const kern::KernelTable& kt = kern::table_for(q4::active_isa());
+    const bool partial = kt.i8_fast_max_m > 0 || (format == Q4_FORMAT_NF4 && kt.isa != Q4_ISA_SCALAR);
+    if (native) {
+      // Fast runs; where this ISA runs the exact kernels for some M the
+      // reason says so.
       CHECK(j.find("\"mathModeUsed\":\"fast\"") != std::string::npos);
-      CHECK(j.find("\"mathFallbackReason\":\"\"") != std::string::npos);
+      CHECK((j.find("\"mathFallbackReason\":\"\"") != std::string::npos) == !partial);
     } else {
       CHECK(j.find("\"mathModeUsed\":\"exact\"") != std::string::npos);
       CHECK(j.find("\"mathFallbackReason\":\"\"") == std::string::npos);
@@ -1088,4 +1100,132 @@ TEST_CASE("integer roof of each runnable table (prints GOP/s)", "[.][i8-roof]") 
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << q4::isa_name(isa) << ": " << ops / s / 1e9 << " int8 GOP/s (one thread)\n";
   }
+}
+
+// ---------------------------------------------------------------------------
+// NF4 fast mode on the integer kernels: the NF4 codebook mapped to int8
+// (i8_nf4_codebook), the fixed fp32 order: every table that runs the NF4
+// integer path is bit-identical to the scalar table's, and the result is
+// within the stated bound of the exact product.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+struct Nf4Data {
+  std::vector<uint8_t> q;
+  std::vector<float> absmax;
+  float lut[16] = {};
+  kern::Nf4Weights w() const {
+    kern::Nf4Weights r;
+    r.q = q.data();
+    r.absmax = absmax.data();
+    r.lut = lut;
+    return r;
+  }
+};
+
+Nf4Data random_nf4(int64_t n, int64_t k, int64_t bs, uint32_t seed) {
+  Nf4Data d;
+  std::vector<float> x = randoms(static_cast<size_t>(n * k), seed, 2.0f);
+  d.q.resize(static_cast<size_t>((n * k + 1) / 2));
+  d.absmax.resize(static_cast<size_t>((n * k + bs - 1) / bs));
+  kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, n * k, bs, d.q.data(), d.absmax.data());
+  for (int c = 0; c < 16; ++c) d.lut[c] = q4::fmt::nf4_decode(static_cast<uint32_t>(c));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and within its bound",
+          "[kernels][int8][nf4]") {
+  for (int32_t isa : compiled_tables(false))
+    WARN("SKIPPED NF4 integer kernels of " << q4::isa_name(isa) << ": this CPU cannot run them");
+  struct Shape {
+    int64_t m, n, k, bs;
+  };
+  const Shape shapes[] = {{1, 37, 1024, 64}, {2, 16, 128, 64},  {3, 100, 2048, 128}, {4, 50, 384, 64},
+                          {1, 9, 256, 16},   {4, 23, 640, 32},  {5, 33, 272, 64},    {17, 40, 1040, 16},
+                          {1, 7, 48, 16},    {2, 11, 1024, 256}};
+  const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
+  for (const Shape& sh : shapes) {
+    const int64_t m = sh.m, n = sh.n, k = sh.k;
+    INFO("m=" << m << " n=" << n << " k=" << k << " blocksize " << sh.bs);
+    Nf4Data d = random_nf4(n, k, sh.bs, static_cast<uint32_t>(n + 5 * k));
+    kern::Nf4Weights w = d.w();
+    w.k = k;
+    w.blocksize = sh.bs;
+    w.block_shift = 0;
+    while ((int64_t{1} << w.block_shift) < sh.bs) ++w.block_shift;
+    std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + 3 * k), 3.0f);
+    for (size_t i = 0; i < x.size(); i += 5) x[i] *= 1e-2f;
+    REQUIRE(kern::fast_math_fallback_nf4_weights(w) == nullptr);
+    std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+    kern::linear_nf4_int8(scalar, x.data(), m, w, n, want.data(), 1);
+    // The bound of linear_nf4_int8 against the exact product (in double).
+    const kern::I8Nf4Code code = kern::i8_nf4_codebook(d.lut);
+    REQUIRE(code.ok);
+    size_t bad = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0, bound = 0, mag = 0;
+        for (int64_t b = 0; b < k / 16; ++b) {
+          float amax = 0;
+          for (int e = 0; e < 16; ++e)
+            amax = std::max(amax, std::fabs(x[static_cast<size_t>(i * k + 16 * b + e)]));
+          const double xs = amax / 127.0;
+          for (int e = 0; e < 16; ++e) {
+            const int64_t f = j * k + 16 * b + e;
+            const uint8_t byte = d.q[static_cast<size_t>(f / 2)];
+            const double am = d.absmax[static_cast<size_t>(f / sh.bs)];
+            const double wv = static_cast<double>(d.lut[(f & 1) ? (byte & 0xfu) : (byte >> 4)]) * am;
+            const double xv = x[static_cast<size_t>(i * k + 16 * b + e)];
+            exact += xv * wv;
+            bound += xs / 2 * std::fabs(wv) + (std::fabs(xv) + xs / 2) * am * code.post * 63.0 / 126.0;
+            mag += (std::fabs(xv) + xs) * (std::fabs(wv) + am);
+          }
+        }
+        bound += (k / 16.0 + 4) * std::ldexp(1.0, -23) * mag;
+        if (std::fabs(want[static_cast<size_t>(i * n + j)] - exact) > bound) ++bad;
+      }
+    }
+    CHECK(bad == 0);
+    for (int32_t isa : compiled_tables(true)) {
+      const kern::KernelTable& kt = kern::table_for(isa);
+      for (int32_t threads : {1, 2, 3}) {
+        INFO("isa " << q4::isa_name(isa) << " threads " << threads);
+        std::fill(got.begin(), got.end(), -1.0f);
+        kern::linear_nf4_int8(kt, x.data(), m, w, n, got.data(), threads);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("fast mode reports the level that ran: the integer table, or its exact level on fallback",
+          "[kernels][int8]") {
+  const int64_t n = 32, k = 256;
+  Tensor w = t::random_float({n, k}, t::f32(), 81);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
+  Q4_op_options fast{};
+  Q4_op_options_init(&fast);
+  fast.math_mode = Q4_MATH_FAST;
+  for (int32_t isa : available_isas()) {
+    IsaGuard guard(isa);
+    const kern::KernelTable& kt = kern::table_for(isa);
+    for (int64_t m : {1, 4, 9, 40}) {
+      INFO("isa " << Q4_isa_name(isa) << " m " << m);
+      Tensor x = t::random_float({m, k}, t::f32(), 82), y({m, n}, t::f32());
+      REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, y.t(), &fast) == Q4_OK);
+      const bool int8 =
+          kern::fast_math_fallback_nvfp4(kt) == nullptr && kern::fast_math_fallback_rows(kt, m) == nullptr;
+      CHECK(Q4_last_isa_used() == (int8 ? kt.isa : kt.exact_isa));
+    }
+  }
+#if defined(__x86_64__)
+  if (q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX_VNNI)) {
+    CHECK(kern::table_for(Q4_ISA_AVX_VNNI).exact_isa == Q4_ISA_AVX2);
+    CHECK(kern::table_for(Q4_ISA_AVX_VNNI).i8_gemv_nvfp4 != nullptr);
+  }
+#endif
 }

@@ -130,8 +130,10 @@ Q4_API int32_t Q4_abi_version(void);
 #define Q4_ISA_AVX2 1        /* AVX2 + FMA + F16C                           */
 #define Q4_ISA_AVX512 2      /* AVX-512 F/BW/VL/DQ                          */
 #define Q4_ISA_AVX512_VNNI 3 /* + VNNI + VBMI (+ BF16 used when present)    */
+#define Q4_ISA_AVX_VNNI 4    /* AVX2 level + VEX AVX-VNNI (vpdpbusd on ymm)  */
 #define Q4_ISA_NEON 16       /* aarch64 Advanced SIMD                        */
 #define Q4_ISA_NEON_DOTPROD 17
+#define Q4_ISA_NEON_I8MM 18 /* + dotprod + i8mm (smmla)                      */
 #define Q4_ISA_BEST 255 /* Q4_set_max_isa: no cap                           */
 
 /* CPU feature bits (Q4_capabilities.cpu_features). */
@@ -214,8 +216,8 @@ Q4_API int32_t Q4_get_capabilities(Q4_capabilities* caps);
 Q4_API const char* Q4_isa_name(int32_t isa);
 
 /* Caps the ISA the CPU kernels may use (Q4_ISA_BEST removes the cap). The
- * environment variable Q4_FORCE_ISA (scalar|avx2|avx512|avx512_vnni|neon|
- * neon_dotprod) sets the initial cap. Asking for an ISA this CPU lacks is
+ * environment variable Q4_FORCE_ISA (scalar|avx2|avx_vnni|avx512|avx512_vnni|
+ * neon|neon_dotprod|neon_i8mm) sets the initial cap. Asking for an ISA this CPU lacks is
  * Q4_ERR_UNSUPPORTED. Takes effect for calls that start afterwards. */
 Q4_API int32_t Q4_set_max_isa(int32_t isa);
 

@@ -134,8 +134,8 @@ std::atomic<int32_t>& cap_ref() {
 
 }  // namespace
 
-const int32_t kIsaPreference[6] = {Q4_ISA_AVX512_VNNI,  Q4_ISA_AVX512, Q4_ISA_AVX2,
-                                   Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON,   Q4_ISA_SCALAR};
+const int32_t kIsaPreference[8] = {Q4_ISA_AVX512_VNNI, Q4_ISA_AVX512,       Q4_ISA_AVX_VNNI, Q4_ISA_AVX2,
+                                   Q4_ISA_NEON_I8MM,   Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON,     Q4_ISA_SCALAR};
 
 int32_t isa_rank(int32_t isa) {
   switch (isa) {
@@ -144,11 +144,14 @@ int32_t isa_rank(int32_t isa) {
     case Q4_ISA_AVX2:
     case Q4_ISA_NEON:
       return 1;
-    case Q4_ISA_AVX512:
+    case Q4_ISA_AVX_VNNI:
     case Q4_ISA_NEON_DOTPROD:
       return 2;
-    case Q4_ISA_AVX512_VNNI:
+    case Q4_ISA_AVX512:
+    case Q4_ISA_NEON_I8MM:
       return 3;
+    case Q4_ISA_AVX512_VNNI:
+      return 4;
     default:
       return 1000;  // Q4_ISA_BEST
   }
@@ -165,6 +168,8 @@ bool cpu_has_isa(const CpuInfo& info, int32_t isa) {
       return true;
     case Q4_ISA_AVX2:
       return (info.features & kAvx2Bits) == kAvx2Bits;
+    case Q4_ISA_AVX_VNNI:
+      return (info.features & (kAvx2Bits | Q4_CPU_AVXVNNI)) == (kAvx2Bits | Q4_CPU_AVXVNNI);
     case Q4_ISA_AVX512:
       return (info.features & kAvx512Bits) == kAvx512Bits;
     case Q4_ISA_AVX512_VNNI:
@@ -173,6 +178,9 @@ bool cpu_has_isa(const CpuInfo& info, int32_t isa) {
       return (info.features & Q4_CPU_NEON) != 0;
     case Q4_ISA_NEON_DOTPROD:
       return (info.features & (Q4_CPU_NEON | Q4_CPU_DOTPROD)) == (Q4_CPU_NEON | Q4_CPU_DOTPROD);
+    case Q4_ISA_NEON_I8MM:
+      return (info.features & (Q4_CPU_NEON | Q4_CPU_DOTPROD | Q4_CPU_I8MM)) ==
+             (Q4_CPU_NEON | Q4_CPU_DOTPROD | Q4_CPU_I8MM);
     default:
       return false;
   }
@@ -205,6 +213,8 @@ const char* isa_name(int32_t isa) {
       return "scalar";
     case Q4_ISA_AVX2:
       return "avx2";
+    case Q4_ISA_AVX_VNNI:
+      return "avx_vnni";
     case Q4_ISA_AVX512:
       return "avx512";
     case Q4_ISA_AVX512_VNNI:
@@ -213,6 +223,8 @@ const char* isa_name(int32_t isa) {
       return "neon";
     case Q4_ISA_NEON_DOTPROD:
       return "neon_dotprod";
+    case Q4_ISA_NEON_I8MM:
+      return "neon_i8mm";
     case Q4_ISA_BEST:
       return "best";
     default:
@@ -222,8 +234,8 @@ const char* isa_name(int32_t isa) {
 
 int32_t parse_isa_name(const char* text) {
   if (text == nullptr) return -1;
-  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON,
-                      Q4_ISA_NEON_DOTPROD, Q4_ISA_BEST}) {
+  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON,
+                      Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM, Q4_ISA_BEST}) {
     if (std::strcmp(text, isa_name(isa)) == 0) return isa;
   }
   return -1;

@@ -29,7 +29,7 @@ int32_t isa_cap();
 void set_max_isa(int32_t isa);
 
 // Levels from best to worst, and a rank to compare a level with the cap.
-extern const int32_t kIsaPreference[6];
+extern const int32_t kIsaPreference[8];
 int32_t isa_rank(int32_t isa);
 
 // "scalar", "avx2", ... ; nullptr for unknown values.

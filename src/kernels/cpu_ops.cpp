@@ -16,8 +16,10 @@
 #include <sys/mman.h>
 #endif
 #include "formats/codec.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernel_types.h"
 #include "kernels/portable.h"
+#include "nvfp4/q4_base.h"
 
 namespace q4::kern {
 namespace {
@@ -105,16 +107,18 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 
 // y = (fixed-order integer block product) * post, split over panels of 16
 // rows of W; every output is one thread's sequence, so the result does not
-// depend on the thread count.
-void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w, int64_t n,
-                float post, float* y, int32_t threads) {
-  const int64_t kb = w.k / 16;
-  if (m <= kI8GemvMaxRows && kt.i8_gemv_nvfp4 != nullptr && w.k % 128 == 0) {
+// depend on the thread count. gemv(m, n0, n1, y) is the table's integer
+// GEMV (nullptr-able: `use_gemv`), pack(n0, rows, b0, nb, wq, ws) its
+// panel packer for the weight format.
+template <class Gemv, class Pack>
+void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
+                float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack) {
+  const int64_t kb = k / 16;
+  if (m <= kI8GemvMaxRows && use_gemv && k % 128 == 0) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      kt.i8_gemv_nvfp4(a.q.data(), a.ldq, a.s.data(), a.c.data(), a.lds, static_cast<int32_t>(m), w, n0, n1,
-                       post, y + n0, n);
+      gemv(static_cast<int32_t>(m), n0, n1, y + n0);
     });
     return;
   }
@@ -129,7 +133,7 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, const 
       const int64_t i1 = std::min(m, i0 + kI8RowBlock);
       for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
         const int64_t nb = std::min(chunk, kb - b0);
-        kt.i8_pack_nvfp4(w, n0, rows, b0, nb, wq.data(), ws.data());
+        pack(n0, rows, b0, nb, wq.data(), ws.data());
         for (int64_t i = i0; i < i1; i += kt.i8_micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.i8_micro_mr, i1 - i));
           kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
@@ -144,6 +148,27 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, const 
   });
 }
 
+void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w, int64_t n,
+                      float post, float* y, int32_t threads) {
+  i8_product(
+      kt, a, m, w.k, n, post, y, threads, kt.i8_gemv_nvfp4 != nullptr,
+      [&](int32_t mm, int64_t n0, int64_t n1, float* yy) {
+        kt.i8_gemv_nvfp4(a.q.data(), a.ldq, a.s.data(), a.c.data(), a.lds, mm, w, n0, n1, post, yy, n);
+      },
+      [&](int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq, float* ws) {
+        kt.i8_pack_nvfp4(w, n0, rows, b0, nb, wq, ws);
+      });
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, int32_t bias, I8Activations& a,
+                          int32_t threads) {
+  a.resize(m, k);
+  parallel_for(m, threads, [&](int64_t i) {
+    i8_activations_quantize(x + i * k, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
+                            a.c.data() + i * a.lds, a.lds, bias);
+  });
+}
+
 }  // namespace
 
 const char* fast_math_fallback_nvfp4(const KernelTable& kt) {
@@ -151,38 +176,87 @@ const char* fast_math_fallback_nvfp4(const KernelTable& kt) {
                       : "this ISA has no integer dot-product kernels: fast mode runs the exact kernels";
 }
 
-const char* fast_math_fallback_nf4(const KernelTable&) {
-  return "NF4 has no integer path (an int8 NF4 codebook has no stated error bound): fast mode runs the exact "
-         "kernels";
+const char* fast_math_fallback_nf4(const KernelTable& kt) {
+  return fast_math_fallback_nvfp4(kt);
+}
+
+const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m) {
+  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m) {
+    return "the integer kernels of this ISA are not faster than exact at this M: fast mode runs the exact "
+           "kernels there";
+  }
+  return nullptr;
+}
+
+const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m) {
+  if (kt.isa == Q4_ISA_SCALAR) return nullptr;
+  if (kt.i8_gemv_nf4 == nullptr) {
+    return "NF4 has no integer GEMV on this ISA (its exact NF4 kernels are faster): fast mode runs the exact "
+           "kernels";
+  }
+  if (m > kI8GemvMaxRows) {
+    return "NF4 fast mode runs the integer GEMV for M <= 4 only (the NF4 panel packer is scalar): the exact "
+           "kernels above";
+  }
+  return nullptr;
+}
+
+const char* fast_math_fallback_nf4_weights(const Nf4Weights& w) {
+  if (w.k % 16 != 0 || w.blocksize < 16) {
+    return "NF4 fast mode needs K % 16 == 0 and blocksize >= 16: it runs the exact kernels";
+  }
+  if (!i8_nf4_codebook(w.lut).ok) return "the NF4 code values are not finite or all zero: exact kernels";
+  return nullptr;
 }
 
 void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
                        float* y, int32_t threads) {
   if (m == 0 || n == 0) return;
-  const int64_t k = w.k;
   I8Activations a;
-  a.resize(m, k);
-  parallel_for(m, threads, [&](int64_t i) {
-    i8_activations_quantize(x + i * k, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
-                            a.c.data() + i * a.lds, a.lds);
-  });
-  i8_product(kt, a, m, w, n, 0.5f * w.g, y, threads);  // e2m1 x2 -> e2m1
+  quantize_activations(x, m, w.k, kI8WeightBias, a, threads);
+  i8_product_nvfp4(kt, a, m, w, n, 0.5f * w.g, y, threads);  // e2m1 x2 -> e2m1
+}
+
+void linear_nf4_int8(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+                     float* y, int32_t threads) {
+  if (m == 0 || n == 0) return;
+  const I8Nf4Code code = i8_nf4_codebook(w.lut);
+  I8Activations a;
+  quantize_activations(x, m, w.k, kI8Nf4Bias, a, threads);
+  i8_product(
+      kt, a, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr,
+      [&](int32_t mm, int64_t n0, int64_t n1, float* yy) {
+        kt.i8_gemv_nf4(a.q.data(), a.ldq, a.s.data(), a.c.data(), a.lds, mm, w, code.biased, n0, n1,
+                       code.post, yy, n);
+      },
+      [&](int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq, float* ws) {
+        kt.i8_pack_nf4(w, code.biased, n0, rows, b0, nb, wq, ws);
+      });
 }
 
 MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
                            float* y, int32_t threads) {
-  if (fast_math_fallback_nvfp4(kt) != nullptr) {
+  if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr) {
     linear_nvfp4(kt, x, m, w, n, y, threads);
+    note_isa_used(kt.exact_isa);
     return MathUsed::Exact;
   }
   linear_nvfp4_int8(kt, x, m, w, n, y, threads);
+  note_isa_used(kt.isa);
   return MathUsed::Int8;
 }
 
 MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads) {
-  linear_nf4(kt, x, m, w, n, y, threads);
-  return MathUsed::Exact;
+  if (fast_math_fallback_nf4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
+      fast_math_fallback_nf4_rows(kt, m) != nullptr || fast_math_fallback_nf4_weights(w) != nullptr) {
+    linear_nf4(kt, x, m, w, n, y, threads);
+    note_isa_used(kt.exact_isa);
+    return MathUsed::Exact;
+  }
+  linear_nf4_int8(kt, x, m, w, n, y, threads);
+  note_isa_used(kt.isa);
+  return MathUsed::Int8;
 }
 
 void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t* as, int64_t m,
@@ -195,7 +269,8 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
     i8_activations_nvfp4(aq + i * (k / 2), as + i * (k / 16), 1, k, a.q.data() + i * a.ldq, a.ldq,
                          a.s.data() + i * a.lds, a.c.data() + i * a.lds, a.lds);
   });
-  i8_product(kt, a, m, w, n, 0.25f * w.g, y, threads);  // (e2m1 x2)^2 -> e2m1^2
+  i8_product_nvfp4(kt, a, m, w, n, 0.25f * w.g, y, threads);  // (e2m1 x2)^2 -> e2m1^2
+  note_isa_used(kt.isa);
 }
 
 SmallBatchConfig small_batch_config() {

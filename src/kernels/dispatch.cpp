@@ -22,8 +22,14 @@ constexpr CompiledIsa kCompiled[] = {
 #if defined(NVFP4_KERNELS_AVX512)
     {Q4_ISA_AVX512, kern::avx512_table},
 #endif
+#if defined(NVFP4_KERNELS_AVX_VNNI)
+    {Q4_ISA_AVX_VNNI, kern::avx_vnni_table},
+#endif
 #if defined(NVFP4_KERNELS_AVX2)
     {Q4_ISA_AVX2, kern::avx2_table},
+#endif
+#if defined(NVFP4_KERNELS_NEON_I8MM)
+    {Q4_ISA_NEON_I8MM, kern::neon_i8mm_table},
 #endif
 #if defined(NVFP4_KERNELS_NEON_DOTPROD)
     {Q4_ISA_NEON_DOTPROD, kern::neon_dotprod_table},
@@ -64,6 +70,10 @@ const KernelTable& active_table() {
 
 int32_t last_isa_used() {
   return t_last_isa;
+}
+
+void note_isa_used(int32_t isa) {
+  t_last_isa = isa;
 }
 
 }  // namespace kern

@@ -22,6 +22,9 @@ const KernelTable& table_for(int32_t isa);
 // The table for the active ISA; records it as this thread's last ISA used.
 // (active_table() in kernel_table.h is the same function.)
 int32_t last_isa_used();
+// Records the level whose kernels this thread's operation actually ran
+// (fast mode: the integer table, or its exact level when it fell back).
+void note_isa_used(int32_t isa);
 }  // namespace kern
 
 }  // namespace q4

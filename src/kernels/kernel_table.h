@@ -132,6 +132,26 @@ struct KernelTable {
   void (*i8_gemv_nvfp4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                         int64_t ldy) = nullptr;
+  // NF4 weights on the same integer operands (fast mode): the 16 NF4 code
+  // values mapped once to int8 by i8_nf4_codebook (portable.h): `code` holds
+  // the biased values (code + kI8Nf4Bias, in [0, 126]); the panel / the GEMV
+  // use them as the NVFP4 entries use the biased E2M1x2 values, with ws =
+  // the fp32 absmax of the block holding the 16 elements, and the activation
+  // correction xc = -kI8Nf4Bias * sum xq. Requires k % 16 == 0 and
+  // blocksize >= 16 (the GEMV: k % 128 == 0). The same fixed fp32 sequence.
+  void (*i8_pack_nf4)(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
+                      int64_t nb, uint8_t* wq, float* ws) = nullptr;
+  void (*i8_gemv_nf4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                      int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1, float post,
+                      float* y, int64_t ldy) = nullptr;
+  // The Q4_ISA_* of this table's fp32 kernels (what Q4_last_isa_used reports
+  // when fast mode falls back to exact); -1: isa.
+  int32_t exact_isa = -1;
+  // Fast mode runs the integer kernels for m <= i8_fast_max_m only, the
+  // exact ones above (measured: the integer kernels are not faster there on
+  // this ISA); 0: no limit. NF4 runs them only where the table has its own
+  // i8_gemv_nf4 (m <= kI8GemvMaxRows; the scalar table: every m).
+  int32_t i8_fast_max_m = 0;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).
@@ -156,6 +176,7 @@ constexpr int32_t kI8PanelNr = 16;
 constexpr int32_t kI8WeightBias = 12;
 constexpr int32_t kI8MaxMicroRows = 16;
 constexpr int32_t kI8GemvMaxRows = 4;
+constexpr int32_t kI8Nf4Bias = 63;  // NF4 int8 codes in [-63, 63]: vpmaddubsw pairs stay below 2^15
 constexpr int32_t kI8Perm[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
 
 // Widest panel and most micro-kernel rows the portable fill-ins support.
@@ -197,10 +218,12 @@ KernelTable complete_table(KernelTable fast);
 // defined; table_for() in dispatch.h picks among them.
 const KernelTable& scalar_table();
 const KernelTable& avx2_table();
+const KernelTable& avx_vnni_table();
 const KernelTable& avx512_table();
 const KernelTable& avx512_vnni_table();
 const KernelTable& neon_table();
 const KernelTable& neon_dotprod_table();
+const KernelTable& neon_i8mm_table();
 
 // The table for the active ISA (cap + CPU), looked up per call (cheap).
 const KernelTable& active_table();

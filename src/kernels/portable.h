@@ -41,8 +41,21 @@ void unswizzle_scales(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* li
 // scale amax/127, round half away from zero; a non-finite block gets a NaN
 // scale and zero codes), or rows of NVFP4 codes/linear scales (W4A4: E2M1x2
 // values and the E4M3 scales, exact).
+// `bias` is the weight bias of the operands (kI8WeightBias, kI8Nf4Bias).
 void i8_activations_quantize(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
-                             float* xs, int32_t* xc, int64_t ldxs);
+                             float* xs, int32_t* xc, int64_t ldxs, int32_t bias = kI8WeightBias);
+
+// The NF4 codebook of the integer path: c = max |lut|, code_j = round half
+// away from zero(lut_j * 63 / c) in [-63, 63], stored biased (+kI8Nf4Bias);
+// post = c / 63 (the factor the integer sums are multiplied by). ok is false
+// when lut has a non-finite value or is all zero (fast mode then runs
+// exact). Per element |lut_j - code_j * post| <= c / 126.
+struct I8Nf4Code {
+  uint8_t biased[16] = {};
+  float post = 0.0f;
+  bool ok = false;
+};
+I8Nf4Code i8_nf4_codebook(const float* lut);
 void i8_activations_nvfp4(const uint8_t* q, const uint8_t* s, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
                           float* xs, int32_t* xc, int64_t ldxs);
 
@@ -69,6 +82,8 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
 float amax(const float* x, int64_t n);
 void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
                    float* ws);
+void i8_pack_nf4(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                 uint8_t* wq, float* ws);
 double i8_probe(int64_t iters);
 void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t mr,
               const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,

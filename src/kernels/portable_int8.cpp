@@ -25,7 +25,7 @@ struct BiasedLut {
 }  // namespace
 
 void i8_activations_quantize(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
-                             float* xs, int32_t* xc, int64_t ldxs) {
+                             float* xs, int32_t* xc, int64_t ldxs, int32_t bias) {
   const int64_t nb = k / 16;
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * ldx;
@@ -52,7 +52,7 @@ void i8_activations_quantize(const float* x, int64_t ldx, int64_t m, int64_t k, 
         sum += code;
       }
       xs[i * ldxs + b] = scale;
-      xc[i * ldxs + b] = -kI8WeightBias * sum;
+      xc[i * ldxs + b] = -bias * sum;
     }
   }
 }
@@ -77,7 +77,47 @@ void i8_activations_nvfp4(const uint8_t* q, const uint8_t* s, int64_t m, int64_t
   }
 }
 
+I8Nf4Code i8_nf4_codebook(const float* lut) {
+  I8Nf4Code r;
+  float c = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    if (!std::isfinite(lut[j])) return r;
+    c = std::max(c, std::fabs(lut[j]));
+  }
+  if (!(c > 0.0f)) return r;
+  const float f = static_cast<float>(kI8Nf4Bias) / c;
+  for (int j = 0; j < 16; ++j) {
+    const float v = std::min(63.0f, std::max(-63.0f, lut[j] * f));
+    const int32_t code = static_cast<int32_t>(v + (v < 0.0f ? -0.5f : 0.5f));
+    r.biased[j] = static_cast<uint8_t>(code + kI8Nf4Bias);
+  }
+  r.post = c / static_cast<float>(kI8Nf4Bias);
+  r.ok = true;
+  return r;
+}
+
 namespace portable {
+
+void i8_pack_nf4(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                 uint8_t* wq, float* ws) {
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t r = 0; r < kI8PanelNr; ++r) {
+      uint8_t* dst = wq + b * 256 + r * 4;
+      if (r >= rows) {
+        for (int p = 0; p < 16; ++p) dst[(p / 4) * 64 + p % 4] = static_cast<uint8_t>(kI8Nf4Bias);
+        ws[b * 16 + r] = 0.0f;
+        continue;
+      }
+      const int64_t e0 = (n0 + r) * w.k + (b0 + b) * 16;  // even: element 2j in the high nibble
+      const uint8_t* qb = w.q + e0 / 2;
+      for (int p = 0; p < 16; ++p) {
+        const int e = kI8Perm[p];
+        dst[(p / 4) * 64 + p % 4] = code[(e & 1) ? (qb[e / 2] & 0xfu) : (qb[e / 2] >> 4)];
+      }
+      ws[b * 16 + r] = w.absmax[e0 >> w.block_shift];
+    }
+  }
+}
 
 void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
                    float* ws) {

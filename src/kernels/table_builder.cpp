@@ -103,6 +103,8 @@ KernelTable complete_table(KernelTable t) {
     t.i8_micro = nullptr;
   }
   if (t.i8_micro != nullptr || t.isa == Q4_ISA_SCALAR) t.i8_native = true;
+  if (t.i8_pack_nf4 == nullptr) t.i8_pack_nf4 = portable::i8_pack_nf4;
+  if (t.exact_isa < 0) t.exact_isa = t.isa;
   if (t.i8_probe == nullptr) t.i8_probe = portable::i8_probe;
   if (t.i8_micro == nullptr) {
     t.i8_pack_nvfp4 = portable::i8_pack_nvfp4;

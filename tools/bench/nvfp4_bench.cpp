@@ -13,7 +13,8 @@
 // hot case per format shows the L3 figure.
 //
 //   nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB]
-//               [--only gemv|gemm|quant|f32|l3] [--max-case-seconds S]
+//               [--only gemv|gemm|products|quant|f32|l3] [--max-case-seconds S]
+//               [--fast-max-m M] [--ms M,...] [--shapes NxK,...]
 //   nvfp4-bench --tune-matmul [--dim N] [--runs R]
 #include <dlfcn.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -33,6 +34,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu_ops.h"
@@ -51,6 +53,8 @@ struct Options {
   int64_t working_set_mb = 96;
   double max_case_seconds = 3.0;
   int64_t fast_max_m = 512;
+  std::vector<int64_t> ms;                          // --ms: the M values (default: the full or quick list)
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // --shapes NxK,...: the weight shapes
   std::string only;
   bool tune = false;
   std::string device = "cpu";
@@ -498,7 +502,27 @@ int bench_main(int argc, char** argv) {
       o.max_case_seconds = std::atof(next("--max-case-seconds").c_str());
     else if (a == "--fast-max-m")
       o.fast_max_m = std::atoll(next("--fast-max-m").c_str());
-    else if (a == "--working-set")
+    else if (a == "--ms") {
+      const std::string v = next("--ms");
+      for (size_t p = 0; p < v.size();) {
+        const size_t e = std::min(v.find(',', p), v.size());
+        o.ms.push_back(std::atoll(v.substr(p, e - p).c_str()));
+        p = e + 1;
+      }
+    } else if (a == "--shapes") {
+      const std::string v = next("--shapes");
+      for (size_t p = 0; p < v.size();) {
+        const size_t e = std::min(v.find(',', p), v.size());
+        const std::string sh = v.substr(p, e - p);
+        const size_t x = sh.find('x');
+        if (x == std::string::npos) {
+          std::fprintf(stderr, "--shapes takes NxK[,NxK...]\n");
+          return 2;
+        }
+        o.shapes.emplace_back(std::atoll(sh.substr(0, x).c_str()), std::atoll(sh.substr(x + 1).c_str()));
+        p = e + 1;
+      }
+    } else if (a == "--working-set")
       o.working_set_mb = std::atoll(next("--working-set").c_str());
     else if (a == "--only")
       o.only = next("--only");
@@ -511,11 +535,12 @@ int bench_main(int argc, char** argv) {
     else if (a == "--runs")
       o.runs = std::atoi(next("--runs").c_str());
     else {
-      std::fprintf(stderr,
-                   "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-                   "[--only gemv|gemm|quant|f32|l3] [--max-case-seconds S] [--fast-max-m M] [--device "
-                   "cpu|cuda]\n       nvfp4-bench --tune-matmul "
-                   "[--dim N] [--runs R]\n");
+      std::fprintf(
+          stderr,
+          "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
+          "[--only gemv|gemm|products|quant|f32|l3] [--max-case-seconds S] [--fast-max-m M] [--ms M,...] "
+          "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
+          "[--dim N] [--runs R]\n");
       return 2;
     }
   }
@@ -571,15 +596,22 @@ int bench_main(int argc, char** argv) {
   out["blas"] = sgemm != nullptr ? blas_name : "none found";
 
   json results = json::array();
-  auto want = [&](const char* c) { return o.only.empty() || o.only == c; };
+  auto want = [&](const std::string& c) {
+    return o.only.empty() || o.only == c || (o.only == "products" && (c == "gemv" || c == "gemm"));
+  };
   const int reps = o.quick ? 3 : o.reps;
 
   struct Shape {
     int64_t n, k;
   };
-  const std::vector<Shape> shapes = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
-  const std::vector<int64_t> ms_list =
-      o.quick ? std::vector<int64_t>{1, 8, 64} : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 512};
+  std::vector<Shape> shapes = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
+  if (!o.shapes.empty()) {
+    shapes.clear();
+    for (const auto& [n, k] : o.shapes) shapes.push_back({n, k});
+  }
+  const std::vector<int64_t> ms_list = !o.ms.empty() ? o.ms
+                                       : o.quick     ? std::vector<int64_t>{1, 8, 64}
+                                                     : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 512};
   // A result with its fraction of the limit that applies to it.
   auto add = [&](json r, const char* limit, double value) {
     r["limit"] = limit;

@@ -30,7 +30,7 @@ namespace NVFP4.Native
         public const int MATH_EXACT = 0, MATH_FAST = 1;
         public const int FORMAT_NONE = 0, FORMAT_NVFP4 = 1, FORMAT_NF4 = 2, FORMAT_MIXED = 3, FORMAT_MXFP4 = 4;
         public const int ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_AVX512_VNNI = 3, ISA_NEON = 16,
-                         ISA_NEON_DOTPROD = 17, ISA_BEST = 255;
+                         ISA_NEON_DOTPROD = 17, ISA_AVX_VNNI = 4, ISA_NEON_I8MM = 18, ISA_BEST = 255;
         public const ulong CPU_SSE42 = 1UL << 0, CPU_AVX = 1UL << 1, CPU_AVX2 = 1UL << 2, CPU_FMA = 1UL << 3,
                            CPU_F16C = 1UL << 4, CPU_AVX512F = 1UL << 5, CPU_AVX512BW = 1UL << 6,
                            CPU_AVX512VL = 1UL << 7, CPU_AVX512DQ = 1UL << 8, CPU_AVX512VNNI = 1UL << 9,

@@ -75,7 +75,8 @@ def capabilities():
                         _s(c.cpu_brand), _s(c.cuda_archs), _s(c.native_load_state))
 
 
-_ISAS = {"scalar": 0, "avx2": 1, "avx512": 2, "avx512_vnni": 3, "neon": 16, "neon_dotprod": 17, "best": 255}
+_ISAS = {"scalar": 0, "avx2": 1, "avx_vnni": 4, "avx512": 2, "avx512_vnni": 3, "neon": 16, "neon_dotprod": 17,
+         "neon_i8mm": 18, "best": 255}
 
 
 def isa_name(isa):
@@ -84,7 +85,7 @@ def isa_name(isa):
 
 def set_max_isa(isa):
     """Caps the CPU kernels' ISA: a Q4_ISA_* value or 'scalar' | 'avx2' |
-    'avx512' | 'avx512_vnni' | 'neon' | 'neon_dotprod' | 'best'."""
+    'avx_vnni' | 'avx512' | 'avx512_vnni' | 'neon' | 'neon_dotprod' | 'neon_i8mm' | 'best'."""
     if isinstance(isa, str):
         isa = _ISAS[isa.lower()]
     check(_capi.get().Q4_set_max_isa(int(isa)), "Q4_set_max_isa")

@@ -7,6 +7,8 @@
 
 #include "formats/codec.h"
 #include "kernels/avx2/int8_avx2.h"
+#include "kernels/avx2/int8_gemv_avx2.h"
+#include "kernels/avx2/small_batch_avx2.h"
 #include "kernels/isa_common.h"
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
@@ -309,6 +311,9 @@ const KernelTable& avx2_table() {
     f.i8_micro = i8_micro_avx2;
     f.i8_micro_mr = kI8MR2;
     f.i8_probe = i8_probe_avx2;
+    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_avx2<false>;
+    f.i8_gemv_nf4 = i8_gemv_nf4_avx2<false>;
+    f.i8_fast_max_m = 8;  // measured: the 2-row maddubs micro-kernel loses to exact at M = 32
     return f;
   }());
   return t;

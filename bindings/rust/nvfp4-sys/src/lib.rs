@@ -183,8 +183,10 @@ pub const Q4_ISA_SCALAR: i32 = 0;
 pub const Q4_ISA_AVX2: i32 = 1;
 pub const Q4_ISA_AVX512: i32 = 2;
 pub const Q4_ISA_AVX512_VNNI: i32 = 3;
+pub const Q4_ISA_AVX_VNNI: i32 = 4;
 pub const Q4_ISA_NEON: i32 = 16;
 pub const Q4_ISA_NEON_DOTPROD: i32 = 17;
+pub const Q4_ISA_NEON_I8MM: i32 = 18;
 pub const Q4_ISA_BEST: i32 = 255;
 
 pub const Q4_CPU_SSE42: u64 = 1 << 0;

@@ -68,6 +68,8 @@ c_enum!(
         Avx512Vnni = sys::Q4_ISA_AVX512_VNNI,
         Neon = sys::Q4_ISA_NEON,
         NeonDotprod = sys::Q4_ISA_NEON_DOTPROD,
+        AvxVnni = sys::Q4_ISA_AVX_VNNI,
+        NeonI8mm = sys::Q4_ISA_NEON_I8MM,
         Best = sys::Q4_ISA_BEST,
     }
 );

@@ -1,0 +1,319 @@
+// Integer GEMV for 256-bit x86 (KernelTable::i8_gemv_nvfp4 / i8_gemv_nf4):
+// the AVX2 table (vpmaddubsw + vpmaddwd) and the AVX-VNNI table (VEX
+// vpdpbusd on ymm) include it, each compiled with its own flags (internal
+// linkage). Also the AVX-VNNI micro-kernel and probe.
+//
+// Per 8 rows of W and 64 elements (4 blocks): one 32-byte load per row,
+// nibbles -> biased int8 values by vpshufb, dword lane d of a row = half d%2
+// of block d/2; two 4-byte dot products per lane with the activation dwords
+// of the same steps give half-block sums; rows 2p, 2p+1 are folded into
+// (row, block) qwords and a 4x4 qword transpose puts the 8 rows of one
+// block in the lanes of one vector. Then the fixed fp32 sequence of
+// KernelTable::i8_micro per lane (row), blocks ascending: bit-identical to
+// every other table.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/codec.h"
+#include "kernels/isa_common.h"
+#include "kernels/kernel_table.h"
+
+// The VNNI ymm instruction: VEX (AVX-VNNI) in the AVX-VNNI unit, EVEX
+// (AVX-512 VNNI + VL) in the AVX-512 VNNI unit; absent elsewhere.
+#if defined(__AVXVNNI__)
+#define NVFP4_I8Y_DPBUSD(acc, u8, s8) _mm256_dpbusd_avx_epi32(acc, u8, s8)
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define NVFP4_I8Y_DPBUSD(acc, u8, s8) _mm256_dpbusd_epi32(acc, u8, s8)
+#endif
+
+namespace q4::kern {
+namespace {
+
+// 4-byte dot products of u8 x s8 per dword lane, added to acc. Without
+// VNNI the int16 pair sums of vpmaddubsw cannot saturate: biased weights
+// are <= 126 and |x| <= 127, so |pair| <= 32004.
+template <bool kVnni>
+inline __m256i i8y_dot4(__m256i acc, __m256i u8, __m256i s8) {
+  if constexpr (kVnni) {
+#if defined(NVFP4_I8Y_DPBUSD)
+    return NVFP4_I8Y_DPBUSD(acc, u8, s8);
+#else
+    static_assert(!kVnni, "VNNI instantiated in a unit without VNNI");
+    return acc;
+#endif
+  } else {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u8, s8), _mm256_set1_epi16(1)));
+  }
+}
+
+// 8 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
+inline __m256 i8y_e4m3_decode8(__m256i c) {
+  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, _mm256_set1_epi32(7))),
+                                   _mm256_set1_ps(1.0f / 512.0f));
+  const __m256i is_sub =
+      _mm256_cmpeq_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x78)), _mm256_setzero_si256());
+  const __m256i is_nan = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f));
+  __m256 v = _mm256_blendv_ps(_mm256_castsi256_ps(normal), sub, _mm256_castsi256_ps(is_sub));
+  v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_castsi256_ps(is_nan));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+}
+
+// The two weight formats of the GEMV: row bytes, nibble order and the
+// per-16-block scale of 8 rows.
+struct I8yNvfp4 {
+  const NvWeights& w;
+  int64_t kb;
+  I8yNvfp4(const NvWeights& wt) : w(wt), kb(wt.k / 16) {}  // NOLINT(google-explicit-constructor)
+  static constexpr bool kEvenLow = true;                   // element 2j in the low nibble
+  const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane].
+  void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rr)),
+                                           _mm256_set1_epi32(static_cast<int32_t>(kb)));
+    const __m256i g =
+        _mm256_i32gather_epi32(reinterpret_cast<const int*>(w.s + j0 * kb + c * 4), idx, 1);  // 4 codes a row
+    for (int q = 0; q < 4; ++q) {
+      sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
+    }
+  }
+};
+
+struct I8yNf4 {
+  const Nf4Weights& w;
+  I8yNf4(const Nf4Weights& wt) : w(wt) {}  // NOLINT(google-explicit-constructor)
+  static constexpr bool kEvenLow = false;  // element 2j in the high nibble
+  const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
+    // Element offsets of the rows relative to A = (j0 K) rounded down to a
+    // block: absmax index = (offset + 64c + 16q) >> shift from absmax + A/bs.
+    const int64_t a = (j0 * w.k) >> w.block_shift << w.block_shift;
+    alignas(32) int32_t e[8];
+    for (int r = 0; r < 8; ++r) e[r] = static_cast<int32_t>((j0 + rr[r]) * w.k - a);
+    const __m256i ev = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
+    const __m128i sh = _mm_cvtsi32_si128(w.block_shift);
+    const float* base = w.absmax + (a >> w.block_shift);
+    for (int q = 0; q < 4; ++q) {
+      const __m256i idx = _mm256_srl_epi32(
+          _mm256_add_epi32(ev, _mm256_set1_epi32(static_cast<int32_t>(c * 64 + 16 * q))), sh);
+      sc[q] = _mm256_i32gather_ps(base, idx, 4);
+    }
+  }
+};
+
+// Activation dwords in lane order: for chunk c (64 elements, 4 blocks) of
+// row i, xlo lane d = dword 4(d/2) + 2(d%2) (steps 0, 2 of each block), xhi
+// the next dword (steps 1, 3).
+inline void i8y_split_x(const int8_t* xq, int64_t ldxq, int32_t m, int64_t k, int8_t* out) {
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int32_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k / 64; ++c) {
+      const int8_t* src = xq + i * ldxq + c * 64;
+      const __m256i x0 =
+          _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
+                                      even);  // dwords 0 2 4 6 | 1 3 5 7
+      const __m256i x1 = _mm256_permutevar8x32_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)), even);  // 8 10 12 14 | 9 ...
+      int8_t* dst = out + (i * (k / 64) + c) * 64;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute2x128_si256(x0, x1, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32), _mm256_permute2x128_si256(x0, x1, 0x31));
+    }
+  }
+}
+
+template <int M, bool kVnni, class Fmt>
+void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, int64_t ldxs, const Fmt& f,
+                   __m256i lut, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  const int64_t chunks = k / 64;
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  for (int64_t j0 = n0; j0 < n1; j0 += 8) {
+    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(8, n1 - j0));
+    alignas(32) int32_t rr[8];
+    const uint8_t* rp[8];
+    for (int r = 0; r < 8; ++r) {
+      rr[r] = std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
+      rp[r] = f.row(j0 + rr[r]);
+    }
+    __m256 acc[M];
+    for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      __m256i C[M][4];
+      for (int p = 0; p < 4; ++p) {
+        const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p] + c * 32));
+        const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p + 1] + c * 32));
+        const __m256i la = _mm256_shuffle_epi8(lut, _mm256_and_si256(va, nib));
+        const __m256i ha = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(va, 4), nib));
+        const __m256i lb = _mm256_shuffle_epi8(lut, _mm256_and_si256(vb, nib));
+        const __m256i hb = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(vb, 4), nib));
+        const __m256i ea = Fmt::kEvenLow ? la : ha, oa = Fmt::kEvenLow ? ha : la;
+        const __m256i eb = Fmt::kEvenLow ? lb : hb, ob = Fmt::kEvenLow ? hb : lb;
+        for (int i = 0; i < M; ++i) {
+          const int8_t* xp = xs_split + (i * chunks + c) * 64;
+          const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+          const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
+          const __m256i A = i8y_dot4<kVnni>(i8y_dot4<kVnni>(_mm256_setzero_si256(), ea, xlo), oa, xhi);
+          const __m256i B = i8y_dot4<kVnni>(i8y_dot4<kVnni>(_mm256_setzero_si256(), eb, xlo), ob, xhi);
+          // qword q = (block q of row 2p, block q of row 2p+1)
+          C[i][p] = _mm256_add_epi32(_mm256_blend_epi32(A, B, 0xaa),
+                                     _mm256_shuffle_epi32(_mm256_blend_epi32(A, B, 0x55), 0xb1));
+        }
+      }
+      __m256 sc[4];
+      f.scales(j0, rr, c, sc);
+      for (int i = 0; i < M; ++i) {
+        const __m256i e0 = _mm256_unpacklo_epi64(C[i][0], C[i][1]);  // q0: rows 0-3 | q2
+        const __m256i e1 = _mm256_unpackhi_epi64(C[i][0], C[i][1]);  // q1 | q3
+        const __m256i e2 = _mm256_unpacklo_epi64(C[i][2], C[i][3]);  // q0: rows 4-7 | q2
+        const __m256i e3 = _mm256_unpackhi_epi64(C[i][2], C[i][3]);
+        const __m256i D[4] = {
+            _mm256_permute2x128_si256(e0, e2, 0x20), _mm256_permute2x128_si256(e1, e3, 0x20),
+            _mm256_permute2x128_si256(e0, e2, 0x31), _mm256_permute2x128_si256(e1, e3, 0x31)};
+        const float* xsb = xs + i * ldxs + c * 4;
+        const int32_t* xcb = xc + i * ldxs + c * 4;
+        for (int q = 0; q < 4; ++q) {
+          const __m256i d = _mm256_add_epi32(D[q], _mm256_set1_epi32(xcb[q]));
+          const __m256 p = _mm256_mul_ps(_mm256_set1_ps(xsb[q]), sc[q]);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), p, acc[i]);
+        }
+      }
+    }
+    for (int i = 0; i < M; ++i) {
+      const __m256 v = _mm256_mul_ps(acc[i], _mm256_set1_ps(post));
+      float* dst = y + i * ldy + (j0 - n0);
+      if (rows == 8) {
+        _mm256_storeu_ps(dst, v);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, v);
+        std::memcpy(dst, tmp, static_cast<size_t>(rows) * sizeof(float));
+      }
+    }
+  }
+}
+
+inline __m256i i8y_lut(const uint8_t* v16) {
+  const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v16));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(l), l, 1);
+}
+
+template <bool kVnni, class Fmt>
+void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
+              const Fmt& f, const uint8_t* lut16, int64_t k, int64_t n0, int64_t n1, float post, float* y,
+              int64_t ldy) {
+  // k % 64 == 0 (the drivers check k % 128).
+  std::vector<int8_t> split(static_cast<size_t>(int64_t{m} * k));
+  i8y_split_x(xq, ldxq, m, k, split.data());
+  const __m256i lut = i8y_lut(lut16);
+  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
+    i8y_gemv_rows<decltype(rows)::value, kVnni>(split.data(), xs, xc, ldxs, f, lut, k, n0, n1, post, y, ldy);
+  });
+}
+
+struct I8yNvLut {
+  uint8_t v[16];
+  I8yNvLut() {
+    for (uint32_t c = 0; c < 16; ++c) v[c] = static_cast<uint8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
+  }
+};
+
+template <bool kVnni>
+void i8_gemv_nvfp4_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                        int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
+                        int64_t ldy) {
+  static const I8yNvLut lut;
+  i8y_gemv<kVnni>(xq, ldxq, xs, xc, ldxs, m, I8yNvfp4(w), lut.v, w.k, n0, n1, post, y, ldy);
+}
+
+template <bool kVnni>
+void i8_gemv_nf4_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                      int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1, float post,
+                      float* y, int64_t ldy) {
+  i8y_gemv<kVnni>(xq, ldxq, xs, xc, ldxs, m, I8yNf4(w), code, w.k, n0, n1, post, y, ldy);
+}
+
+#if defined(NVFP4_I8Y_DPBUSD)
+// AVX-VNNI micro-kernel: the panel layout of KernelTable::i8_micro, 4 rows
+// of X x 16 panel rows (two ymm of int32 and fp32 accumulators per row).
+template <int MR>
+inline void i8_micro_avxvnni_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc,
+                                  int64_t ldxs, const uint8_t* wq, const float* ws, int64_t nb, float* y,
+                                  int64_t ldy, int32_t nr, bool accumulate) {
+  __m256 acc[MR][2];
+  for (int i = 0; i < MR; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      alignas(32) float tmp[8] = {};
+      if (accumulate) {
+        for (int r = 0; r < 8 && 8 * h + r < nr; ++r) tmp[r] = y[i * ldy + 8 * h + r];
+      }
+      acc[i][h] = _mm256_load_ps(tmp);
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = wq + b * 256;
+    __m256i d[MR][2];
+    for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+      for (int i = 0; i < MR; ++i) {
+        int32_t x4;
+        std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
+        const __m256i xv = _mm256_set1_epi32(x4);
+        d[i][0] = NVFP4_I8Y_DPBUSD(d[i][0], w0, xv);
+        d[i][1] = NVFP4_I8Y_DPBUSD(d[i][1], w1, xv);
+      }
+    }
+    const __m256 ws0 = _mm256_loadu_ps(ws + b * 16), ws1 = _mm256_loadu_ps(ws + b * 16 + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xsv = _mm256_set1_ps(xs[i * ldxs + b]);
+      acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(xsv, ws0), acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(xsv, ws1), acc[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, acc[i][0]);
+    _mm256_store_ps(tmp + 8, acc[i][1]);
+    std::memcpy(y + i * ldy, tmp, static_cast<size_t>(nr) * sizeof(float));
+  }
+}
+
+constexpr int32_t kI8MRVnni256 = 4;
+
+inline void i8_micro_avxvnni(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                             int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y,
+                             int64_t ldy, int32_t nr, bool accumulate) {
+  with_rows<kI8MRVnni256>(mr, [&](auto rows) {
+    i8_micro_avxvnni_rows<decltype(rows)::value>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+  });
+}
+
+// Integer roof probe: 8 independent VEX vpdpbusd chains, 32 int8 MACs each.
+inline double i8_probe_avxvnni(int64_t iters) {
+  __m256i acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_set1_epi32(j);
+  __m256i b = _mm256_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile("" : "+x"(b));  // no hoisting
+    for (__m256i& a : acc) a = NVFP4_I8Y_DPBUSD(a, a, b);
+  }
+  __m256i s = acc[0];
+  for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, acc[j]);
+  alignas(32) int32_t out[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), s);
+  volatile int32_t sink = out[0];
+  (void)sink;
+  return static_cast<double>(iters) * 8 * 32 * 2;
+}
+#endif  // NVFP4_I8Y_DPBUSD
+
+}  // namespace
+}  // namespace q4::kern
