@@ -4,8 +4,11 @@
 // double precision and independent of the library's codec code.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cfloat>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -620,4 +623,175 @@ TEST_CASE("MXFP4_linear_experts validation: each bad input a status naming it, n
           Q4_ERR_UNSUPPORTED);
   }
   CHECK(out2.snapshot() == before2);
+}
+
+// ---------------------------------------------------------------------------
+// Sessions and linears with MXFP4 weights (fp32 decode + GEMM on the CPU).
+// ---------------------------------------------------------------------------
+namespace {
+
+struct MxSession {
+  Q4_session* s = nullptr;
+  explicit MxSession(const Q4_session_config* c = nullptr) { REQUIRE(Q4_session_create(c, &s) == Q4_OK); }
+  ~MxSession() { Q4_session_destroy(s); }
+};
+
+Q4_weight_bundle mx_bundle(const DLTensor* weight, const DLTensor* scale, int64_t n, int64_t k,
+                           const DLTensor* bias) {
+  Q4_weight_bundle b;
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_MXFP4;
+  b.source = Q4_WEIGHT_PACKED;
+  b.scale_layout = Q4_SCALE_LINEAR;
+  b.weight = weight;
+  b.scale = scale;
+  b.out_features = n;
+  b.in_features = k;
+  b.bias = bias;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4 linears: packed, swizzled and float bundles forward like MXFP4_linear", "[session][mxfp4]") {
+  const int64_t n = 20, k = 128, m = 5;
+  Tensor w = t::random_float({n, k}, t::f32(), 61);
+  Tensor q({n, k / 2}, t::u8()), s({n, k / 32}, t::u8()), sw({swizzled_mx_bytes(n, k)}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  REQUIRE(NVFP4_swizzle_scales(s.t(), sw.t()) == Q4_OK);
+  Tensor bias = t::random_float({n}, t::f32(), 62);
+  Tensor x = t::random_float({m, k}, t::bf16(), 63);
+  Tensor ref({m, n}, t::f32());
+  REQUIRE(MXFP4_linear(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, bias.t(), ref.t(), nullptr) == Q4_OK);
+  MxSession ses;
+  for (int variant = 0; variant < 3; ++variant) {
+    Q4_weight_bundle b = mx_bundle(q.t(), s.t(), n, k, bias.t());
+    if (variant == 1) {
+      b.scale = sw.t();
+      b.scale_layout = Q4_SCALE_SWIZZLED;
+    } else if (variant == 2) {  // float source: quantized by the library
+      b.source = Q4_WEIGHT_FLOAT;
+      b.weight = w.t();
+      b.scale = nullptr;
+      b.out_features = b.in_features = 0;
+    }
+    Q4_linear* lin = nullptr;
+    REQUIRE(Q4_linear_create(ses.s, &b, &lin) == Q4_OK);
+    Tensor out({m, n}, t::f32());
+    REQUIRE(Q4_linear_forward(lin, x.t(), out.t()) == Q4_OK);
+    CHECK(std::memcmp(out.data(), ref.data(), static_cast<size_t>(m * n * 4)) == 0);
+    Q4_linear_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(Q4_linear_info_get(lin, &info) == Q4_OK);
+    CHECK(info.format == Q4_FORMAT_MXFP4);
+    CHECK(info.backend == Q4_BACKEND_DEQUANT_MATMUL);
+    CHECK(info.out_features == n);
+    CHECK(info.in_features == k);
+    char buf[4096];
+    size_t need = 0;
+    REQUIRE(Q4_session_diagnostics(ses.s, buf, sizeof buf, &need) == Q4_OK);
+    CHECK(std::string(buf).find("\"mxfp4\"") != std::string::npos);
+    // An update keeps the format and shape; another MXFP4 weight is taken.
+    Tensor w2 = t::random_float({n, k}, t::f32(), 64);
+    Tensor q2({n, k / 2}, t::u8()), s2({n, k / 32}, t::u8());
+    REQUIRE(MXFP4_quantize(w2.t(), q2.t(), s2.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+    Q4_weight_bundle b2 = mx_bundle(q2.t(), s2.t(), n, k, nullptr);
+    REQUIRE(Q4_linear_update_weight(lin, &b2) == Q4_OK);
+    Tensor ref2({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), q2.t(), s2.t(), Q4_SCALE_LINEAR, nullptr, ref2.t(), nullptr) == Q4_OK);
+    REQUIRE(Q4_linear_forward(lin, x.t(), out.t()) == Q4_OK);
+    CHECK(std::memcmp(out.data(), ref2.data(), static_cast<size_t>(m * n * 4)) == 0);
+    Q4_weight_bundle nv = b2;
+    nv.format = Q4_FORMAT_NVFP4;
+    CHECK(Q4_linear_update_weight(lin, &nv) == Q4_ERR_INVALID_ARGUMENT);
+    REQUIRE(Q4_linear_destroy(lin) == Q4_OK);
+  }
+}
+
+TEST_CASE("MXFP4 linears: bad bundles and settings that need a kernel are refused", "[session][mxfp4]") {
+  const int64_t n = 8, k = 64;
+  Tensor q({n, k / 2}, t::u8()), s({n, k / 32}, t::u8()), s4({n, k / 32}, t::e4m3());
+  std::memset(q.data(), 0x21, static_cast<size_t>(n * k / 2));
+  std::memset(s.data(), 127, static_cast<size_t>(n * k / 32));
+  MxSession ses;
+  Q4_linear* lin = nullptr;
+  auto named = [](const char* what) { return std::string(Q4_last_error()).find(what) != std::string::npos; };
+  Q4_weight_bundle b = mx_bundle(q.t(), s4.t(), n, k, nullptr);
+  CHECK(Q4_linear_create(ses.s, &b, &lin) == Q4_ERR_DTYPE);
+  CHECK(named("weight->scale"));
+  b = mx_bundle(q.t(), s.t(), n, 48, nullptr);
+  CHECK(Q4_linear_create(ses.s, &b, &lin) == Q4_ERR_SHAPE);
+  CHECK(named("multiple of 32"));
+  b = mx_bundle(q.t(), s.t(), n, k, nullptr);
+  b.scale_layout = Q4_SCALE_SWIZZLED;
+  CHECK(Q4_linear_create(ses.s, &b, &lin) == Q4_ERR_SHAPE);
+  CHECK(named("weight->scale"));
+  Q4_session_config cfg;
+  Q4_session_config_init(&cfg);
+  cfg.compute_path = Q4_PATH_KERNEL_ONLY;
+  MxSession kernel_only(&cfg);
+  b = mx_bundle(q.t(), s.t(), n, k, nullptr);
+  CHECK(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
+  CHECK(named("KernelOnly"));
+  Q4_session_config_init(&cfg);
+  cfg.math_mode = Q4_MATH_FAST;
+  MxSession fast(&cfg);
+  CHECK(Q4_linear_create(fast.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
+  CHECK(lin == nullptr);
+  REQUIRE(Q4_linear_create(ses.s, &b, &lin) == Q4_OK);  // the default session takes it
+  Q4_linear_destroy(lin);
+}
+
+TEST_CASE("Q4_checkpoint_linear_create loads gpt-oss MXFP4 linears (both namings), refuses expert stacks",
+          "[checkpoint][mxfp4]") {
+  const int64_t n = 16, k = 64, m = 3;
+  Tensor w = t::random_float({1, n, k}, t::f32(), 71);
+  Tensor blocks({1, n, k / 32, 16}, t::u8()), scales({1, n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), blocks.t(), scales.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor bias = t::random_float({1, n}, t::f32(), 72);
+  Tensor stack({3, n, k / 2}, t::u8()), stack_s({3, n, k / 32}, t::u8());
+  std::memset(stack.data(), 0, static_cast<size_t>(3 * n * k / 2));
+  std::memset(stack_s.data(), 127, static_cast<size_t>(3 * n * k / 32));
+  const std::string path = "/tmp/nvfp4-test-" + std::to_string(::getpid()) + "-mxfp4.safetensors";
+  Q4_checkpoint_writer* wr = nullptr;
+  REQUIRE(Q4_checkpoint_writer_create(&wr) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "block.0.mlp.mlp1_weight.blocks", Q4_DTYPE_U8, blocks.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "block.0.mlp.mlp1_weight.scales", Q4_DTYPE_U8, scales.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "block.0.mlp.mlp1_bias", Q4_DTYPE_F32, bias.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "model.experts.down_proj_blocks", Q4_DTYPE_U8, blocks.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "model.experts.down_proj_scales", Q4_DTYPE_U8, scales.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "model.experts.gate_up_proj_blocks", Q4_DTYPE_U8, stack.t()) == Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_add(wr, "model.experts.gate_up_proj_scales", Q4_DTYPE_U8, stack_s.t()) ==
+          Q4_OK);
+  REQUIRE(Q4_checkpoint_writer_commit(wr, path.c_str()) == Q4_OK);
+  Q4_checkpoint_writer_destroy(wr);
+  Q4_checkpoint* cp = nullptr;
+  REQUIRE(Q4_checkpoint_open(path.c_str(), &cp) == Q4_OK);
+  MxSession ses;
+  Tensor x = t::random_float({m, k}, t::f32(), 73);
+  int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 32};
+  DLTensor q2 = *blocks.t(), s2 = *scales.t();
+  q2.ndim = s2.ndim = 2;
+  q2.shape = qs;
+  s2.shape = ss;
+  int64_t bs[1] = {n};
+  DLTensor b1 = *bias.t();
+  b1.ndim = 1;
+  b1.shape = bs;
+  for (const char* prefix : {"block.0.mlp.mlp1_weight", "model.experts.down_proj"}) {
+    const bool with_bias = std::string(prefix).find("mlp1") != std::string::npos;
+    Q4_linear* lin = nullptr;
+    REQUIRE(Q4_checkpoint_linear_create(ses.s, cp, prefix, &lin) == Q4_OK);
+    Tensor out({m, n}, t::f32()), ref({m, n}, t::f32());
+    REQUIRE(Q4_linear_forward(lin, x.t(), out.t()) == Q4_OK);
+    REQUIRE(MXFP4_linear(x.t(), &q2, &s2, Q4_SCALE_LINEAR, with_bias ? &b1 : nullptr, ref.t(), nullptr) ==
+            Q4_OK);
+    CHECK(std::memcmp(out.data(), ref.data(), static_cast<size_t>(m * n * 4)) == 0);
+    Q4_linear_destroy(lin);
+  }
+  Q4_linear* lin = nullptr;
+  CHECK(Q4_checkpoint_linear_create(ses.s, cp, "model.experts.gate_up_proj", &lin) == Q4_ERR_UNSUPPORTED);
+  CHECK(std::string(Q4_last_error()).find("MXFP4_linear_experts") != std::string::npos);
+  Q4_checkpoint_close(cp);
+  std::remove(path.c_str());
 }

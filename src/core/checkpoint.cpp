@@ -168,12 +168,6 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
     fail(Q4_ERR_NOT_FOUND, "prefix", std::string("no 4-bit linear '") + prefix + "' in the checkpoint");
   }
   const schema::Linear& l = *found;
-  if (l.format == Q4_FORMAT_MXFP4) {
-    fail(Q4_ERR_UNSUPPORTED, "prefix",
-         "'" + l.prefix +
-             "' is an MXFP4 linear (experts leading): linears and sessions do not take MXFP4 yet; call "
-             "MXFP4_linear on one expert's tensors");
-  }
   std::vector<std::vector<uint8_t>> keep;
   Q4_weight_bundle b{};
   std::memset(&b, 0, sizeof b);
@@ -186,7 +180,27 @@ Q4_linear* checkpoint_linear(Q4_session* session, const Q4_checkpoint* cp, const
   std::memset(&st, 0, sizeof st);
   st.struct_size = sizeof st;
   const io::TensorEntry& wt = entry(c, static_cast<size_t>(l.roles[Q4_ROLE_WEIGHT]));
-  if (l.format == Q4_FORMAT_NVFP4) {
+  if (l.format == Q4_FORMAT_MXFP4) {
+    // gpt-oss: scales [..., N, K/32], leading dims = experts. A linear is
+    // one [N, K] matrix: a stack of E > 1 experts runs through
+    // MXFP4_linear_experts on the checkpoint's views instead.
+    scale = aligned_view(c, static_cast<size_t>(l.roles[Q4_ROLE_SCALE]), keep);
+    const io::TensorEntry& sc = entry(c, static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
+    const size_t nd = sc.shape.size();  // >= 2 (schema)
+    int64_t experts = 1;
+    for (size_t i = 0; i + 2 < nd; ++i) experts *= sc.shape[i];
+    if (experts != 1) {
+      fail(
+          Q4_ERR_UNSUPPORTED, "prefix",
+          "'" + l.prefix + "' stacks " + std::to_string(experts) +
+              " MXFP4 experts; a linear is one [N, K] weight: run the stack with MXFP4_linear_experts on the "
+              "tensors' views (Q4_checkpoint_tensor), or one expert with MXFP4_linear");
+    }
+    b.out_features = sc.shape[nd - 2];
+    b.in_features = sc.shape[nd - 1] * 32;
+    b.scale = &scale;
+    b.scale_layout = Q4_SCALE_LINEAR;
+  } else if (l.format == Q4_FORMAT_NVFP4) {
     if (wt.shape.size() != 2) fail(Q4_ERR_SCHEMA, "prefix", "'" + wt.name + "' must be 2-D [out, in/2]");
     b.out_features = wt.shape[0];
     b.in_features = wt.dtype == Q4_DTYPE_F4 ? wt.shape[1] : 2 * wt.shape[1];

@@ -12,9 +12,11 @@
 #include "common/struct_size.h"
 #include "common/tensor.h"
 #include "core/cuda_backend.h"
+#include "core/mxfp4.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 
@@ -71,6 +73,23 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
     nvfp4_quantize(b.weight, &tq, &ts, Q4_SCALE_LINEAR, b.global_scale, &p.g, &o);
     p.q = q;
     p.s = s;
+  } else if (b.format == Q4_FORMAT_MXFP4) {
+    // Quantized into scratch, kept in the ready (fp32) form only.
+    if (k % fmt::kMxBlock != 0) {
+      fail(Q4_ERR_SHAPE, "weight->weight",
+           "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
+    }
+    std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * (k / fmt::kMxBlock)));
+    int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / fmt::kMxBlock};
+    DLTensor tq = bytes_view(q.data(), qs, 2, DLDataType{kDLUInt, 8, 1});
+    DLTensor ts = bytes_view(s.data(), ss, 2, DLDataType{kDLUInt, 8, 1});
+    mxfp4_quantize(b.weight, &tq, &ts, Q4_SCALE_LINEAR, &o);
+    Mxfp4Operand op;
+    op.q = check_tensor(&tq, "weight->weight");
+    op.s = check_tensor(&ts, "weight->weight");
+    op.rows = n;
+    op.k = k;
+    prepare_mxfp4(p, op, st.ops.num_threads, c);
   } else {
     p.blocksize = require_blocksize(b.blocksize == 0 ? 64 : b.blocksize, "weight->blocksize");
     p.block_shift = 0;
@@ -90,7 +109,8 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
 }
 
 // Validate packed tensors as the stateless products do, then copy them.
-void prepare_from_packed(const Q4_weight_bundle& b, const Counters& c, PreparedWeight& p) {
+void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, const Counters& c,
+                         PreparedWeight& p) {
   if (b.out_features <= 0 || b.in_features <= 0) {
     fail(Q4_ERR_SHAPE, "weight->out_features",
          "packed weights need out_features and in_features > 0, got " + std::to_string(b.out_features) +
@@ -115,6 +135,30 @@ void prepare_from_packed(const Q4_weight_bundle& b, const Counters& c, PreparedW
     op.k = k;
     op.g = b.global_scale;
     prepare_nvfp4(p, op, true, c);
+  } else if (b.format == Q4_FORMAT_MXFP4) {
+    // As MXFP4_linear validates it; the ready form is the fp32 decode (the
+    // packed bytes are not kept).
+    if (k % fmt::kMxBlock != 0) {
+      fail(Q4_ERR_SHAPE, "weight->in_features",
+           "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
+    }
+    require_layout(b.scale_layout);
+    require_nbytes(q, numel / 2, "N*K/2 packed bytes");
+    Mxfp4Operand op;
+    op.q = q;
+    op.s = check_tensor(b.scale, "weight->scale");
+    require_e8m0_bytes(op.s);
+    const int64_t cols = k / fmt::kMxBlock;
+    const bool swz = b.scale_layout == Q4_SCALE_SWIZZLED;
+    require_nbytes(
+        op.s,
+        swz ? checked_mul(fmt::swizzled_rows(n), fmt::swizzled_cols(cols), "weight->scale")
+            : checked_mul(n, cols, "weight->scale"),
+        swz ? "swizzled E8M0 scales, roundup(N,128) x roundup(K/32,4)" : "linear E8M0 scales [N, K/32]");
+    op.layout = b.scale_layout;
+    op.rows = n;
+    op.k = k;
+    prepare_mxfp4(p, op, st.ops.num_threads, c);
   } else {
     require_nbytes(q, (numel + 1) / 2, "ceil(N*K/2) packed bytes");
     Nf4Operand op;
@@ -173,9 +217,10 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
                                               const Counters& c, CpuPath path, int32_t expect_format,
                                               int64_t expect_n, int64_t expect_k) {
   const Q4_weight_bundle b = read_struct(bundle, "weight");
-  if (b.format != Q4_FORMAT_NVFP4 && b.format != Q4_FORMAT_NF4) {
+  if (b.format != Q4_FORMAT_NVFP4 && b.format != Q4_FORMAT_NF4 && b.format != Q4_FORMAT_MXFP4) {
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->format",
-         "expected Q4_FORMAT_NVFP4 (1) or Q4_FORMAT_NF4 (2), got " + std::to_string(b.format));
+         "expected Q4_FORMAT_NVFP4 (1), Q4_FORMAT_NF4 (2) or Q4_FORMAT_MXFP4 (4), got " +
+             std::to_string(b.format));
   }
   if (b.source != Q4_WEIGHT_PACKED && b.source != Q4_WEIGHT_FLOAT) {
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->source",
@@ -188,7 +233,7 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   if (b.source == Q4_WEIGHT_FLOAT) {
     prepare_from_float(b, st, c, *p);
   } else {
-    prepare_from_packed(b, c, *p);
+    prepare_from_packed(b, st, c, *p);
   }
   if (expect_n > 0 && (p->n != expect_n || p->k != expect_k)) {
     fail(Q4_ERR_SHAPE, "weight",
@@ -197,7 +242,9 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   }
   // On CUDA the plugin dequantizes itself (the compute path goes with each
   // call); the fp32 weight is a CPU form.
-  if (path == CpuPath::DequantMatmul && !st.on_cuda()) prepare_dequant(*p, st.ops.num_threads, c);
+  if (path == CpuPath::DequantMatmul && !st.on_cuda() && p->format != Q4_FORMAT_MXFP4) {
+    prepare_dequant(*p, st.ops.num_threads, c);  // (MXFP4 is prepared in that form)
+  }
   p->path = path;
   if (b.bias != nullptr) {
     const Bias bias = parse_bias(b.bias, p->n);
@@ -212,11 +259,51 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
 
 }  // namespace
 
+namespace {
+
+// MXFP4 linears run dequant-matmul on the CPU (fp32 decode + GEMM; no MXFP4
+// kernel yet): settings that need a kernel or the CUDA plugin are refused.
+CpuPath mxfp4_linear_path(const SessionSettings& st) {
+  const ResolvedOptions& o = st.ops;
+  if (st.on_cuda()) {
+    fail(Q4_ERR_UNSUPPORTED, "weight->format",
+         "MXFP4 linears run on the CPU only for now (the CUDA plugin has no MXFP4 kernels); use a CPU "
+         "session");
+  }
+  if (o.backend == Q4_BACKEND_NVFP4_KERNEL || o.backend == Q4_BACKEND_NF4_KERNEL) {
+    fail(Q4_ERR_UNSUPPORTED, "session backend",
+         std::string(o.backend == Q4_BACKEND_NF4_KERNEL ? "nf4-kernel" : "nvfp4-kernel") +
+             " cannot run MXFP4 data (MXFP4 linears run dequant-matmul)");
+  }
+  if (o.compute_path == Q4_PATH_KERNEL_ONLY) {
+    fail(Q4_ERR_UNSUPPORTED, "session compute_path",
+         "KernelOnly: there is no MXFP4 CPU kernel yet (MXFP4 linears run dequant-matmul)");
+  }
+  if (o.math_mode == Q4_MATH_FAST) {
+    fail(Q4_ERR_UNSUPPORTED, "session math_mode",
+         "fast (int8-activation) math needs a kernel; MXFP4 linears run dequant-matmul in fp32");
+  }
+  return CpuPath::DequantMatmul;
+}
+
+std::atomic<int32_t>& format_count(Q4_session* s, int32_t format) {
+  if (format == Q4_FORMAT_NF4) return s->nf4_linears;
+  return format == Q4_FORMAT_MXFP4 ? s->mxfp4_linears : s->nvfp4_linears;
+}
+
+}  // namespace
+
 Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   if (s == nullptr) fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
-  const int32_t format = read_struct(w, "weight").format == Q4_FORMAT_NF4 ? Q4_FORMAT_NF4 : Q4_FORMAT_NVFP4;
-  const CpuPath path = choose_cpu_path(s->settings.ops, format);  // forced wrong kernel -> error
-  check_math_mode(s->settings.ops, path);
+  const int32_t asked = read_struct(w, "weight").format;
+  const int32_t format = asked == Q4_FORMAT_NF4 || asked == Q4_FORMAT_MXFP4 ? asked : Q4_FORMAT_NVFP4;
+  CpuPath path = CpuPath::DequantMatmul;
+  if (format == Q4_FORMAT_MXFP4) {
+    path = mxfp4_linear_path(s->settings);
+  } else {
+    path = choose_cpu_path(s->settings.ops, format);  // forced wrong kernel -> error
+    check_math_mode(s->settings.ops, path);
+  }
   auto l = std::make_unique<Q4_linear>();
   l->session = s;
   l->counters = s->counters;
@@ -232,7 +319,7 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
                         ? Q4_BACKEND_DEQUANT_MATMUL
                         : (format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL);
   s->counters->linears.fetch_add(1);
-  (l->format == Q4_FORMAT_NF4 ? s->nf4_linears : s->nvfp4_linears).fetch_add(1);
+  format_count(s, l->format).fetch_add(1);
   return l.release();
 }
 
@@ -373,7 +460,7 @@ void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
 
 void destroy_linear(Q4_linear* l) {
   std::shared_ptr<SessionCounters> c = l->counters;
-  (l->format == Q4_FORMAT_NF4 ? l->session->nf4_linears : l->session->nvfp4_linears).fetch_sub(1);
+  format_count(l->session, l->format).fetch_sub(1);
   delete l;
   c->linears.fetch_sub(1);
 }

@@ -199,6 +199,9 @@ void resolve_gpt_oss(Checker& c, const std::string& p, Linear& l) {
   } else if (p.size() > 7 && p.compare(p.size() - 7, 7, "_weight") == 0) {
     l.roles[Q4_ROLE_BIAS] = c.find(p.substr(0, p.size() - 7) + "_bias");
   }
+  // A dense model quantized by `nvfp4 quantize --format mxfp4` keeps its
+  // bias under the original name P.bias.
+  if (l.roles[Q4_ROLE_BIAS] < 0) l.roles[Q4_ROLE_BIAS] = c.find(p + ".bias");
   const int32_t w = l.roles[Q4_ROLE_WEIGHT], s = l.roles[Q4_ROLE_SCALE];
   if (w < 0 || s < 0 || !c.problem().empty()) return;
   const Q4_tensor_desc& wt = c.at(w);

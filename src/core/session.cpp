@@ -140,8 +140,9 @@ std::string session_diagnostics(const Q4_session& s) {
   j["device"] = s.settings.on_cuda()
                     ? "cuda:" + std::to_string(s.settings.device) + " (" + s.settings.device_name + ")"
                     : std::string("cpu");
-  const int32_t nv = s.nvfp4_linears.load(), nf = s.nf4_linears.load();
-  j["format"] = nv > 0 && nf > 0 ? "mixed" : (nv > 0 ? "nvfp4" : (nf > 0 ? "nf4" : "none"));
+  const int32_t nv = s.nvfp4_linears.load(), nf = s.nf4_linears.load(), mx = s.mxfp4_linears.load();
+  const int formats = (nv > 0 ? 1 : 0) + (nf > 0 ? 1 : 0) + (mx > 0 ? 1 : 0);
+  j["format"] = formats > 1 ? "mixed" : (nv > 0 ? "nvfp4" : (nf > 0 ? "nf4" : (mx > 0 ? "mxfp4" : "none")));
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     j["fallbackReason"] = s.last_fallback_reason;

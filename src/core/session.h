@@ -40,8 +40,8 @@ struct SessionSettings {
 struct Q4_session {
   q4::core::SessionSettings settings;
   std::shared_ptr<q4::core::SessionCounters> counters = std::make_shared<q4::core::SessionCounters>();
-  std::atomic<int32_t> nvfp4_linears{0}, nf4_linears{0};  // live linears per format
-  mutable std::mutex mutex;                               // guards last_fallback_reason
+  std::atomic<int32_t> nvfp4_linears{0}, nf4_linears{0}, mxfp4_linears{0};  // live linears per format
+  mutable std::mutex mutex;                                                 // guards last_fallback_reason
   std::string last_fallback_reason;
 
   void record_fallback(const std::string& reason) {
