@@ -17,6 +17,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 
 #include "nvfp4/nvfp4.h"
 #include "plugin/plugin_abi.h"
@@ -73,10 +74,17 @@ State& state() {
   return *s;
 }
 
-thread_local std::string t_error;
+// Last error per thread. Not thread_local: LeakSanitizer's scan of a
+// dlopen'ed module's dynamic TLS crashes on some glibc versions.
+std::string& my_error() {
+  static std::mutex* mutex = new std::mutex();
+  static auto* errors = new std::map<std::thread::id, std::string>();
+  std::lock_guard<std::mutex> lock(*mutex);
+  return (*errors)[std::this_thread::get_id()];  // node addresses are stable
+}
 
 int32_t fail(int32_t status, const std::string& msg) {
-  t_error = "emulated CUDA device: " + msg;
+  my_error() = "emulated CUDA device: " + msg;
   return status;
 }
 
@@ -99,7 +107,7 @@ int32_t kind_of(const void* p, size_t bytes = 1) {
 }
 
 const char* plugin_last_error() {
-  return t_error.c_str();
+  return my_error().c_str();
 }
 
 int32_t plugin_probe(nvfp4_cuda_probe* out) {
@@ -314,7 +322,7 @@ int32_t accessible(const void* p, const char* name) {
 
 int32_t from_library(int32_t rc) {
   if (rc == Q4_OK) return rc;
-  t_error = std::string("emulated CUDA device (CPU computation): ") + Q4_last_error();
+  my_error() = std::string("emulated CUDA device (CPU computation): ") + Q4_last_error();
   return rc;
 }
 
