@@ -380,6 +380,20 @@ std::vector<Q4_linear_schema> linears_of(const std::vector<Q4_tensor_desc>& desc
   return out;
 }
 
+// An MXFP4 (gpt-oss) linear's shape from its scales [..., N, K/32]: the
+// leading dimensions are experts.
+struct MxShape {
+  int64_t experts = 1, n = 0, k = 0;
+};
+MxShape mxfp4_shape(const std::vector<Q4_tensor_desc>& descs, const Q4_linear_schema& l) {
+  const Q4_tensor_desc& sc = descs[static_cast<size_t>(l.roles[Q4_ROLE_SCALE])];
+  MxShape m;
+  for (int32_t i = 0; i + 2 < sc.ndim; ++i) m.experts *= sc.shape[i];
+  m.n = sc.shape[sc.ndim - 2];
+  m.k = sc.shape[sc.ndim - 1] * 32;
+  return m;
+}
+
 int cmd_inspect(const std::string& path, bool as_json) {
   Checkpoint c(path);
   const auto descs = c.descs();
@@ -402,9 +416,15 @@ int cmd_inspect(const std::string& path, bool as_json) {
   const auto linears = linears_of(descs, &s, &problem);
   json layers = json::array();
   for (const auto& l : linears) {
-    layers.push_back({{"prefix", std::string(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len))},
-                      {"format", Q4_format_name(l.format)},
-                      {"schema", Q4_schema_name(l.family)}});
+    json layer = {{"prefix", std::string(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len))},
+                  {"format", Q4_format_name(l.format)},
+                  {"schema", Q4_schema_name(l.family)}};
+    if (l.format == Q4_FORMAT_MXFP4) {
+      const MxShape ms = mxfp4_shape(descs, l);
+      layer["experts"] = ms.experts;
+      layer["shape"] = {ms.n, ms.k};
+    }
+    layers.push_back(layer);
   }
   j["tensors"] = tensors;
   j["linears"] = layers;
@@ -429,8 +449,14 @@ int cmd_inspect(const std::string& path, bool as_json) {
   std::printf("4-bit linears: %d (%s, %s)\n", s.num_linears, Q4_format_name(s.format),
               Q4_schema_name(s.family));
   for (const auto& l : layers) {
-    std::printf("  %-48s %-6s %s\n", l["prefix"].get<std::string>().c_str(),
-                l["format"].get<std::string>().c_str(), l["schema"].get<std::string>().c_str());
+    std::string extra;
+    if (l.contains("experts")) {
+      extra = "  " + std::to_string(l["experts"].get<int64_t>()) + " x " + l["shape"].dump() +
+              (l["experts"].get<int64_t>() > 1 ? " (experts)" : "");
+    }
+    std::printf("  %-48s %-6s %s%s\n", l["prefix"].get<std::string>().c_str(),
+                l["format"].get<std::string>().c_str(), l["schema"].get<std::string>().c_str(),
+                extra.c_str());
   }
   if (!problem.empty()) std::printf("problem: %s\n", problem.c_str());
   return 0;
@@ -444,24 +470,37 @@ struct QuantizeOptions {
   std::vector<std::string> exclude = {"*embed*", "*lm_head*", "*norm*"};
 };
 
+// A float "*.weight" [N, K] (MXFP4 also an expert stack [E, N, K]) not
+// excluded, with K a multiple of the format's block.
 bool is_linear_weight(const Q4_tensor_desc& d, const QuantizeOptions& o) {
   const std::string name = d.name;
-  if (d.ndim != 2 || name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return false;
+  const bool mxfp4 = o.format == "mxfp4";
+  if ((d.ndim != 2 && !(mxfp4 && d.ndim == 3)) || name.size() < 7 ||
+      name.compare(name.size() - 7, 7, ".weight") != 0) {
+    return false;
+  }
   if (d.dtype != Q4_DTYPE_F32 && d.dtype != Q4_DTYPE_F16 && d.dtype != Q4_DTYPE_BF16) return false;
   for (const std::string& p : o.exclude) {
     if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return false;
   }
+  if (mxfp4) return d.shape[d.ndim - 1] % 32 == 0;
   return o.format != "nvfp4" || d.shape[1] % 16 == 0;
 }
 
 int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions o) {
-  if (o.format != "nvfp4" && o.format != "nf4") throw CliError("--format must be nvfp4 or nf4");
-  if (o.layout.empty()) o.layout = o.format == "nf4" ? "bnb" : "modelopt";
-  const bool nvfp4 = o.format == "nvfp4";
+  if (o.format != "nvfp4" && o.format != "nf4" && o.format != "mxfp4") {
+    throw CliError("--format must be nvfp4, nf4 or mxfp4");
+  }
+  if (o.layout.empty()) o.layout = o.format == "nf4" ? "bnb" : (o.format == "mxfp4" ? "gpt-oss" : "modelopt");
+  const bool nvfp4 = o.format == "nvfp4", mxfp4 = o.format == "mxfp4";
+  if (mxfp4 && o.layout != "gpt-oss" && o.layout != "gpt-oss-hf") {
+    throw CliError(
+        "--layout for mxfp4 must be gpt-oss (P.blocks/P.scales) or gpt-oss-hf (P_blocks/P_scales)");
+  }
   if (nvfp4 && o.layout != "modelopt" && o.layout != "compressed-tensors" && o.layout != "legacy") {
     throw CliError("--layout for nvfp4 must be modelopt, compressed-tensors or legacy");
   }
-  if (!nvfp4 && o.layout != "bnb") throw CliError("--layout for nf4 must be bnb");
+  if (o.format == "nf4" && o.layout != "bnb") throw CliError("--layout for nf4 must be bnb");
   Checkpoint c(in);
   const auto descs = c.descs();
   Q4_checkpoint_writer* w = nullptr;
@@ -486,6 +525,33 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
       continue;
     }
     const std::string prefix = name.substr(0, name.size() - 7);
+    if (mxfp4) {
+      // gpt-oss layout: uint8 blocks [..., N, K/32, 16] + uint8 E8M0 scales
+      // [..., N, K/32], an expert stack [E, N, K] keeping E leading.
+      const bool stack = d.ndim == 3;
+      const int64_t e = stack ? d.shape[0] : 1, n = d.shape[d.ndim - 2], k = d.shape[d.ndim - 1];
+      const int64_t rows = e * n;
+      const std::vector<float> orig = to_f32(v, rows * k);
+      std::vector<float> back(static_cast<size_t>(rows * k));
+      std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * (k / 32)));
+      int64_t fshape[2] = {rows, k}, qs[2] = {rows, k / 2}, ss[2] = {rows, k / 32};
+      DLTensor tback = host(back.data(), fshape, 2, kF32);
+      DLTensor tq = host(q.data(), qs, 2, kU8), ts = host(s.data(), ss, 2, kU8);
+      check(MXFP4_quantize(&v, &tq, &ts, Q4_SCALE_LINEAR, nullptr), in, name);
+      check(MXFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, &tback, nullptr), name);
+      const std::string sep = o.layout == "gpt-oss" ? "." : "_";
+      std::vector<int64_t> bshape = {n, k / 32, 16}, sshape = {n, k / 32};
+      if (stack) {
+        bshape.insert(bshape.begin(), e);
+        sshape.insert(sshape.begin(), e);
+      }
+      put(prefix + sep + "blocks", Q4_DTYPE_U8, q.data(), bshape, kU8);
+      put(prefix + sep + "scales", Q4_DTYPE_U8, s.data(), sshape, kU8);
+      json shape = stack ? json{e, n, k} : json{n, k};
+      summary.push_back({{"layer", prefix}, {"shape", shape}, {"rel_rms_error", rel_rms(orig, back)}});
+      ++quantized;
+      continue;
+    }
     const int64_t n = d.shape[0], k = d.shape[1];
     const std::vector<float> orig = to_f32(v, n * k);
     std::vector<float> back(static_cast<size_t>(n * k));
@@ -579,14 +645,15 @@ int cmd_quantize(const std::string& in, const std::string& out, QuantizeOptions 
     ++quantized;
   }
   json config = {{"quant_method",
-                  nvfp4 ? (o.layout == "modelopt"
-                               ? "modelopt"
-                               : (o.layout == "compressed-tensors" ? "compressed-tensors" : "nvfp4-legacy"))
-                        : "bitsandbytes"},
+                  mxfp4   ? "mxfp4"
+                  : nvfp4 ? (o.layout == "modelopt"
+                                 ? "modelopt"
+                                 : (o.layout == "compressed-tensors" ? "compressed-tensors" : "nvfp4-legacy"))
+                          : "bitsandbytes"},
                  {"format", o.format},
                  {"layout", o.layout},
                  {"producer", std::string("libNVFP4 ") + Q4_version_string()}};
-  if (!nvfp4)
+  if (o.format == "nf4")
     config["bnb_4bit_blocksize"] = o.blocksize, config["bnb_4bit_use_double_quant"] = o.double_quant;
   check(Q4_checkpoint_writer_metadata(w, "quantization_config", config.dump().c_str()), out);
   check(Q4_checkpoint_writer_commit(w, out.c_str()), out);
@@ -608,7 +675,10 @@ std::vector<float> dequantized_weight(const Checkpoint& c, const std::vector<Q4_
   int64_t ws[2] = {n, k};
   DLTensor tw = host(w.data(), ws, 2, kF32);
   const DLTensor q = c.view(static_cast<size_t>(l.roles[Q4_ROLE_WEIGHT]));
-  if (l.format == Q4_FORMAT_NVFP4) {
+  if (l.format == Q4_FORMAT_MXFP4) {  // n = all rows of the stack (E * N)
+    const DLTensor s = c.view(static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
+    check(MXFP4_dequantize(&q, &s, Q4_SCALE_LINEAR, &tw, nullptr), "dequantize");
+  } else if (l.format == Q4_FORMAT_NVFP4) {
     const DLTensor s = c.view(static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
     float g = 1.0f;
     if (l.roles[Q4_ROLE_GLOBAL_SCALE] >= 0) {
@@ -660,38 +730,64 @@ int cmd_verify(const std::string& path, double tolerance) {
               Q4_schema_name(s.family));
   for (const auto& l : linears) {
     const std::string prefix(descs[l.prefix_tensor].name, static_cast<size_t>(l.prefix_len));
+    // A linear through the session, or (an MXFP4 expert stack) every expert
+    // through MXFP4_linear_experts on the checkpoint's views, 2 rows each.
+    const MxShape ms = l.format == Q4_FORMAT_MXFP4 ? mxfp4_shape(descs, l) : MxShape{};
+    const bool experts = ms.experts > 1;
     Q4_linear* lin = nullptr;
-    check(Q4_checkpoint_linear_create(session, c.c, prefix.c_str(), &lin), path, prefix);
-    Q4_linear_info info{};
-    info.struct_size = sizeof info;
-    Q4_linear_info_get(lin, &info);
-    const int64_t n = info.out_features, k = info.in_features, m = 4;
+    int64_t n = ms.n, k = ms.k, m = 4;
+    if (!experts) {
+      check(Q4_checkpoint_linear_create(session, c.c, prefix.c_str(), &lin), path, prefix);
+      Q4_linear_info info{};
+      info.struct_size = sizeof info;
+      Q4_linear_info_get(lin, &info);
+      n = info.out_features;
+      k = info.in_features;
+    } else {
+      m = 2 * ms.experts;
+    }
     std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
     for (float& v : x) v = nd(rng);
     int64_t xs[2] = {m, k}, ys[2] = {m, n};
     DLTensor tx = host(x.data(), xs, 2, kF32), ty = host(y.data(), ys, 2, kF32);
-    check(Q4_linear_forward(lin, &tx, &ty), path, prefix);
-    const std::vector<float> w = dequantized_weight(c, descs, l, n, k);
-    std::vector<double> bias(static_cast<size_t>(n), 0.0);
+    const int64_t e_count = ms.experts;
+    std::vector<double> bias(static_cast<size_t>(e_count * n), 0.0);
+    DLTensor tb{};
     if (l.roles[Q4_ROLE_BIAS] >= 0) {
-      const DLTensor b = c.view(static_cast<size_t>(l.roles[Q4_ROLE_BIAS]));
-      const std::vector<float> bf = to_f32(b, n);
-      for (int64_t j = 0; j < n; ++j) bias[static_cast<size_t>(j)] = bf[static_cast<size_t>(j)];
+      tb = c.view(static_cast<size_t>(l.roles[Q4_ROLE_BIAS]));
+      const std::vector<float> bf = to_f32(tb, e_count * n);
+      for (size_t j = 0; j < bias.size(); ++j) bias[j] = bf[j];
     }
+    if (!experts) {
+      check(Q4_linear_forward(lin, &tx, &ty), path, prefix);
+    } else {
+      std::vector<int32_t> group_expert(static_cast<size_t>(e_count));
+      std::vector<int64_t> group_rows(static_cast<size_t>(e_count), 2);
+      for (int32_t e = 0; e < static_cast<int32_t>(e_count); ++e) group_expert[static_cast<size_t>(e)] = e;
+      const DLTensor q = c.view(static_cast<size_t>(l.roles[Q4_ROLE_WEIGHT]));
+      const DLTensor s = c.view(static_cast<size_t>(l.roles[Q4_ROLE_SCALE]));
+      check(MXFP4_linear_experts(&tx, &q, &s, Q4_SCALE_LINEAR, group_expert.data(), group_rows.data(),
+                                 e_count, l.roles[Q4_ROLE_BIAS] >= 0 ? &tb : nullptr, &ty, nullptr),
+            path, prefix);
+    }
+    const std::vector<float> w = dequantized_weight(c, descs, l, e_count * n, k);
     double max_err = 0, max_ref = 0;
     for (int64_t i = 0; i < m; ++i) {
+      const int64_t e = experts ? i / 2 : 0;  // row i's expert
       for (int64_t j = 0; j < n; ++j) {
-        double ref = bias[static_cast<size_t>(j)];
-        for (int64_t kk = 0; kk < k; ++kk) ref += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
+        double ref = bias[static_cast<size_t>(e * n + j)];
+        for (int64_t kk = 0; kk < k; ++kk)
+          ref += static_cast<double>(x[i * k + kk]) * w[(e * n + j) * k + kk];
         max_err = std::max(max_err, std::fabs(ref - y[i * n + j]));
         max_ref = std::max(max_ref, std::fabs(ref));
       }
     }
     const double rel = max_err / std::max(max_ref, 1e-30);
     worst = std::max(worst, rel);
-    std::printf("  %-48s [%lld, %lld] max |y - y_ref| / max |y_ref| = %.2e\n", prefix.c_str(),
-                static_cast<long long>(n), static_cast<long long>(k), rel);
-    Q4_linear_destroy(lin);
+    const std::string shape = (experts ? std::to_string(e_count) + " x " : std::string()) + "[" +
+                              std::to_string(n) + ", " + std::to_string(k) + "]";
+    std::printf("  %-48s %s max |y - y_ref| / max |y_ref| = %.2e\n", prefix.c_str(), shape.c_str(), rel);
+    if (lin != nullptr) Q4_linear_destroy(lin);
   }
   Q4_session_destroy(session);
   std::printf("worst relative error %.2e (tolerance %.0e): %s\n", worst, tolerance,
@@ -784,9 +880,12 @@ int cli_main(int argc, char** argv) {
   auto* quantize = app.add_subcommand("quantize", "quantize every linear weight of a float checkpoint");
   quantize->add_option("IN", in, "float .safetensors (fp32/fp16/bf16)")->required();
   quantize->add_option("OUT", out, "output .safetensors")->required();
-  quantize->add_option("--format", qo.format, "nvfp4 or nf4")->check(CLI::IsMember({"nvfp4", "nf4"}));
-  quantize->add_option("--layout", qo.layout, "modelopt|compressed-tensors|legacy (nvfp4), bnb (nf4)")
-      ->check(CLI::IsMember({"modelopt", "compressed-tensors", "legacy", "bnb"}));
+  quantize->add_option("--format", qo.format, "nvfp4, nf4 or mxfp4")
+      ->check(CLI::IsMember({"nvfp4", "nf4", "mxfp4"}));
+  quantize
+      ->add_option("--layout", qo.layout,
+                   "modelopt|compressed-tensors|legacy (nvfp4), bnb (nf4), gpt-oss|gpt-oss-hf (mxfp4)")
+      ->check(CLI::IsMember({"modelopt", "compressed-tensors", "legacy", "bnb", "gpt-oss", "gpt-oss-hf"}));
   quantize->add_option("--blocksize", qo.blocksize, "NF4 block size")
       ->check(CLI::IsMember({32, 64, 128, 256, 512, 1024, 2048, 4096}));
   quantize->add_flag("--double-quant", qo.double_quant, "NF4: double-quantize the absmax statistics");
