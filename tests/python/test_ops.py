@@ -182,3 +182,36 @@ def test_mxfp4_quantize_dequantize_linear_scaled_mm(rng):
     assert np.allclose(z, 2.0 * (ad.astype(np.float64) @ wd.T.astype(np.float64)), rtol=1e-5, atol=1e-5)
     with pytest.raises(nvfp4.Error):
         nvfp4.mxfp4_quantize(np.zeros((2, 48), np.float32))  # K not a multiple of 32
+
+
+def test_mxfp4_linear_experts_matches_per_expert_linear(rng):
+    E, N, K = 4, 16, 64
+    w = rng.standard_normal((E * N, K)).astype(np.float32)
+    q, s = nvfp4.mxfp4_quantize(w)
+    blocks = q.reshape(E, N, K // 32, 16)  # the gpt-oss layout, as stored
+    scales = s.reshape(E, N, K // 32)
+    bias = rng.standard_normal((E, N)).astype(np.float32)
+    experts, rows = [2, 0, 2, 3], [3, 1, 0, 2]
+    x = rng.standard_normal((6, K)).astype(np.float32)
+    y = nvfp4.mxfp4_linear_experts(x, blocks, scales, experts, rows, bias)
+    assert y.shape == (6, N)
+    r0 = 0
+    for e, r in zip(experts, rows):
+        ref = nvfp4.mxfp4_linear(x[r0:r0 + r], q[e * N:(e + 1) * N], s[e * N:(e + 1) * N], bias[e])
+        assert np.array_equal(y[r0:r0 + r], ref)
+        r0 += r
+    with pytest.raises(nvfp4.Error, match=r"expert_of_group\[0\]"):
+        nvfp4.mxfp4_linear_experts(x, blocks, scales, [4], [6])
+    with pytest.raises(nvfp4.Error, match="group_rows"):
+        nvfp4.mxfp4_linear_experts(x, blocks, scales, [0, 1], [2, 2])
+
+
+def test_mxfp4_linear_in_a_session(rng):
+    w = _w(rng, 16, 64)
+    q, s = nvfp4.mxfp4_quantize(w)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    with nvfp4.Session() as ses:
+        lin = ses.linear_mxfp4(q, s)
+        assert np.array_equal(lin(x), nvfp4.mxfp4_linear(x, q, s))
+        assert lin.info().format == "mxfp4"
+        lin.close()

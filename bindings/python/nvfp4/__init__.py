@@ -21,8 +21,8 @@ from ._dlpack import BFloat16, Float4, Tensor, from_bfloat16, to_bfloat16
 from .checkpoint import Checkpoint, CheckpointWriter, TensorInfo
 from .errors import *  # noqa: F401,F403 - the Error hierarchy
 from .errors import ERRORS, Error
-from .ops import (NF4State, fake_quantize, linear_backward, mxfp4_dequantize, mxfp4_linear, mxfp4_quantize,
-                  mxfp4_scale_shape, mxfp4_scaled_mm, nf4_dequantize, nf4_double_quantize,
+from .ops import (NF4State, fake_quantize, linear_backward, mxfp4_dequantize, mxfp4_linear, mxfp4_linear_experts,
+                  mxfp4_quantize, mxfp4_scale_shape, mxfp4_scaled_mm, nf4_dequantize, nf4_double_quantize,
                   nf4_double_quantized_state, nf4_quantize, nf4_scaled_mm, nvfp4_dequantize, nvfp4_linear,
                   nvfp4_quantize, nvfp4_scaled_mm, options, scale_shape, swizzle_scales, swizzled_scale_size,
                   unswizzle_scales)

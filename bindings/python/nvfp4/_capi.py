@@ -250,6 +250,7 @@ PROTOTYPES = {
     "MXFP4_dequantize": (c_i32, [T, T, c_i32, T, OPTS]),
     "MXFP4_linear": (c_i32, [T, T, T, c_i32, T, T, OPTS]),
     "MXFP4_scaled_mm": (c_i32, [T, T, T, T, c_i32, c_f32, T, T, OPTS]),
+    "MXFP4_linear_experts": (c_i32, [T, T, T, c_i32, P(c_i32), P(c_i64), c_i64, T, T, OPTS]),
     # NF4
     "NF4_quantize": (c_i32, [T, T, T, c_i32, OPTS]),
     "NF4_double_quantize": (c_i32, [T, T, T, T, P(c_f32), OPTS]),

@@ -1,4 +1,4 @@
-"""Stateless NVFP4 / NF4 operations, training helpers.
+"""Stateless NVFP4 / NF4 / MXFP4 operations, training helpers.
 
 Every tensor argument may be a NumPy array or any object with __dlpack__
 (a PyTorch CPU tensor); nothing is copied. Results are new NumPy arrays,
@@ -221,6 +221,34 @@ def mxfp4_scaled_mm(a_qdata, a_scale, b_qdata, b_scale, alpha=1.0, bias=None, *,
             bo = a.add(out, "out", output=True)
         check(_capi.get().MXFP4_scaled_mm(ba.ptr, bsa.ptr, bb.ptr, bsb.ptr, layout_code(layout), float(alpha),
                                           ptr_or_none(bbias), bo.ptr, _opts(options)), "MXFP4_scaled_mm")
+        return bo.obj
+
+
+def mxfp4_linear_experts(x, qdata, scale, experts, group_rows, bias=None, *, layout="linear", out=None,
+                         dtype="float32", options=None):
+    """Batched MoE experts (MXFP4_linear_experts): qdata [E, N, K/2] (or the
+    gpt-oss [E, N, K/32, 16]) and scale [E, N, K/32] as the checkpoint stores
+    them (no copy); x [T, K] is split into consecutive groups of group_rows[g]
+    rows, group g running expert experts[g]; bias None or [E, N]. Returns
+    out [T, N]."""
+    experts = [int(e) for e in experts]
+    group_rows = [int(r) for r in group_rows]
+    if len(experts) != len(group_rows):
+        raise ValueError(f"experts and group_rows differ in length ({len(experts)} vs {len(group_rows)})")
+    n_groups = len(experts)
+    ex = (ctypes.c_int32 * max(n_groups, 1))(*experts)
+    rows = (ctypes.c_int64 * max(n_groups, 1))(*group_rows)
+    with Args() as a:
+        bx = a.add(x, "x")
+        bq = a.add(qdata, "qdata")
+        bs = a.add(scale, "scale")
+        bb = a.add(bias, "bias", allow_none=True)
+        k = bx.shape[-1] if bx.shape else 0
+        e_count = bq.shape[0] if bq.shape else 0
+        n = bq.nbytes * 2 // (k * e_count) if k and e_count else 0
+        bo = a.out(out, "out", bx.shape[:-1] + (n,), dtype)
+        check(_capi.get().MXFP4_linear_experts(bx.ptr, bq.ptr, bs.ptr, layout_code(layout), ex, rows, n_groups,
+                                               ptr_or_none(bb), bo.ptr, _opts(options)), "MXFP4_linear_experts")
         return bo.obj
 
 

@@ -10,7 +10,7 @@ from .ops import _BACKENDS, _MATH, _PATHS, _TARGETS, NF4State, _enum, layout_cod
 from .schema import format_name
 
 _UM = {"disabled": 0, "prefer": 1, "require": 2}
-_FORMATS = {"nvfp4": _capi.FORMAT_NVFP4, "nf4": _capi.FORMAT_NF4}
+_FORMATS = {"nvfp4": _capi.FORMAT_NVFP4, "nf4": _capi.FORMAT_NF4, "mxfp4": _capi.FORMAT_MXFP4}
 
 
 def _text_query(fn, handle, what):
@@ -137,6 +137,10 @@ class Session:
         return self.create_linear(WeightBundle.nvfp4(qdata, scale, global_scale, out_features=out_features,
                                                      in_features=in_features, layout=layout, bias=bias))
 
+    def linear_mxfp4(self, qdata, scale, *, out_features=None, in_features=None, layout="linear", bias=None):
+        return self.create_linear(WeightBundle.mxfp4(qdata, scale, out_features=out_features,
+                                                     in_features=in_features, layout=layout, bias=bias))
+
     def linear_nf4(self, qdata, state, out_features, in_features, bias=None):
         return self.create_linear(WeightBundle.nf4(qdata, state, out_features, in_features, bias=bias))
 
@@ -173,6 +177,18 @@ class WeightBundle:
             in_features = int(shape[-1]) * 2
         return cls("nvfp4", _capi.WEIGHT_PACKED, qdata, out_features=out_features, in_features=in_features,
                    scale=scale, global_scale=global_scale, layout=layout, bias=bias)
+
+    @classmethod
+    def mxfp4(cls, qdata, scale, *, out_features=None, in_features=None, layout="linear", bias=None):
+        """Packed MXFP4: qdata [N, K/2] (N, K inferred) and E8M0 scale bytes [N, K/32]
+        (or swizzled), or flat bytes with out_features/in_features."""
+        shape = getattr(qdata, "shape", None)
+        if out_features is None:
+            out_features = int(shape[0])
+        if in_features is None:
+            in_features = int(shape[-1]) * 2
+        return cls("mxfp4", _capi.WEIGHT_PACKED, qdata, out_features=out_features, in_features=in_features,
+                   scale=scale, layout=layout, bias=bias)
 
     @classmethod
     def nf4(cls, qdata, state, out_features, in_features, bias=None):
