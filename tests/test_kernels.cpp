@@ -37,8 +37,8 @@ namespace {
 
 std::vector<int32_t> available_isas() {
   std::vector<int32_t> out;
-  for (int32_t isa :
-       {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD}) {
+  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
+                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM}) {
     if (Q4_set_max_isa(isa) != Q4_OK) continue;
     Q4_capabilities c{};
     c.struct_size = sizeof c;
