@@ -594,6 +594,18 @@ extern "C" {
         out: *mut DLTensor,
         opts: *const Q4_op_options,
     ) -> i32;
+    pub fn MXFP4_linear_experts(
+        x: *const DLTensor,
+        w_qdata: *const DLTensor,
+        w_scale: *const DLTensor,
+        scale_layout: i32,
+        expert_of_group: *const i32,
+        group_rows: *const i64,
+        n_groups: i64,
+        bias: *const DLTensor,
+        out: *mut DLTensor,
+        opts: *const Q4_op_options,
+    ) -> i32;
     pub fn NF4_quantize(
         x: *const DLTensor,
         qdata: *mut DLTensor,
@@ -676,10 +688,7 @@ extern "C" {
     pub fn Q4_mutable_version(tensor: *const Q4_mutable, version: *mut u64) -> i32;
     /// Wraps a library-owned versioned tensor into a legacy DLManagedTensor
     /// (ownership of `tensor` passes to the result on success).
-    pub fn Q4_dlpack_to_unversioned(
-        tensor: *mut DLManagedTensorVersioned,
-        out: *mut *mut DLManagedTensor,
-    ) -> i32;
+    pub fn Q4_dlpack_to_unversioned(tensor: *mut DLManagedTensorVersioned, out: *mut *mut DLManagedTensor) -> i32;
     pub fn NVFP4_fake_quantize(
         x: *const DLTensor,
         out: *mut DLTensor,

@@ -377,6 +377,7 @@ fn every_exported_function_is_declared() {
 static ADDRESSES: &[unsafe extern "C" fn()] = &[
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(MXFP4_dequantize as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(MXFP4_linear as *const ()) },
+    unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(MXFP4_linear_experts as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(MXFP4_quantize as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(MXFP4_scaled_mm as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(NF4_dequantize as *const ()) },

@@ -1,4 +1,4 @@
-//! Stateless NVFP4 / NF4 operations (`ops.h`) and the training helpers.
+//! Stateless NVFP4 / NF4 / MXFP4 operations (`ops.h`) and the training helpers.
 //!
 //! All of them are callable concurrently from any number of threads (on
 //! distinct outputs; Rust's `&mut` outputs guarantee that). Inputs are
@@ -73,6 +73,112 @@ pub fn nvfp4_linear(
     let (x, wq, ws, b) = (x.raw(), w_qdata.raw(), w_scale.raw(), opt_raw(bias));
     let (mut y, o) = (out.raw(), opts_raw(opts));
     check(unsafe { sys::NVFP4_linear(&x, &wq, &ws, layout.raw(), global_scale, opt_ptr(&b), &mut y, opts_ptr(&o)) })
+}
+
+/// `MXFP4_quantize`: x [..., K] (K a multiple of 32) → qdata (rows·K/2
+/// bytes, element 2j in the low nibble) and E8M0 scales (one byte per 32
+/// elements) in `layout`, the OCP rule (docs/formats.md, MXFP4).
+pub fn mxfp4_quantize(
+    x: &TensorView<'_>,
+    qdata: &mut TensorViewMut<'_>,
+    scale: &mut TensorViewMut<'_>,
+    layout: ScaleLayout,
+    opts: Option<&OpOptions>,
+) -> Result<()> {
+    let (x, mut q, mut s, o) = (x.raw(), qdata.raw(), scale.raw(), opts_raw(opts));
+    check(unsafe { sys::MXFP4_quantize(&x, &mut q, &mut s, layout.raw(), opts_ptr(&o)) })
+}
+
+/// `MXFP4_dequantize`: qdata + E8M0 scales → out [..., K] (exact).
+pub fn mxfp4_dequantize(
+    qdata: &TensorView<'_>,
+    scale: &TensorView<'_>,
+    layout: ScaleLayout,
+    out: &mut TensorViewMut<'_>,
+    opts: Option<&OpOptions>,
+) -> Result<()> {
+    let (q, s, mut y, o) = (qdata.raw(), scale.raw(), out.raw(), opts_raw(opts));
+    check(unsafe { sys::MXFP4_dequantize(&q, &s, layout.raw(), &mut y, opts_ptr(&o)) })
+}
+
+/// `MXFP4_linear`: out[..., N] = x[..., K] · deq(W)[N, K]ᵀ (+ bias).
+pub fn mxfp4_linear(
+    x: &TensorView<'_>,
+    w_qdata: &TensorView<'_>,
+    w_scale: &TensorView<'_>,
+    layout: ScaleLayout,
+    bias: Option<&TensorView<'_>>,
+    out: &mut TensorViewMut<'_>,
+    opts: Option<&OpOptions>,
+) -> Result<()> {
+    let (x, wq, ws, b) = (x.raw(), w_qdata.raw(), w_scale.raw(), opt_raw(bias));
+    let (mut y, o) = (out.raw(), opts_raw(opts));
+    check(unsafe { sys::MXFP4_linear(&x, &wq, &ws, layout.raw(), opt_ptr(&b), &mut y, opts_ptr(&o)) })
+}
+
+/// `MXFP4_scaled_mm`: out[M,N] = alpha · deq(A)[M,K] · deq(B)[N,K]ᵀ (+ bias),
+/// both operands MXFP4.
+#[allow(clippy::too_many_arguments)]
+pub fn mxfp4_scaled_mm(
+    a_qdata: &TensorView<'_>,
+    a_scale: &TensorView<'_>,
+    b_qdata: &TensorView<'_>,
+    b_scale: &TensorView<'_>,
+    layout: ScaleLayout,
+    alpha: f32,
+    bias: Option<&TensorView<'_>>,
+    out: &mut TensorViewMut<'_>,
+    opts: Option<&OpOptions>,
+) -> Result<()> {
+    let (aq, as_, bq, bs) = (a_qdata.raw(), a_scale.raw(), b_qdata.raw(), b_scale.raw());
+    let (b, mut y, o) = (opt_raw(bias), out.raw(), opts_raw(opts));
+    check(unsafe { sys::MXFP4_scaled_mm(&aq, &as_, &bq, &bs, layout.raw(), alpha, opt_ptr(&b), &mut y, opts_ptr(&o)) })
+}
+
+/// One group of [`mxfp4_linear_experts`]: `rows` consecutive rows of x run
+/// through expert `expert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertGroup {
+    pub expert: i32,
+    pub rows: i64,
+}
+
+/// `MXFP4_linear_experts`: batched MoE experts. `w_qdata` is the stacked
+/// weight with the expert dimension first ([E, N, K/2] or gpt-oss
+/// [E, N, K/32, 16]), `w_scale` its E8M0 scales ([E, N, K/32] linear, or E
+/// per-expert swizzled blocks), both as the checkpoint stores them (no copy);
+/// x [T, K] is split into `groups` in order (their rows must sum to T), each
+/// computing out[rows] = x[rows] · deq(W[expert])ᵀ (+ bias[expert]), bias
+/// [E, N].
+#[allow(clippy::too_many_arguments)]
+pub fn mxfp4_linear_experts(
+    x: &TensorView<'_>,
+    w_qdata: &TensorView<'_>,
+    w_scale: &TensorView<'_>,
+    layout: ScaleLayout,
+    groups: &[ExpertGroup],
+    bias: Option<&TensorView<'_>>,
+    out: &mut TensorViewMut<'_>,
+    opts: Option<&OpOptions>,
+) -> Result<()> {
+    let experts: Vec<i32> = groups.iter().map(|g| g.expert).collect();
+    let rows: Vec<i64> = groups.iter().map(|g| g.rows).collect();
+    let (x, wq, ws, b) = (x.raw(), w_qdata.raw(), w_scale.raw(), opt_raw(bias));
+    let (mut y, o) = (out.raw(), opts_raw(opts));
+    check(unsafe {
+        sys::MXFP4_linear_experts(
+            &x,
+            &wq,
+            &ws,
+            layout.raw(),
+            experts.as_ptr(),
+            rows.as_ptr(),
+            groups.len() as i64,
+            opt_ptr(&b),
+            &mut y,
+            opts_ptr(&o),
+        )
+    })
 }
 
 /// `NF4_quantize`: x (n elements) → qdata (ceil(n/2) bytes, element 2j in
