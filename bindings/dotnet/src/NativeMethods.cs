@@ -112,6 +112,10 @@ namespace NVFP4.Native
                                                  DLTensor* b_scale, int scale_layout, float alpha, DLTensor* bias,
                                                  DLTensor* out_, Q4_op_options* opts);
         [DllImport(LibName, CallingConvention = CC)]
+        public static extern int MXFP4_linear_experts(DLTensor* x, DLTensor* w_qdata, DLTensor* w_scale, int scale_layout,
+                                                      int* expert_of_group, long* group_rows, long n_groups,
+                                                      DLTensor* bias, DLTensor* out_, Q4_op_options* opts);
+        [DllImport(LibName, CallingConvention = CC)]
         public static extern int NF4_quantize(DLTensor* x, DLTensor* qdata, DLTensor* absmax, int blocksize,
                                               Q4_op_options* opts);
         [DllImport(LibName, CallingConvention = CC)]

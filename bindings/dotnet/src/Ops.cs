@@ -1,4 +1,4 @@
-// Stateless NVFP4 / NF4 operations on DLTensorRefs, plus array conveniences.
+// Stateless NVFP4 / NF4 / MXFP4 operations on DLTensorRefs, plus array conveniences.
 using System;
 using NVFP4.Native;
 
@@ -212,6 +212,72 @@ namespace NVFP4
             var s = wState.ToNative();
             Q4Exception.Check(NativeMethods.NF4_scaled_mm(x.Pointer, wQdata.Pointer, &s, DLTensorRef.Ptr(bias),
                                                           output.Pointer, Opt.Ptr(opts, &o)));
+        }
+    }
+
+    /// <summary>MXFP4 (OCP Microscaling: E2M1 data, E8M0 scales per 32 elements, no global scale).</summary>
+    public static unsafe class Mxfp4
+    {
+        /// <summary>Quantizes x[..., K] (K % 32 == 0) into qdata (rows*K/2 bytes) and E8M0 scales (the OCP rule).</summary>
+        public static void Quantize(DLTensorRef x, DLTensorRef qdata, DLTensorRef scale, int scaleLayout = Q4.SCALE_LINEAR,
+                                    Q4_op_options? opts = null)
+        {
+            Boot.Require(Boot.Ready);
+            Q4_op_options o;
+            Q4Exception.Check(NativeMethods.MXFP4_quantize(x.Pointer, qdata.Pointer, scale.Pointer, scaleLayout,
+                                                           Opt.Ptr(opts, &o)));
+        }
+
+        public static void Dequantize(DLTensorRef qdata, DLTensorRef scale, int scaleLayout, DLTensorRef output,
+                                      Q4_op_options? opts = null)
+        {
+            Boot.Require(Boot.Ready);
+            Q4_op_options o;
+            Q4Exception.Check(NativeMethods.MXFP4_dequantize(qdata.Pointer, scale.Pointer, scaleLayout, output.Pointer,
+                                                             Opt.Ptr(opts, &o)));
+        }
+
+        /// <summary>output[..., N] = x[..., K] . dequant(W)[N, K]^T (+ bias).</summary>
+        public static void Linear(DLTensorRef x, DLTensorRef wQdata, DLTensorRef wScale, int scaleLayout, DLTensorRef bias,
+                                  DLTensorRef output, Q4_op_options? opts = null)
+        {
+            Boot.Require(Boot.Ready);
+            Q4_op_options o;
+            Q4Exception.Check(NativeMethods.MXFP4_linear(x.Pointer, wQdata.Pointer, wScale.Pointer, scaleLayout,
+                                                         DLTensorRef.Ptr(bias), output.Pointer, Opt.Ptr(opts, &o)));
+        }
+
+        /// <summary>output[M, N] = alpha * dequant(A)[M, K] . dequant(B)[N, K]^T (+ bias), both MXFP4.</summary>
+        public static void ScaledMm(DLTensorRef aQdata, DLTensorRef aScale, DLTensorRef bQdata, DLTensorRef bScale,
+                                    int scaleLayout, float alpha, DLTensorRef bias, DLTensorRef output,
+                                    Q4_op_options? opts = null)
+        {
+            Boot.Require(Boot.Ready);
+            Q4_op_options o;
+            Q4Exception.Check(NativeMethods.MXFP4_scaled_mm(aQdata.Pointer, aScale.Pointer, bQdata.Pointer,
+                                                            bScale.Pointer, scaleLayout, alpha, DLTensorRef.Ptr(bias),
+                                                            output.Pointer, Opt.Ptr(opts, &o)));
+        }
+
+        /// <summary>Batched MoE experts: wQdata [E, N, K/2] (or gpt-oss [E, N, K/32, 16]) and wScale [E, N, K/32]
+        /// as stored (no copy); x [T, K] split into consecutive groups of groupRows[g] rows, group g running expert
+        /// expertOfGroup[g]; bias null or [E, N].</summary>
+        public static void LinearExperts(DLTensorRef x, DLTensorRef wQdata, DLTensorRef wScale, int scaleLayout,
+                                         int[] expertOfGroup, long[] groupRows, DLTensorRef bias, DLTensorRef output,
+                                         Q4_op_options? opts = null)
+        {
+            Boot.Require(Boot.Ready);
+            if (expertOfGroup == null) throw new ArgumentNullException("expertOfGroup");
+            if (groupRows == null) throw new ArgumentNullException("groupRows");
+            if (expertOfGroup.Length != groupRows.Length)
+                throw new ArgumentException("expertOfGroup and groupRows differ in length (" + expertOfGroup.Length +
+                                            " vs " + groupRows.Length + ")");
+            Q4_op_options o;
+            fixed (int* e = expertOfGroup)
+            fixed (long* r = groupRows)
+                Q4Exception.Check(NativeMethods.MXFP4_linear_experts(x.Pointer, wQdata.Pointer, wScale.Pointer, scaleLayout,
+                                                                     e, r, expertOfGroup.Length, DLTensorRef.Ptr(bias),
+                                                                     output.Pointer, Opt.Ptr(opts, &o)));
         }
     }
 }

@@ -152,7 +152,7 @@ namespace NVFP4
         public Nf4State Nf4;
         public DLTensorRef Bias;
 
-        /// <summary>A float [N, K] weight quantized by the library into format (NVFP4 or NF4).</summary>
+        /// <summary>A float [N, K] weight quantized by the library into format (NVFP4, NF4 or MXFP4).</summary>
         public static WeightBundle FromFloat(int format, DLTensorRef weight, DLTensorRef bias = null)
         {
             return new WeightBundle { Format = format, Source = Q4.WEIGHT_FLOAT, Weight = weight, Bias = bias };
@@ -164,6 +164,14 @@ namespace NVFP4
             return new WeightBundle { Format = Q4.FORMAT_NVFP4, Source = Q4.WEIGHT_PACKED, Weight = qdata, Scale = scale,
                                       OutFeatures = n, InFeatures = k, GlobalScale = globalScale,
                                       ScaleLayout = scaleLayout, Bias = bias };
+        }
+
+        /// <summary>Packed MXFP4: qdata (N*K/2 bytes) and E8M0 scale bytes (N*K/32 linear, or swizzled).</summary>
+        public static WeightBundle Mxfp4Packed(DLTensorRef qdata, DLTensorRef scale, long n, long k,
+                                               int scaleLayout = Q4.SCALE_LINEAR, DLTensorRef bias = null)
+        {
+            return new WeightBundle { Format = Q4.FORMAT_MXFP4, Source = Q4.WEIGHT_PACKED, Weight = qdata, Scale = scale,
+                                      OutFeatures = n, InFeatures = k, ScaleLayout = scaleLayout, Bias = bias };
         }
 
         public static WeightBundle Nf4Packed(DLTensorRef qdata, Nf4State state, long n, long k, DLTensorRef bias = null)

@@ -1,6 +1,6 @@
 // Console test runner of the .NET binding (no test framework). Groups:
 // resolver, abi, strings, errors, layouts, capabilities, nvfp4, nf4, schema,
-// sessions, mutable, checkpoint, cuda. Last line: "N passed, N failed";
+// sessions, mutable, checkpoint, cuda, mxfp4. Last line: "N passed, N failed";
 // exit code 1 on any failure.
 //   mono NVFP4.Tests.exe [group ...]      (env NVFP4_LIBRARY, NVFP4_LAYOUT_PROBE, NVFP4_SYMBOLS)
 using System;
@@ -44,6 +44,7 @@ public static unsafe partial class Tests
         { "resolver", Resolver }, { "abi", AbiCoverage }, { "strings", Strings }, { "errors", Errors }, { "layouts", Layouts },
         { "capabilities", Capabilities }, { "nvfp4", Nvfp4Ops }, { "nf4", Nf4Ops }, { "schema", SchemaDetection },
         { "sessions", Sessions }, { "mutable", Mutables }, { "checkpoint", Checkpoints }, { "cuda", CudaHelpers },
+        { "mxfp4", Mxfp4Ops },
     };
 
     public static int Main(string[] args)
