@@ -134,7 +134,7 @@ Q4_API int32_t Q4_abi_version(void);
 #define Q4_ISA_NEON 16       /* aarch64 Advanced SIMD                        */
 #define Q4_ISA_NEON_DOTPROD 17
 #define Q4_ISA_NEON_I8MM 18 /* + dotprod + i8mm (smmla)                      */
-#define Q4_ISA_BEST 255 /* Q4_set_max_isa: no cap                           */
+#define Q4_ISA_BEST 255     /* Q4_set_max_isa: no cap                           */
 
 /* CPU feature bits (Q4_capabilities.cpu_features). */
 #define Q4_CPU_SSE42 (1ULL << 0)

@@ -234,8 +234,8 @@ const char* isa_name(int32_t isa) {
 
 int32_t parse_isa_name(const char* text) {
   if (text == nullptr) return -1;
-  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI, Q4_ISA_NEON,
-                      Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM, Q4_ISA_BEST}) {
+  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
+                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM, Q4_ISA_BEST}) {
     if (std::strcmp(text, isa_name(isa)) == 0) return isa;
   }
   return -1;

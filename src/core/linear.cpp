@@ -481,7 +481,18 @@ int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
   const kern::KernelTable& kt = kern::table_for(active_isa());
   const char* why =
       l.format == Q4_FORMAT_NF4 ? kern::fast_math_fallback_nf4(kt) : kern::fast_math_fallback_nvfp4(kt);
-  if (why == nullptr) return Q4_MATH_FAST;
+  if (why == nullptr) {
+    // Fast mode runs, but the exact kernels take the M where this ISA's
+    // integer kernels lose to them (the reason says which).
+    const char* rows =
+        kt.i8_fast_max_m > 0 ? kern::fast_math_fallback_rows(kt, kt.i8_fast_max_m + 1) : nullptr;
+    if (rows == nullptr && l.format == Q4_FORMAT_NF4) {
+      rows = kern::fast_math_fallback_nf4_rows(kt, 1);  // small M, else large M
+      if (rows == nullptr) rows = kern::fast_math_fallback_nf4_rows(kt, int64_t{1} << 20);
+    }
+    if (reason != nullptr && rows != nullptr) *reason = rows;
+    return Q4_MATH_FAST;
+  }
   if (reason != nullptr) *reason = why;
   return Q4_MATH_EXACT;
 }
