@@ -302,15 +302,20 @@ TEST_CASE("each target x UM policy x format: placement, info, forwards on host/d
         CHECK(st0.managed_bytes == (on_cuda && managed ? st0.live_bytes : 0));
         // Host activations and outputs.
         Tensor y({m, n}, t::f32());
+        const int64_t syncs = counters().synchronizations;
         REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
         check_close(y, ref);
+        // A host-visible output is complete when the forward returns.
+        CHECK(counters().synchronizations == syncs + (on_cuda ? 1 : 0));
         const int64_t staged = on_cuda && !emu().reads_host() ? 2 : 0;  // x in, y out
         CHECK(s.stats().implicit_copies == staged);
         if (on_cuda) {
           // Device memory.
           DevTensor dx({m, k}, false, kDLCUDA), dy({m, n}, false, kDLCUDA);
           dx.upload(x);
+          const int64_t syncs_before = counters().synchronizations;
           REQUIRE(Q4_linear_forward(l, &dx.dl, &dy.dl) == Q4_OK);
+          CHECK(counters().synchronizations == syncs_before);  // asynchronous on the stream
           check_close(dy.download(), ref);
           // Managed memory.
           if (emu().managed) {
