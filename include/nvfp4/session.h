@@ -87,13 +87,15 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
 
 typedef struct Q4_weight_bundle {
   uint32_t struct_size;
-  int32_t format;         /* Q4_FORMAT_NVFP4 or Q4_FORMAT_NF4           */
+  int32_t format;         /* Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, or
+                             Q4_FORMAT_MXFP4 (CPU sessions: fp32 decode
+                             + GEMM, see docs/api.md)                  */
   int32_t source;         /* Q4_WEIGHT_PACKED or Q4_WEIGHT_FLOAT        */
-  int32_t scale_layout;   /* NVFP4 packed: layout of `scale`            */
+  int32_t scale_layout;   /* NVFP4/MXFP4 packed: layout of `scale`      */
   const DLTensor* weight; /* packed bytes, or float [N, K]              */
   int64_t out_features;   /* N (packed: required; float: from weight)   */
   int64_t in_features;    /* K                                          */
-  const DLTensor* scale;  /* NVFP4 packed: E4M3 block scales            */
+  const DLTensor* scale;  /* packed: NVFP4 E4M3 / MXFP4 E8M0 scales     */
   float global_scale;     /* NVFP4: g (packed: > 0; float: 0 = amax)    */
   int32_t blocksize;      /* NF4 float source: 0 = 64                   */
   const NF4_state* nf4;   /* NF4 packed: statistics                     */
