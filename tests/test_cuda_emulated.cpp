@@ -42,7 +42,7 @@ struct Emu {
   // Managed memory shared by CPU and GPU (NVFP4_can_use_managed).
   bool zero_copy() const { return managed && (concurrent || pageable); }
   // The device reads ordinary host memory in place.
-  bool reads_host() const { return integrated && (concurrent || pageable); }
+  bool reads_host() const { return integrated && pageable; }
 };
 
 const Emu& emu() {

@@ -428,7 +428,10 @@ bool reads_host_memory(int32_t device) {
   const PluginState& p = plugin();
   if (!p.loaded || device < 0 || device >= p.probe.device_count) return false;
   const auto& a = p.probe.devices[device];
-  return a.integrated != 0 && (a.concurrent_managed_access != 0 || a.pageable_memory_access != 0);
+  // A kernel can dereference pageable host memory only with pageable memory
+  // access (ATS/HMM, as on GB10); concurrent managed access alone covers
+  // managed memory, not malloc'ed memory. Integrated: no PCIe in between.
+  return a.integrated != 0 && a.pageable_memory_access != 0;
 }
 
 void* allocate(size_t bytes, bool managed, int32_t device) {

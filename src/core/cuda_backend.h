@@ -58,8 +58,8 @@ const nvfp4_cuda_device_attrs& require_device(int32_t device, const char* arg);
 // Why managed memory cannot be shared by the CPU and `device` (empty when
 // it can, i.e. when can_use_managed(device) is 1).
 std::string managed_unusable_reason(int32_t device);
-// The device reads ordinary host memory in place (integrated device with
-// concurrent managed access or pageable memory access).
+// The device reads ordinary host memory in place (an integrated device
+// with pageable memory access, like GB10).
 bool reads_host_memory(int32_t device);
 // Device or managed memory through the plugin; throws on failure.
 void* allocate(size_t bytes, bool managed, int32_t device);

@@ -29,7 +29,7 @@ struct SessionSettings {
   // memory (the UM policy resolved against the device).
   bool managed = false;
   // The device reads ordinary host memory in place (integrated, with
-  // concurrent managed access or pageable memory access).
+  // pageable memory access).
   bool reads_host = false;
 
   bool on_cuda() const { return target == Q4_TARGET_CUDA; }
