@@ -223,7 +223,10 @@ TEST_CASE("MXFP4_dequantize equals e2m1 * 2^(byte-127) for every code and byte",
           Tensor one({1}, dt);
           one.set(0, want32);  // the expected value rounded to the output dtype
           const float want = one.get(0), got = out.get(r * k + j);
-          const bool same = std::isnan(want) ? std::isnan(got) : (std::memcmp(&want, &got, 4) == 0);
+          uint32_t want_bits = 0, got_bits = 0;  // bit-exact, -0 vs +0 distinguished
+          std::memcpy(&want_bits, &want, 4);
+          std::memcpy(&got_bits, &got, 4);
+          const bool same = std::isnan(want) ? std::isnan(got) : want_bits == got_bits;
           if (!same && bad++ < 5)
             FAIL_CHECK("byte " << r << " code " << j % 16 << ": " << got << " vs " << want);
         }
