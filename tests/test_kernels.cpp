@@ -273,6 +273,153 @@ TEST_CASE("fp16/bf16 activations in the GEMV path: same result as their fp32 val
   }
 }
 
+TEST_CASE("fp16/bf16 activations on every product path: bit-identical to their fp32 values", "[kernels]") {
+  // Exact mode (GEMV, small batch, panel GEMM), fast mode (the int8
+  // activation quantizer) and the dequant-matmul GEMM read fp16/bf16 rows
+  // themselves; the conversion is exact, so the bits equal those of the
+  // fp32 values of the same activations, on every table, at every M.
+  const int64_t n = 37;
+  for (int64_t k : {80, 4096}) {
+    Tensor w = t::random_float({n, k}, t::f32(), 61);
+    Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+    float g = 0;
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+    Tensor nq({n * k / 2}, t::u8()), na({(n * k + 63) / 64}, t::f32());
+    Tensor wflat = t::random_float({n * k}, t::f32(), 62);
+    REQUIRE(NF4_quantize(wflat.t(), nq.t(), na.t(), 64, nullptr) == Q4_OK);
+    NF4_state st{};
+    st.struct_size = sizeof st;
+    st.blocksize = 64;
+    st.absmax = na.t();
+    for (int64_t m : {1, 9, 65, 300}) {
+      for (DLDataType dt : {t::f16(), t::bf16()}) {
+        Tensor xh = t::random_float({m, k}, dt, static_cast<uint32_t>(3 * m + k));
+        Tensor xf({m, k}, t::f32());
+        for (int64_t i = 0; i < m * k; ++i) xf.set(i, xh.get(i));
+        for (int32_t isa : available_isas()) {
+          IsaGuard guard(isa);
+          for (int mode = 0; mode < 3; ++mode) {  // exact, fast, dequant-matmul
+            Q4_op_options o{};
+            Q4_op_options_init(&o);
+            o.num_threads = 2;
+            if (mode == 1) o.math_mode = Q4_MATH_FAST;
+            if (mode == 2) o.compute_path = Q4_PATH_DEQUANT_MATMUL_ONLY;
+            INFO("k=" << k << " m=" << m << " bf16=" << (dt.code == kDLBfloat) << " isa=" << Q4_isa_name(isa)
+                      << " mode=" << mode);
+            Tensor y1({m, n}, t::f32()), y2({m, n}, t::f32());
+            REQUIRE(NVFP4_linear(xh.t(), wq.t(), ws.t(), 0, g, nullptr, y1.t(), &o) == Q4_OK);
+            REQUIRE(NVFP4_linear(xf.t(), wq.t(), ws.t(), 0, g, nullptr, y2.t(), &o) == Q4_OK);
+            CHECK(same_bytes(y1, y2));
+            REQUIRE(NF4_scaled_mm(xh.t(), nq.t(), &st, nullptr, y1.t(), &o) == Q4_OK);
+            REQUIRE(NF4_scaled_mm(xf.t(), nq.t(), &st, nullptr, y2.t(), &o) == Q4_OK);
+            CHECK(same_bytes(y1, y2));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("fp16/bf16 activations in the integer fast path itself: bit-identical on every table",
+          "[kernels][fast]") {
+  // linear_nvfp4_int8 / linear_nf4_int8 on every table (whatever M its fast
+  // mode routes to exact): 16-bit rows give the bits of their fp32 values.
+  const int64_t n = 37, k = 256;
+  std::vector<float> wf(static_cast<size_t>(n * k));
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : wf) v = nd(rng);
+  std::vector<uint8_t> wq(static_cast<size_t>(n * k / 2)), ws(static_cast<size_t>(n * k / 16));
+  const q4::kern::KernelTable& scalar = q4::kern::scalar_table();
+  q4::kern::quantize_nvfp4(scalar, wf.data(), n, k, 0.5f, wq.data(), ws.data(), 1);
+  const q4::kern::NvWeights w{wq.data(), ws.data(), 0.5f, k};
+  std::vector<uint8_t> nq(static_cast<size_t>(n * k / 2));
+  std::vector<float> na(static_cast<size_t>(n * k / 64));
+  q4::kern::nf4_quantize(q4::kern::FloatPtr{wf.data(), q4::kern::FType::F32}, n * k, 64, nq.data(),
+                         na.data());
+  float lut[16];
+  for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+  const q4::kern::Nf4Weights nw{nq.data(), na.data(), lut, k, 64, 6};
+  for (int64_t m : {1, 9, 65, 300}) {
+    std::vector<uint16_t> xh(static_cast<size_t>(m * k));
+    std::vector<float> xf(xh.size());
+    for (int which = 1; which < 3; ++which) {
+      for (size_t i = 0; i < xh.size(); ++i) {
+        const float v = nd(rng) * 3.0f;
+        xh[i] = which == 1 ? q4::fmt::f32_to_f16(v) : q4::fmt::f32_to_bf16(v);
+        xf[i] = which == 1 ? q4::fmt::f16_to_f32(xh[i]) : q4::fmt::bf16_to_f32(xh[i]);
+      }
+      const q4::kern::ActRows x16(xh.data(), which == 1 ? q4::kern::FType::F16 : q4::kern::FType::BF16);
+      for (int32_t isa : available_isas()) {
+        const q4::kern::KernelTable& kt = q4::kern::table_for(isa);
+        INFO("m=" << m << " type " << which << " table " << Q4_isa_name(isa));
+        std::vector<float> y1(static_cast<size_t>(m * n), -1.0f), y2(y1.size(), -2.0f);
+        q4::kern::linear_nvfp4_int8(kt, x16, m, w, n, y1.data(), 2);
+        q4::kern::linear_nvfp4_int8(kt, xf.data(), m, w, n, y2.data(), 2);
+        CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0);
+        q4::kern::linear_nf4_int8(kt, x16, m, nw, n, y1.data(), 2);
+        q4::kern::linear_nf4_int8(kt, xf.data(), m, nw, n, y2.data(), 2);
+        CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0);
+        q4::kern::gemm_f32(kt, x16, m, k, wf.data(), n, y1.data(), 2, q4::kern::gemm_blocking());
+        q4::kern::gemm_f32(kt, xf.data(), m, k, wf.data(), n, y2.data(), 2, q4::kern::gemm_blocking());
+        CHECK(std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("quantize of fp16/bf16 input: the bits of quantizing its fp32 values, NaN/Inf at its first index",
+          "[kernels]") {
+  // The 16-bit input is converted inside the quantizer's passes; several
+  // tasks (rows * k > 16384) with both a given and a derived global scale.
+  for (int64_t k : {64, 4096}) {
+    const int64_t rows = 4096 * 9 / k + 3;
+    for (int which = 1; which < 3; ++which) {
+      Tensor xh = t::random_float({rows, k}, dt(which), static_cast<uint32_t>(k + which), 7.0f);
+      xh.set(17, 0.0f);
+      Tensor xf({rows, k}, t::f32());
+      for (int64_t i = 0; i < rows * k; ++i) xf.set(i, xh.get(i));
+      for (int32_t isa : available_isas()) {
+        IsaGuard guard(isa);
+        for (float given : {0.0f, 2e-3f}) {
+          INFO("k=" << k << " type " << which << " isa " << Q4_isa_name(isa) << " given " << given);
+          Q4_op_options o{};
+          Q4_op_options_init(&o);
+          o.num_threads = 2;
+          Tensor q1({rows, k / 2}, t::u8()), s1({rows, k / 16}, t::u8()), q2({rows, k / 2}, t::u8()),
+              s2({rows, k / 16}, t::u8());
+          float g1 = 0, g2 = 0;
+          for (int32_t layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+            const int64_t sb = layout == Q4_SCALE_LINEAR ? rows * (k / 16) : t::swizzled_bytes(rows, k);
+            Tensor ss1({sb}, t::u8()), ss2({sb}, t::u8());
+            Tensor& sa = layout == Q4_SCALE_LINEAR ? s1 : ss1;
+            Tensor& sbt = layout == Q4_SCALE_LINEAR ? s2 : ss2;
+            REQUIRE(NVFP4_quantize(xh.t(), q1.t(), sa.t(), layout, given, &g1, &o) == Q4_OK);
+            REQUIRE(NVFP4_quantize(xf.t(), q2.t(), sbt.t(), layout, given, &g2, &o) == Q4_OK);
+            CHECK(g1 == g2);
+            CHECK(same_bytes(q1, q2));
+            CHECK(same_bytes(sa, sbt));
+          }
+          for (int64_t bad : {int64_t{3}, rows * k - 1}) {
+            Tensor xb({rows, k}, dt(which));  // (a Tensor copy shares its buffer)
+            std::memcpy(xb.data(), xh.data(), xh.bytes);
+            xb.set(bad, which == 1 ? std::numeric_limits<float>::infinity()
+                                   : std::numeric_limits<float>::quiet_NaN());
+            xb.set(rows * k - 1, std::numeric_limits<float>::quiet_NaN());
+            q1.fill(0x3c);
+            const std::vector<uint8_t> q0 = q1.snapshot();
+            CHECK(NVFP4_quantize(xb.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, given, nullptr, &o) ==
+                  Q4_ERR_NON_FINITE);
+            CHECK(std::string(Q4_last_error()).find("flat index " + std::to_string(bad)) !=
+                  std::string::npos);
+            CHECK(q1.snapshot() == q0);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and nothing is written",
           "[kernels]") {
   const int64_t rows = 64, k = 512;
@@ -432,11 +579,12 @@ enum Kind : int {
   kAmax,
   kNvfp4Small,
   kNf4Small,
+  kActToF32,
   kKinds
 };
 const char* const kKindName[kKinds] = {"nvfp4_gemv", "nf4_gemv",    "nvfp4_panel",    "nf4_panel",
                                        "f32_panel",  "gemm_micro",  "nvfp4_quantize", "nvfp4_dequantize",
-                                       "amax",       "nvfp4_small", "nf4_small"};
+                                       "amax",       "nvfp4_small", "nf4_small",      "act_to_f32"};
 
 // (isa, kind) pairs whose comparison ran.
 using Coverage = std::set<std::pair<int32_t, int>>;
@@ -688,6 +836,43 @@ void check_amax(const kern::KernelTable& t, Coverage& cov) {
   cov.insert({t.isa, kAmax});
 }
 
+// act_to_f32: every fp16 and bf16 bit pattern (NaN: a NaN) and fp32 values,
+// at offsets and lengths around the vector width, equal to the codec's
+// conversion; nothing written past n.
+void check_act_to_f32(const kern::KernelTable& t, Coverage& cov) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
+    std::vector<float> got(all.size() + 1, 7.0f);
+    t.act_to_f32(all.data(), ft, 0, static_cast<int64_t>(all.size()), got.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const float want = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(all[i]) : q4::fmt::bf16_to_f32(all[i]);
+      const bool same = std::isnan(want) ? std::isnan(got[i]) : std::memcmp(&want, &got[i], 4) == 0;
+      if (!same) ++bad;
+    }
+    INFO("act_to_f32 16-bit type " << static_cast<int>(ft));
+    CHECK(bad == 0);
+    CHECK(got[all.size()] == 7.0f);
+  }
+  const std::vector<float> xf = randoms(100, 5, 3.0f);
+  for (int64_t first : {0, 1, 5}) {
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 64, 90}) {
+      std::vector<float> got(static_cast<size_t>(n) + 1, 7.0f);
+      t.act_to_f32(xf.data(), kern::FType::F32, first, n, got.data());
+      INFO("act_to_f32 fp32 first=" << first << " n=" << n);
+      CHECK(std::memcmp(got.data(), xf.data() + first, static_cast<size_t>(n) * 4) == 0);
+      CHECK(got[static_cast<size_t>(n)] == 7.0f);
+      t.act_to_f32(all.data() + 1000, kern::FType::BF16, first, n, got.data());
+      for (int64_t i = 0; i < n; ++i)
+        CHECK(got[static_cast<size_t>(i)] ==
+              q4::fmt::bf16_to_f32(all[static_cast<size_t>(1000 + first + i)]));
+      CHECK(got[static_cast<size_t>(n)] == 7.0f);
+    }
+  }
+  cov.insert({t.isa, kActToF32});
+}
+
 // The small-batch entries: for several m, row ranges, K ranges and K
 // chunks, every output within the exact-mode bound of the reference over
 // its K range (x zero outside it, never read there: NaN is stored there in
@@ -778,6 +963,7 @@ void check_table(const kern::KernelTable& t, Coverage& cov) {
   check_gemm_micro(t, cov);
   check_quantize_dequantize(t, cov);
   check_amax(t, cov);
+  check_act_to_f32(t, cov);
 }
 
 void warn_skipped_tables() {
@@ -839,7 +1025,8 @@ TEST_CASE("kernel tables: every (table, entry) pair runnable here was compared w
                                    t.nvfp4_dequantize != s.nvfp4_dequantize,
                                    t.amax != s.amax,
                                    t.nvfp4_small != s.nvfp4_small,
-                                   t.nf4_small != s.nf4_small};
+                                   t.nf4_small != s.nf4_small,
+                                   t.act_to_f32 != s.act_to_f32};
     for (int kind = 0; kind < kKinds; ++kind) {
       if (distinct[kind]) own += std::string(own.empty() ? "" : ", ") + kKindName[kind];
     }

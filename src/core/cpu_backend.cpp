@@ -21,38 +21,22 @@ void run(const Nvfp4QuantizeDesc& d) {
   const int32_t threads = d.ctx.opts.num_threads;
   const kern::KernelTable& kt = kern::active_table();
   const int64_t rows = d.dst.rows, k = d.dst.k;
-  if (d.x.type == ElemType::F32) {
-    // Finite check fused into the quantization's passes (validate before
-    // write: on a NaN/Inf nothing is written; see quantize_nvfp4_checked).
-    const auto* x = reinterpret_cast<const float*>(d.x.data);
-    std::vector<uint8_t> lin;
-    uint8_t* s = d.dst.s.data;
-    if (d.dst.layout != Q4_SCALE_LINEAR) {
-      lin.resize(static_cast<size_t>(rows * (k / 16)));
-      s = lin.data();
-    }
-    float used_g = 0.0f;
-    const int64_t bad = kern::quantize_nvfp4_checked(kt, x, rows, k, g, &used_g, d.dst.q.data, s, threads);
-    if (bad >= 0) {
-      fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
-    }
-    if (d.dst.layout != Q4_SCALE_LINEAR) kern::swizzle_scales(lin.data(), rows, k / 16, d.dst.s.data);
-    if (d.g_out != nullptr) *d.g_out = used_g;
-    return;
+  // Finite check fused into the quantization's passes (validate before
+  // write: on a NaN/Inf nothing is written; see quantize_nvfp4_checked);
+  // fp16/bf16 rows converted inside those passes, a task's rows at a time.
+  const kern::ActRows x(d.x.data, ftype_of(d.x));
+  std::vector<uint8_t> lin;
+  uint8_t* s = d.dst.s.data;
+  if (d.dst.layout != Q4_SCALE_LINEAR) {
+    lin.resize(static_cast<size_t>(rows * (k / 16)));
+    s = lin.data();
   }
-  // fp16/bf16 input: checked on its own bits, then converted to fp32 (the
-  // one quantize path that still copies its input).
-  require_finite(d.x);
-  const F32View xv = f32_view(d.x, threads);
-  const float used_g =
-      g > 0.0f ? g : fmt::nvfp4_global_scale_from_amax(kern::amax(kt, xv.p, d.x.numel, threads));
-  if (d.dst.layout == Q4_SCALE_LINEAR) {
-    kern::quantize_nvfp4(kt, xv.p, rows, k, used_g, d.dst.q.data, d.dst.s.data, threads);
-  } else {
-    std::vector<uint8_t> lin(static_cast<size_t>(rows * (k / 16)));
-    kern::quantize_nvfp4(kt, xv.p, rows, k, used_g, d.dst.q.data, lin.data(), threads);
-    kern::swizzle_scales(lin.data(), rows, k / 16, d.dst.s.data);
+  float used_g = 0.0f;
+  const int64_t bad = kern::quantize_nvfp4_checked(kt, x, rows, k, g, &used_g, d.dst.q.data, s, threads);
+  if (bad >= 0) {
+    fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
   }
+  if (d.dst.layout != Q4_SCALE_LINEAR) kern::swizzle_scales(lin.data(), rows, k / 16, d.dst.s.data);
   if (d.g_out != nullptr) *d.g_out = used_g;
 }
 

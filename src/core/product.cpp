@@ -111,8 +111,8 @@ void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
   w.path = d.path;
 }
 
-void compute_product(const PreparedWeight& w, const float* act, int64_t m, int32_t math_mode, int32_t threads,
-                     float* y) {
+void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int32_t math_mode,
+                     int32_t threads, float* y) {
   tuner::ensure_loaded();
   const kern::KernelTable& kt = kern::active_table();
   if (w.k == 0) {
@@ -135,7 +135,6 @@ void compute_product(const PreparedWeight& w, const float* act, int64_t m, int32
 bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   if (d.out.numel == 0) return false;  // validated; nothing to compute
   const int32_t threads = d.ctx.opts.num_threads;
-  F32View act;
   std::vector<float> decoded;
   const kern::KernelTable& kt = kern::active_table();
   if (d.w4a4 && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4 && w.k > 0 && kt.i8_native) {
@@ -151,39 +150,25 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     finish(r, w.n, d.alpha, bias, threads);
     return false;
   }
-  // The paths that still need an fp32 copy of fp16/bf16 activations: the
-  // panel GEMM (M > 8), fast mode (int8 activations from fp32), and the
-  // dequant-matmul backend.
-  const bool direct_gemv = !d.w4a4 && d.m <= kern::kGemvMaxRows && w.k > 0 &&
-                           w.path != CpuPath::DequantMatmul && d.ctx.opts.math_mode != Q4_MATH_FAST;
+  // Every path reads fp16/bf16 activations itself (the GEMV and
+  // small-batch kernels in registers, the panel GEMM, fast mode's int8
+  // quantizer and the dequant-matmul GEMM a cache-sized piece at a time):
+  // no copy of x.
+  kern::ActRows act(d.x.data, ftype_of(d.x));
   if (d.w4a4) {
     // A's values e2m1 * s are exact in fp32, so decoding A loses nothing.
     PreparedWeight a;
     prepare_nvfp4(a, d.a, false, nullptr);
     decoded.resize(static_cast<size_t>(d.m * d.k));
     kern::dequantize_nvfp4(kt, a.q, a.s, 1.0f, d.m, d.k, decoded.data(), threads);
-    act.p = decoded.data();
-  } else if (!direct_gemv) {
-    act = f32_view(d.x, threads);
+    act = kern::ActRows(decoded.data());
   }
   F32Result r = f32_result(d.out);
-  if (direct_gemv) {
-    // Exact-mode GEMV (M <= 8) on the packed weights: the kernels read
-    // fp16/bf16 activations themselves, converting them in registers.
-    tuner::ensure_loaded();
-    const kern::ActRows x(d.x.data, ftype_of(d.x));
-    if (w.format == Q4_FORMAT_NVFP4) {
-      kern::linear_nvfp4(kt, x, d.m, w.nv(), w.n, r.p, threads);
-    } else {
-      kern::linear_nf4(kt, x, d.m, w.nf4(), w.n, r.p, threads);
-    }
-  } else {
-    compute_product(w, act.p, d.m, d.ctx.opts.math_mode, threads, r.p);
-  }
+  compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p);
   const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
   const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
   finish(r, w.n, d.alpha, bias, threads);
-  return act.copied();
+  return false;  // no implicit copy of x on the host paths
 }
 
 }  // namespace q4::core

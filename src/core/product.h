@@ -61,13 +61,15 @@ void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<S
 void borrow_weight(PreparedWeight& w, const ProductDesc& d);
 
 // y[m, n] = act[m, k] . W^T in fp32 along w's path (no scaling, no bias).
-void compute_product(const PreparedWeight& w, const float* act, int64_t m, int32_t math_mode, int32_t threads,
-                     float* y);
+// act: fp32, fp16 or bf16 rows, read by the kernels in their own type.
+void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int32_t math_mode,
+                     int32_t threads, float* y);
 
-// A validated host product end to end: fp32 activations (x as it is when
-// fp32, else converted; W4A4: A decoded exactly), compute_product, alpha,
-// bias (the call's, else w.bias), conversion into out. Returns true when
-// the activations had to be converted (an implicit copy).
+// A validated host product end to end: the activations as they are (fp32,
+// fp16 or bf16, converted inside the kernels; W4A4: A decoded exactly),
+// compute_product, alpha, bias (the call's, else w.bias), conversion into
+// out. Returns true when the activations had to be copied (an implicit
+// copy; no host path copies them today).
 bool run_host_product(const PreparedWeight& w, const ProductDesc& d);
 
 }  // namespace q4::core

@@ -49,13 +49,57 @@ int64_t gemv_chunk(int64_t n, int32_t threads) {
   return std::max<int64_t>(16, (n + tasks - 1) / tasks);
 }
 
+// The panel GEMM on fp16/bf16 rows of X: each task converts the block of X
+// [i0, i1) x [k0, k0 + kc) it is about to multiply into an L2 buffer
+// (KernelTable::act_to_f32, rows a cache line apart) and runs a group of
+// W panels on it, so X is never copied as a whole and each block is
+// converted once per task, not once per panel. Every output gets the
+// micro-kernel calls of the fp32 path (same kc, mc and row steps) on the
+// same (exactly converted) values: the same bits.
 template <class Pack>
-void panel_gemm(const KernelTable& kt, const float* x, int64_t m, int64_t k, int64_t n, float* y,
-                int32_t threads, const GemmBlocking& b, const Pack& pack) {
+void panel_gemm_16bit(const KernelTable& kt, ActRows x, int64_t m, int64_t k, int64_t n, float* y,
+                      int32_t threads, int64_t kc, int64_t mc, const Pack& pack) {
+  const int32_t nr = kt.panel_nr;
+  const int64_t nblocks = (n + nr - 1) / nr;
+  const int64_t group = std::max<int64_t>(1, nblocks / (int64_t{4} * threads_or_default(threads)));
+  const int64_t ldb = kc + 16;
+  parallel_for((nblocks + group - 1) / group, threads, [&](int64_t t) {
+    const int64_t p0 = t * group, p1 = std::min(nblocks, p0 + group);
+    PanelBuffer panel = make_panel(kc * nr);
+    PanelBuffer xb = make_panel(std::min(mc, m) * ldb);
+    for (int64_t i0 = 0; i0 < m; i0 += mc) {
+      const int64_t i1 = std::min(m, i0 + mc);
+      for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        const int64_t kcur = std::min(kc, k - k0);
+        for (int64_t i = i0; i < i1; ++i)
+          kt.act_to_f32(x.data, x.type, i * k + k0, kcur, xb.get() + (i - i0) * ldb);
+        for (int64_t p = p0; p < p1; ++p) {
+          const int64_t n0 = p * nr;
+          const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
+          pack(n0, rows, k0, kcur, panel.get());
+          for (int64_t i = i0; i < i1; i += kt.micro_mr) {
+            const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.micro_mr, i1 - i));
+            kt.gemm_micro(xb.get() + (i - i0) * ldb, ldb, mr, panel.get(), kcur, y + i * n + n0, n, rows,
+                          k0 > 0);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class Pack>
+void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t n, float* y, int32_t threads,
+                const GemmBlocking& b, const Pack& pack) {
   const int32_t nr = kt.panel_nr;
   const int64_t kc = std::max<int64_t>(16, b.kc / 16 * 16);
   const int64_t mc = std::max<int64_t>(kt.micro_mr, b.mc);
   const int64_t nblocks = (n + nr - 1) / nr;
+  if (xa.type != FType::F32) {
+    if (m > 0 && n > 0 && k > 0) panel_gemm_16bit(kt, xa, m, k, n, y, threads, kc, mc, pack);
+    return;
+  }
+  const float* x = static_cast<const float*>(xa.data);
   // Rows of X a power-of-two size apart map to the same L1 sets (4K
   // aliasing) and evict each other inside the micro-kernel; copy X once with
   // its rows padded by a cache line.
@@ -160,11 +204,22 @@ void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, 
       });
 }
 
-void quantize_activations(const float* x, int64_t m, int64_t k, int32_t bias, I8Activations& a,
-                          int32_t threads) {
+// fp16/bf16 rows are converted one row at a time into a buffer in cache
+// (KernelTable::act_to_f32) right before that row is quantized.
+void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k, int32_t bias,
+                          I8Activations& a, int32_t threads) {
   a.resize(m, k);
   parallel_for(m, threads, [&](int64_t i) {
-    i8_activations_quantize(x + i * k, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
+    std::vector<float> row;
+    const float* xi = nullptr;
+    if (x.type == FType::F32) {
+      xi = static_cast<const float*>(x.data) + i * k;
+    } else {
+      row.resize(static_cast<size_t>(k));
+      kt.act_to_f32(x.data, x.type, i * k, k, row.data());
+      xi = row.data();
+    }
+    i8_activations_quantize(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
                             a.c.data() + i * a.lds, a.lds, bias);
   });
 }
@@ -209,20 +264,20 @@ const char* fast_math_fallback_nf4_weights(const Nf4Weights& w) {
   return nullptr;
 }
 
-void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
-                       float* y, int32_t threads) {
+void linear_nvfp4_int8(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
+                       int32_t threads) {
   if (m == 0 || n == 0) return;
   I8Activations a;
-  quantize_activations(x, m, w.k, kI8WeightBias, a, threads);
+  quantize_activations(kt, x, m, w.k, kI8WeightBias, a, threads);
   i8_product_nvfp4(kt, a, m, w, n, 0.5f * w.g, y, threads);  // e2m1 x2 -> e2m1
 }
 
-void linear_nf4_int8(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
-                     float* y, int32_t threads) {
+void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
+                     int32_t threads) {
   if (m == 0 || n == 0) return;
   const I8Nf4Code code = i8_nf4_codebook(w.lut);
   I8Activations a;
-  quantize_activations(x, m, w.k, kI8Nf4Bias, a, threads);
+  quantize_activations(kt, x, m, w.k, kI8Nf4Bias, a, threads);
   i8_product(
       kt, a, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr,
       [&](int32_t mm, int64_t n0, int64_t n1, float* yy) {
@@ -234,7 +289,7 @@ void linear_nf4_int8(const KernelTable& kt, const float* x, int64_t m, const Nf4
       });
 }
 
-MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
                            float* y, int32_t threads) {
   if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr) {
     linear_nvfp4(kt, x, m, w, n, y, threads);
@@ -246,7 +301,7 @@ MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, con
   return MathUsed::Int8;
 }
 
-MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+MathUsed linear_nf4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads) {
   if (fast_math_fallback_nf4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
       fast_math_fallback_nf4_rows(kt, m) != nullptr || fast_math_fallback_nf4_weights(w) != nullptr) {
@@ -359,16 +414,8 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
     });
     return;
   }
-  std::vector<float> conv;
-  const float* xf = static_cast<const float*>(x.data);
-  if (x.type != FType::F32) {  // the panel GEMM reads fp32 rows
-    conv.resize(static_cast<size_t>(m * w.k));
-    parallel_for(m, threads,
-                 [&](int64_t i) { load_row(x.data, x.type, i * w.k, w.k, conv.data() + i * w.k); });
-    xf = conv.data();
-  }
   panel_gemm(
-      kt, xf, m, w.k, n, y, threads, gemm_blocking(),
+      kt, x, m, w.k, n, y, threads, gemm_blocking(),
       [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* buf) { panel(w, n0, rows, k0, kc, buf); });
 }
 
@@ -385,8 +432,8 @@ void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w
                 w.k % 16 == 0 && w.blocksize >= 16);
 }
 
-void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
-              float* y, int32_t threads, const GemmBlocking& blocking) {
+void gemm_f32(const KernelTable& kt, ActRows x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+              int32_t threads, const GemmBlocking& blocking) {
   panel_gemm(kt, x, m, k, n, y, threads, blocking,
              [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
                kt.f32_panel(w, k, n0, rows, k0, kc, panel);
@@ -432,13 +479,39 @@ namespace {
 constexpr uint32_t kNonFiniteBits = 0x7f800000u;
 
 // Flat index of the first NaN/Inf of x at or after i0 (one must exist).
-int64_t first_non_finite(const float* x, int64_t i0, int64_t n) {
+int64_t first_non_finite(ActRows x, int64_t i0, int64_t n) {
   for (int64_t i = i0; i < n; ++i) {
+    const float v = load_one(x.data, x.type, i);
     uint32_t u;
-    std::memcpy(&u, x + i, 4);
+    std::memcpy(&u, &v, 4);
     if ((u & kNonFiniteBits) == kNonFiniteBits) return i;
   }
   return n;  // not reached when the caller saw a non-finite value
+}
+
+// KernelTable::absmax_bits of elements [i0, i0 + n) of x: fp16/bf16 are
+// converted (exactly, NaN/Inf preserved) a piece in L1 at a time.
+uint32_t absmax_bits_of(const KernelTable& kt, ActRows x, int64_t i0, int64_t n) {
+  if (x.type == FType::F32) return kt.absmax_bits(static_cast<const float*>(x.data) + i0, n);
+  constexpr int64_t kPiece = 2048;
+  std::vector<float> buf(static_cast<size_t>(std::min(kPiece, n)));
+  uint32_t mx = 0;
+  for (int64_t o = 0; o < n; o += kPiece) {
+    const int64_t len = std::min(kPiece, n - o);
+    kt.act_to_f32(x.data, x.type, i0 + o, len, buf.data());
+    mx = std::max(mx, kt.absmax_bits(buf.data(), len));
+  }
+  return mx;
+}
+
+// fp32 rows [r0, r1) of x (k columns): x itself, or fp16/bf16 converted into
+// buf (one quantization task's rows, sized for L2).
+const float* f32_task_rows(const KernelTable& kt, ActRows x, int64_t r0, int64_t r1, int64_t k,
+                           std::vector<float>& buf) {
+  if (x.type == FType::F32) return static_cast<const float*>(x.data) + r0 * k;
+  buf.resize(static_cast<size_t>((r1 - r0) * k));
+  kt.act_to_f32(x.data, x.type, r0 * k, (r1 - r0) * k, buf.data());
+  return buf.data();
 }
 
 // Uninitialized bytes for the staging of a quantization, on transparent huge
@@ -471,7 +544,7 @@ void parallel_copy(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t thre
 
 }  // namespace
 
-int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g,
+int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
                                float* g_used, uint8_t* q, uint8_t* s, int32_t threads) {
   const int64_t n = rows * k;
   if (n == 0) {
@@ -485,7 +558,7 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t ro
     std::vector<uint32_t> part(static_cast<size_t>(tasks), 0);
     parallel_for(tasks, threads, [&](int64_t t) {
       const int64_t i0 = t * kChunk;
-      part[static_cast<size_t>(t)] = kt.absmax_bits(x + i0, std::min(kChunk, n - i0));
+      part[static_cast<size_t>(t)] = absmax_bits_of(kt, x, i0, std::min(kChunk, n - i0));
     });
     uint32_t mx = 0;
     for (int64_t t = 0; t < tasks; ++t) {
@@ -496,7 +569,17 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t ro
     float amax_v;
     std::memcpy(&amax_v, &mx, 4);
     *g_used = fmt::nvfp4_global_scale_from_amax(amax_v);
-    quantize_nvfp4(kt, x, rows, k, *g_used, q, s, threads);
+    if (x.type == FType::F32) {
+      quantize_nvfp4(kt, static_cast<const float*>(x.data), rows, k, *g_used, q, s, threads);
+      return -1;
+    }
+    const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
+    parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
+      const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+      std::vector<float> buf;
+      kt.nvfp4_quantize(f32_task_rows(kt, x, r0, r1, k, buf), r1 - r0, k, *g_used, q + r0 * (k / 2),
+                        s + r0 * (k / 16));
+    });
     return -1;
   }
   // One pass: check + quantize per L2-sized task into staging, then copy.
@@ -512,7 +595,8 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t ro
     // the smallest failing task (and the first bad index) is always found.
     if (t > bad_task.load(std::memory_order_relaxed)) return;
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-    const float* xt = x + r0 * k;
+    std::vector<float> buf;
+    const float* xt = f32_task_rows(kt, x, r0, r1, k, buf);
     if (kt.absmax_bits(xt, (r1 - r0) * k) >= kNonFiniteBits) {
       int64_t cur = bad_task.load(std::memory_order_relaxed);
       while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {

@@ -38,16 +38,17 @@ void set_small_batch_config(const SmallBatchConfig& c);
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused
 // GEMV kernels, m in [min_m,
 // max_m] the small-batch kernels, both reading fp16/bf16 rows directly
-// (converted in registers); larger m the packed-panel GEMM (fp16/bf16 rows
-// converted to fp32 first, a copy: callers that count copies pass fp32
-// there).
+// (converted in registers); larger m the packed-panel GEMM, which converts
+// the block of fp16/bf16 X it is about to use into an L2 buffer
+// (act_to_f32), never X as a whole; the same bits as fp32 rows.
 void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
                   int32_t threads);
 void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads);
-// y[m, n] = x[m, k] . w[n, k]^T for fp32 w (the dequant-matmul backend).
-void gemm_f32(const KernelTable& kt, const float* x, int64_t m, int64_t k, const float* w, int64_t n,
-              float* y, int32_t threads, const GemmBlocking& blocking);
+// y[m, n] = x[m, k] . w[n, k]^T for fp32 w (the dequant-matmul backend);
+// x fp32, fp16 or bf16 (the panel GEMM's blockwise conversion).
+void gemm_f32(const KernelTable& kt, ActRows x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+              int32_t threads, const GemmBlocking& blocking);
 
 // ---- Integer paths (W4A4 and fast math mode) ------------------------------
 // Which math a product actually ran.
@@ -69,7 +70,8 @@ const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m);
 // non-finite or zero code values), or nullptr.
 const char* fast_math_fallback_nf4_weights(const Nf4Weights& w);
 
-// Fast math mode: activations quantized to int8 per block of 16 (scale
+// Fast math mode: activations (fp32, or fp16/bf16 converted a row at a
+// time in cache) quantized to int8 per block of 16 (scale
 // amax/127, round half away from zero), then integer dot products with the
 // E2M1x2 weights, block partials accumulated in the fixed fp32 order of
 // KernelTable::i8_micro (bit-identical on every ISA), times g/2.
@@ -77,21 +79,21 @@ const char* fast_math_fallback_nf4_weights(const Nf4Weights& w);
 // rounding, (K/16 + 1) 2^-24 sum|terms|), xs_b = amax_b(x) / 127.
 // Falls back to linear_nvfp4 / linear_nf4 (exact) as fast_math_fallback_*
 // says; returns the math that ran.
-MathUsed linear_nvfp4_fast(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
+MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
                            float* y, int32_t threads);
-MathUsed linear_nf4_fast(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
+MathUsed linear_nf4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads);
 // The integer fast path itself, on any table (its i8 entries), no fallback.
-void linear_nvfp4_int8(const KernelTable& kt, const float* x, int64_t m, const NvWeights& w, int64_t n,
-                       float* y, int32_t threads);
+void linear_nvfp4_int8(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
+                       int32_t threads);
 // NF4 fast mode on the integer kernels (no fallback; the caller checked
 // fast_math_fallback_nf4_weights): activations as above (bias kI8Nf4Bias),
 // the NF4 codes mapped by i8_nf4_codebook, block partials xs * absmax in the
 // fixed order, times post = max|lut| / 63. Error against the exact product:
 // |y - y_exact| <= sum_k (xs_b(k) / 2) |w_k| + sum_k (|x_k| + xs_b(k) / 2)
 // absmax_k max|lut| / 126 (+ fp32 rounding as above).
-void linear_nf4_int8(const KernelTable& kt, const float* x, int64_t m, const Nf4Weights& w, int64_t n,
-                     float* y, int32_t threads);
+void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
+                     int32_t threads);
 
 // W4A4 NVFP4_scaled_mm on the integer kernels: A [m, k] NVFP4 codes with
 // linear E4M3 scales (A's global scale not applied), exact block sums,
@@ -107,8 +109,9 @@ void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s,
                       int64_t k, float* out, int32_t threads);
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 
-// NVFP4 quantization of fp32 rows x [rows, k] with the finite check fused
-// into the passes over x; validate-before-write: returns -1 after writing q,
+// NVFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] with the finite
+// check fused into the passes over x (16-bit rows converted exactly, a task's
+// rows at a time in cache, inside the same passes); validate-before-write: returns -1 after writing q,
 // s (linear scales) and *g_used, or the flat index of the FIRST NaN/Inf of x
 // having written nothing. g > 0 is the global scale to use; g == 0 derives
 // it from amax(x) (the codec's rule).
@@ -121,7 +124,7 @@ float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 // amax of all of x before any element can be coded, so two passes: the
 // finite check and the amax in one read, then the quantization straight
 // into q and s (x is known finite by then).
-int64_t quantize_nvfp4_checked(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g,
+int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
                                float* g_used, uint8_t* q, uint8_t* s, int32_t threads);
 
 }  // namespace q4::kern

@@ -4,9 +4,11 @@
 // every table; tests/test_kernels.cpp forces each table this CPU can run and
 // compares every entry with the scalar reference (src/kernels/ref/).
 //
-// Conventions: activations are fp32 (callers convert fp16/bf16 first) except
-// for the GEMV and small-batch entries, which take fp32, fp16 or bf16 rows (ActRows) and
-// convert them in registers while splitting them; NVFP4
+// Conventions: activations are fp32 except for the GEMV and small-batch
+// entries, which take fp32, fp16 or bf16 rows (ActRows) and convert them in
+// registers while splitting them; the drivers (cpu_ops.h) bring fp16/bf16
+// rows to the other entries through act_to_f32, a cache-sized piece at a
+// time, never as a separate pass over the activations; NVFP4
 // block scales are linear [rows, K/16] (callers unswizzle first), NF4 absmax
 // are resolved to fp32 per block.
 #pragma once
@@ -89,6 +91,11 @@ struct KernelTable {
   // i < mr <= micro_mr, r < nr <= panel_nr; accumulate=false overwrites.
   void (*gemm_micro)(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
                      int64_t ldy, int32_t nr, bool accumulate) = nullptr;
+
+  // dst[i] = element first + i of the fp32/fp16/bf16 data at src, as fp32
+  // (exact), i < n: the in-register conversion of the small-batch kernels
+  // for the drivers that feed fp32 entries from 16-bit rows.
+  void (*act_to_f32)(const void* src, FType t, int64_t first, int64_t n, float* dst) = nullptr;
 
   // Bit-exact NVFP4 quantization of rows x [rows, K] (the codec's rounding) with linear
   // scales; and dequantization to fp32 rows.

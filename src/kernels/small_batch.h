@@ -156,6 +156,25 @@ void sb_nf4_small(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_
       [&](int64_t j, int64_t kb, int64_t len, float* dst) { V::decode_nf4(w, j * w.k + kb, len, dst); });
 }
 
+// KernelTable::act_to_f32 on V's load_act (the scalar tail: act_elem).
+template <class V>
+void sb_act_to_f32(const void* src, FType t, int64_t first, int64_t n, float* dst) {
+  constexpr int64_t L = V::kLanes;
+  int64_t i = 0;
+  switch (t) {
+    case FType::F16:
+      for (; i + L <= n; i += L) V::store(dst + i, V::template load_act<FType::F16>(src, first + i));
+      break;
+    case FType::BF16:
+      for (; i + L <= n; i += L) V::store(dst + i, V::template load_act<FType::BF16>(src, first + i));
+      break;
+    case FType::F32:
+      for (; i + L <= n; i += L) V::store(dst + i, V::template load_act<FType::F32>(src, first + i));
+      break;
+  }
+  for (; i < n; ++i) dst[i] = act_elem(src, t, first + i);
+}
+
 // Scalar pieces of the traits (tails, the portable table).
 inline void sb_decode_nvfp4_scalar(const uint8_t* q, const uint8_t* s, int64_t nblocks, float* dst) {
   const float* e4m3 = sb_e4m3_table();

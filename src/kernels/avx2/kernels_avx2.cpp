@@ -301,6 +301,7 @@ const KernelTable& avx2_table() {
     f.nf4_gemv = nf4_gemv;
     f.nvfp4_small = sb_nvfp4_small<SbAvx2>;
     f.nf4_small = sb_nf4_small<SbAvx2>;
+    f.act_to_f32 = sb_act_to_f32<SbAvx2>;
     f.gemm_micro = gemm_micro;
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_dequantize = nvfp4_dequantize;

@@ -525,6 +525,7 @@ const KernelTable& avx512_table() {
     f.nf4_gemv = nf4_gemv;
     f.nvfp4_small = sb_nvfp4_small<SbAvx512>;
     f.nf4_small = sb_nf4_small<SbAvx512>;
+    f.act_to_f32 = sb_act_to_f32<SbAvx512>;
     f.nvfp4_panel = nvfp4_panel;
     f.nf4_panel = nf4_panel;
     f.gemm_micro = gemm_micro;

@@ -125,6 +125,7 @@ const KernelTable& neon_table() {
     f.nvfp4_gemv = nvfp4_gemv;
     f.nvfp4_small = sb_nvfp4_small<SbNeon>;
     f.nf4_small = sb_nf4_small<SbNeon>;
+    f.act_to_f32 = sb_act_to_f32<SbNeon>;
     f.gemm_micro = gemm_micro;
     f.amax = amax;
     f.fma_probe = fma_probe<Vec>;
