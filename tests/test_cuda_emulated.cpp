@@ -454,10 +454,22 @@ TEST_CASE("8 threads forward on the device during 200 weight updates: each outpu
   std::atomic<int64_t> mixed{0}, calls{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 8; ++i) {
-    ts.emplace_back([&] {
+    // Even threads forward host tensors, odd ones device memory (allocated
+    // here: Catch2 assertions are not thread-safe).
+    auto dx = std::make_shared<DevTensor>(std::vector<int64_t>{3, k}, false, kDLCUDA);
+    auto dy = std::make_shared<DevTensor>(std::vector<int64_t>{3, n}, false, kDLCUDA);
+    dx->upload(x);
+    ts.emplace_back([&, i, dx, dy] {
       Tensor y({3, n}, t::f32());
       while (!stop.load()) {
-        if (Q4_linear_forward(l, x.t(), y.t()) != Q4_OK || !(same_bytes(y, y1) || same_bytes(y, y2))) mixed++;
+        int32_t rc = Q4_OK;
+        if (i % 2 == 0) {
+          rc = Q4_linear_forward(l, x.t(), y.t());
+        } else {
+          rc = Q4_linear_forward(l, &dx->dl, &dy->dl);
+          std::memcpy(y.data(), dy->p, dy->bytes);
+        }
+        if (rc != Q4_OK || !(same_bytes(y, y1) || same_bytes(y, y2))) mixed++;
         calls++;
       }
     });
