@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -283,25 +284,36 @@ TEST_CASE("MXFP4 validation and refusals", "[ops][mxfp4][validation]") {
     alias.data = q.data();
     CHECK(MXFP4_quantize(x.t(), q.t(), &alias, Q4_SCALE_LINEAR, nullptr) == Q4_ERR_ALIASING);
   }
-  SECTION("products refuse kernels and fast math; dequant-matmul is fine") {
+  SECTION(
+      "products: the E2M1 kernels (auto, nvfp4-kernel, KernelOnly, fast) and dequant-matmul run; "
+      "nf4-kernel and contradictions are refused") {
     REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
-    Tensor a = t::random_float({3, 64}, t::f32(), 2), out({3, 4}, t::f32());
+    Tensor a = t::random_float({3, 64}, t::f32(), 2), out({3, 4}, t::f32()), out4({4, 4}, t::f32());
     Q4_op_options o{};
     Q4_op_options_init(&o);
     o.compute_path = Q4_PATH_KERNEL_ONLY;
-    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
-    CHECK(std::string(Q4_last_error()).find("KernelOnly") != std::string::npos);
-    CHECK(MXFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, out.t(), &o) ==
-          Q4_ERR_UNSUPPORTED);
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_OK);
+    CHECK(MXFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, out4.t(), &o) == Q4_OK);
     Q4_op_options_init(&o);
     o.backend = Q4_BACKEND_NVFP4_KERNEL;
-    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_OK);
     Q4_op_options_init(&o);
     o.math_mode = Q4_MATH_FAST;
-    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_OK);
     Q4_op_options_init(&o);
     o.compute_path = Q4_PATH_DEQUANT_MATMUL_ONLY;
     CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_OK);
+    o.math_mode = Q4_MATH_FAST;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    Q4_op_options_init(&o);
+    o.backend = Q4_BACKEND_NF4_KERNEL;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) == Q4_ERR_UNSUPPORTED);
+    CHECK(std::string(Q4_last_error()).find("nf4-kernel") != std::string::npos);
+    Q4_op_options_init(&o);
+    o.backend = Q4_BACKEND_DEQUANT_MATMUL;
+    o.compute_path = Q4_PATH_KERNEL_ONLY;
+    CHECK(MXFP4_linear(a.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, out.t(), &o) ==
+          Q4_ERR_INVALID_ARGUMENT);
   }
   SECTION("kDLCUDA tensors are unsupported for now") {
     Tensor out({4, 64}, t::f32());
@@ -617,7 +629,7 @@ TEST_CASE("MXFP4_linear_experts validation: each bad input a status naming it, n
           Q4_ERR_ALIASING);
     Q4_op_options o{};
     Q4_op_options_init(&o);
-    o.math_mode = Q4_MATH_FAST;
+    o.backend = Q4_BACKEND_NF4_KERNEL;
     CHECK(MXFP4_linear_experts(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr,
                                out2.t(), &o) == Q4_ERR_UNSUPPORTED);
     DLTensor cx = *x.t(), cq = *q.t(), cs = *s.t(), co = *out2.t();
@@ -687,7 +699,8 @@ TEST_CASE("MXFP4 linears: packed, swizzled and float bundles forward like MXFP4_
     info.struct_size = sizeof info;
     REQUIRE(Q4_linear_info_get(lin, &info) == Q4_OK);
     CHECK(info.format == Q4_FORMAT_MXFP4);
-    CHECK(info.backend == Q4_BACKEND_DEQUANT_MATMUL);
+    CHECK(info.backend == Q4_BACKEND_NVFP4_KERNEL);  // the E2M1 kernels
+    CHECK(info.fell_back == 0);
     CHECK(info.out_features == n);
     CHECK(info.in_features == k);
     char buf[4096];
@@ -711,7 +724,7 @@ TEST_CASE("MXFP4 linears: packed, swizzled and float bundles forward like MXFP4_
   }
 }
 
-TEST_CASE("MXFP4 linears: bad bundles and settings that need a kernel are refused", "[session][mxfp4]") {
+TEST_CASE("MXFP4 linears: bad bundles and settings MXFP4 cannot run are refused", "[session][mxfp4]") {
   const int64_t n = 8, k = 64;
   Tensor q({n, k / 2}, t::u8()), s({n, k / 32}, t::u8()), s4({n, k / 32}, t::e4m3());
   std::memset(q.data(), 0x21, static_cast<size_t>(n * k / 2));
@@ -734,12 +747,18 @@ TEST_CASE("MXFP4 linears: bad bundles and settings that need a kernel are refuse
   cfg.compute_path = Q4_PATH_KERNEL_ONLY;
   MxSession kernel_only(&cfg);
   b = mx_bundle(q.t(), s.t(), n, k, nullptr);
+  REQUIRE(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_OK);  // in the window: the E2M1 kernels
+  Q4_linear_destroy(lin);
+  lin = nullptr;
+  s.data()[3] = 0xff;  // a NaN scale: KernelOnly fails naming it
   CHECK(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
   CHECK(named("KernelOnly"));
+  CHECK(named("NaN"));
+  s.data()[3] = 127;
   Q4_session_config_init(&cfg);
-  cfg.math_mode = Q4_MATH_FAST;
-  MxSession fast(&cfg);
-  CHECK(Q4_linear_create(fast.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
+  cfg.backend = Q4_BACKEND_NF4_KERNEL;
+  MxSession nf4(&cfg);
+  CHECK(Q4_linear_create(nf4.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
   CHECK(lin == nullptr);
   REQUIRE(Q4_linear_create(ses.s, &b, &lin) == Q4_OK);  // the default session takes it
   Q4_linear_destroy(lin);
@@ -797,4 +816,301 @@ TEST_CASE("Q4_checkpoint_linear_create loads gpt-oss MXFP4 linears (both namings
   CHECK(std::string(Q4_last_error()).find("MXFP4_linear_experts") != std::string::npos);
   Q4_checkpoint_close(cp);
   std::remove(path.c_str());
+}
+
+// ---------------------------------------------------------------------------
+// Products on the E2M1 kernels (docs/formats.md, "MXFP4 on the E2M1
+// kernels"): an MXFP4 weight whose scales fit 18 binades is the NVFP4
+// weight (same codes, E4M3 scales 2^(e-127-t) twice per block, global 2^t,
+// t = max(e_max - 135, -126)), so every product equals NVFP4's on the same
+// table, bit for bit, and is within NVFP4's bound of the fp64 reference.
+// ---------------------------------------------------------------------------
+namespace {
+
+std::vector<int32_t> runnable_isas() {
+  std::vector<int32_t> out;
+  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
+                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM}) {
+    if (Q4_set_max_isa(isa) != Q4_OK) continue;
+    Q4_capabilities c{};
+    c.struct_size = sizeof c;
+    Q4_get_capabilities(&c);
+    if (c.isa_active == isa) out.push_back(isa);
+  }
+  Q4_set_max_isa(Q4_ISA_BEST);
+  return out;
+}
+
+struct IsaCap {
+  explicit IsaCap(int32_t isa) { REQUIRE(Q4_set_max_isa(isa) == Q4_OK); }
+  ~IsaCap() { Q4_set_max_isa(Q4_ISA_BEST); }
+};
+
+// The E4M3 byte whose value is 2^p (searched over the codes, decoded here).
+uint8_t e4m3_byte_of_pow2(int p) {
+  for (int b = 0; b < 127; ++b) {
+    const int ex = (b >> 3) & 15, man = b & 7;
+    const double v = ex == 0 ? man * std::ldexp(1.0, -9) : (1 + man / 8.0) * std::ldexp(1.0, ex - 7);
+    if (v == std::ldexp(1.0, p)) return static_cast<uint8_t>(b);
+  }
+  FAIL("2^" << p << " is not an E4M3 value");
+  return 0;
+}
+
+// An MXFP4 weight [n, k] of random codes with scale bytes in [lo, hi] (lo
+// and hi both used), and its NVFP4 twin (s16, g).
+struct MxWeight {
+  int64_t n, k;
+  Tensor q, s, s16;
+  float g = 1;
+  int t = 0;
+  MxWeight(int64_t n_, int64_t k_, int lo, int hi, uint32_t seed)
+      : n(n_), k(k_), q({n_, k_ / 2}, t::u8()), s({n_, k_ / 32}, t::u8()), s16({n_, k_ / 16}, t::u8()) {
+    std::mt19937 rng(seed);
+    for (int64_t i = 0; i < n * k / 2; ++i) q.data()[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < n * k / 32; ++i) s.data()[i] = static_cast<uint8_t>(lo + rng() % (hi - lo + 1));
+    s.data()[0] = static_cast<uint8_t>(lo);
+    s.data()[n * k / 32 - 1] = static_cast<uint8_t>(hi);
+    twin();
+  }
+  void twin() {
+    int hi = -1;
+    for (int64_t i = 0; i < n * k / 32; ++i) {
+      bool zero = true;
+      for (int j = 0; j < 16; ++j) zero = zero && (q.data()[i * 16 + j] & 0x77) == 0;
+      if (!zero) hi = std::max(hi, static_cast<int>(s.data()[i]));
+    }
+    t = hi < 0 ? 0 : std::max(hi - 135, -126);
+    g = static_cast<float>(std::ldexp(1.0, t));
+    for (int64_t i = 0; i < n * k / 32; ++i) {
+      const int p = s.data()[i] - 127 - t;
+      const uint8_t b = p < -9 ? 0 : e4m3_byte_of_pow2(p);  // (below: a zero-code block)
+      s16.data()[2 * i] = s16.data()[2 * i + 1] = b;
+    }
+  }
+  double w(int64_t j, int64_t kk) const { return w_value(q.data(), s.data(), k, j, kk); }
+};
+
+Q4_op_options opts_with(int32_t path, int32_t math) {
+  Q4_op_options o{};
+  Q4_op_options_init(&o);
+  o.compute_path = path;
+  o.math_mode = math;
+  return o;
+}
+
+size_t bound_violations(const Tensor& x, const Tensor& y, int64_t m, const MxWeight& w) {
+  size_t bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < w.n; ++j) {
+      double acc = 0, mag = 0;
+      for (int64_t kk = 0; kk < w.k; ++kk) {
+        const double p = static_cast<double>(x.get(i * w.k + kk)) * w.w(j, kk);
+        acc += p;
+        mag += std::fabs(p);
+      }
+      const double bound = (static_cast<double>(w.k) + 16.0) * std::ldexp(1.0, -24) * mag +
+                           std::ldexp(1.0, -24) * std::fabs(acc);
+      bad += std::fabs(y.get(i * w.n + j) - acc) > bound + 1e-30 ? 1 : 0;
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "MXFP4_linear on the E2M1 kernels: NVFP4's bits on every table, all M classes and activation "
+    "types, within the NVFP4 bound",
+    "[ops][mxfp4][kernels]") {
+  const int64_t n = 40, k = 256;
+  MxWeight w(n, k, 110, 127, 71);  // 18 binades
+  const Q4_op_options exact = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_EXACT);
+  const Q4_op_options fast = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_FAST);
+  for (int32_t isa : runnable_isas()) {
+    IsaCap cap(isa);
+    for (int64_t m : {1, 4, 9, 33, 65, 300}) {
+      for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+        INFO("isa " << isa << " m " << m << " dtype bits " << int(dt.bits) << " code " << int(dt.code));
+        Tensor x = t::random_float({m, k}, dt, static_cast<uint32_t>(m + isa));
+        for (const Q4_op_options* o : {&exact, &fast}) {
+          Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
+          REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), o) == Q4_OK);
+          REQUIRE(NVFP4_linear(x.t(), w.q.t(), w.s16.t(), Q4_SCALE_LINEAR, w.g, nullptr, ynv.t(), o) ==
+                  Q4_OK);
+          CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * n * 4)) == 0);
+          if (o == &exact && (m == 1 || m == 9 || m == 65)) CHECK(bound_violations(x, y, m, w) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "MXFP4_scaled_mm on the E2M1 kernels: NVFP4_scaled_mm's bits with alpha * 2^(ta+tb), identical "
+    "across tables",
+    "[ops][mxfp4][kernels]") {
+  const int64_t n = 24, k = 128;
+  MxWeight b(n, k, 100, 117, 81);
+  std::map<int64_t, std::vector<uint8_t>> first_mx, first_nv;
+  for (int32_t isa : runnable_isas()) {
+    IsaCap cap(isa);
+    for (int64_t m : {1, 9, 65}) {
+      MxWeight a(m, k, 120, 130, static_cast<uint32_t>(82 + m));
+      Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
+      const float alpha = 0.75f;
+      REQUIRE(MXFP4_scaled_mm(a.q.t(), a.s.t(), b.q.t(), b.s.t(), Q4_SCALE_LINEAR, alpha, nullptr, y.t(),
+                              nullptr) == Q4_OK);
+      REQUIRE(NVFP4_scaled_mm(a.q.t(), a.s16.t(), b.q.t(), b.s16.t(), Q4_SCALE_LINEAR, alpha * a.g * b.g,
+                              nullptr, ynv.t(), nullptr) == Q4_OK);
+      CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * n * 4)) == 0);
+      // Identical across tables exactly where NVFP4's are (W4A4 on the
+      // integer tables: one fixed order).
+      const std::vector<uint8_t> mx(y.data(), y.data() + m * n * 4), nv(ynv.data(), ynv.data() + m * n * 4);
+      if (first_mx.count(m) == 0) {
+        first_mx[m] = mx;
+        first_nv[m] = nv;
+      }
+      CHECK((mx == first_mx[m]) == (nv == first_nv[m]));
+    }
+  }
+}
+
+TEST_CASE("MXFP4_linear_experts and MXFP4 linears run the E2M1 kernels (bits of MXFP4_linear)",
+          "[ops][mxfp4][moe][session]") {
+  const int64_t e_count = 3, n = 16, k = 64, tokens = 10;
+  MxWeight w(e_count * n, k, 118, 130, 91);
+  const std::vector<int32_t> ex = {2, 0, 2};
+  const std::vector<int64_t> rows = {3, 5, 2};
+  Tensor x = t::random_float({tokens, k}, t::bf16(), 92), out({tokens, n}, t::f32());
+  const Q4_op_options o = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_EXACT);
+  DLTensor q3 = *w.q.t(), s3 = *w.s.t();
+  int64_t qshape[3] = {e_count, n, k / 2}, sshape[3] = {e_count, n, k / 32};
+  q3.ndim = s3.ndim = 3;
+  q3.shape = qshape;
+  s3.shape = sshape;
+  REQUIRE(MXFP4_linear_experts(x.t(), &q3, &s3, Q4_SCALE_LINEAR, ex.data(), rows.data(), 3, nullptr, out.t(),
+                               &o) == Q4_OK);
+  int64_t r0 = 0;
+  for (size_t g = 0; g < ex.size(); ++g) {
+    Tensor xg({rows[g], k}, t::bf16()), yg({rows[g], n}, t::f32());
+    std::memcpy(xg.data(), x.data() + r0 * k * 2, static_cast<size_t>(rows[g] * k * 2));
+    DLTensor qe = *w.q.t(), se = *w.s.t();
+    int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 32};
+    qe.shape = qs;
+    se.shape = ss;
+    qe.byte_offset = static_cast<uint64_t>(ex[g] * n * k / 2);
+    se.byte_offset = static_cast<uint64_t>(ex[g] * n * k / 32);
+    REQUIRE(MXFP4_linear(xg.t(), &qe, &se, Q4_SCALE_LINEAR, nullptr, yg.t(), &o) == Q4_OK);
+    CHECK(std::memcmp(yg.data(), out.data() + r0 * n * 4, static_cast<size_t>(rows[g] * n * 4)) == 0);
+    r0 += rows[g];
+  }
+  // A linear of the whole stack as one [E*N, K] weight, fast math: the bits
+  // of MXFP4_linear fast.
+  Q4_session_config cfg;
+  Q4_session_config_init(&cfg);
+  cfg.math_mode = Q4_MATH_FAST;
+  MxSession ses(&cfg);
+  Q4_weight_bundle b = mx_bundle(w.q.t(), w.s.t(), e_count * n, k, nullptr);
+  Q4_linear* lin = nullptr;
+  REQUIRE(Q4_linear_create(ses.s, &b, &lin) == Q4_OK);
+  Tensor y({tokens, e_count * n}, t::f32()), ref({tokens, e_count * n}, t::f32());
+  REQUIRE(Q4_linear_forward(lin, x.t(), y.t()) == Q4_OK);
+  const Q4_op_options fo = opts_with(Q4_PATH_AUTO, Q4_MATH_FAST);
+  REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, ref.t(), &fo) == Q4_OK);
+  CHECK(std::memcmp(y.data(), ref.data(), static_cast<size_t>(tokens * e_count * n * 4)) == 0);
+  Q4_linear_destroy(lin);
+}
+
+TEST_CASE("MXFP4 window edges: 18 binades fit, 19 fall back, NaN falls back, zero-code blocks",
+          "[ops][mxfp4][kernels]") {
+  const int64_t n = 8, k = 64, m = 3;
+  Tensor x = t::random_float({m, k}, t::f32(), 101);
+  const Q4_op_options only = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_EXACT);
+  const Q4_op_options dq = opts_with(Q4_PATH_DEQUANT_MATMUL_ONLY, Q4_MATH_EXACT);
+  auto named = [](const char* what) { return std::string(Q4_last_error()).find(what) != std::string::npos; };
+  SECTION("exactly 18 binades (and tiny scales near 2^-127) run on the kernels") {
+    for (auto lohi : {std::pair<int, int>{100, 117}, {0, 17}, {220, 237}, {3, 9}}) {
+      MxWeight w(n, k, lohi.first, lohi.second, 102);
+      Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
+      REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) == Q4_OK);
+      REQUIRE(NVFP4_linear(x.t(), w.q.t(), w.s16.t(), Q4_SCALE_LINEAR, w.g, nullptr, ynv.t(), &only) ==
+              Q4_OK);
+      CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * n * 4)) == 0);
+    }
+  }
+  SECTION("19 binades: KernelOnly fails naming the reason, auto falls back to the fp32 decode") {
+    MxWeight w(n, k, 100, 118, 103);
+    w.q.data()[0] |= 0x01;  // block 0 (scale 2^-27) has a nonzero code
+    Tensor y({m, n}, t::f32()), yd({m, n}, t::f32());
+    CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) ==
+          Q4_ERR_UNSUPPORTED);
+    CHECK(named("KernelOnly"));
+    CHECK(named("binades"));
+    CHECK(named("row 0, block 0"));
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), nullptr) == Q4_OK);
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, yd.t(), &dq) == Q4_OK);
+    CHECK(std::memcmp(y.data(), yd.data(), static_cast<size_t>(m * n * 4)) == 0);
+    // A linear in an auto session records the fallback.
+    MxSession ses;
+    Q4_weight_bundle b = mx_bundle(w.q.t(), w.s.t(), n, k, nullptr);
+    Q4_linear* lin = nullptr;
+    REQUIRE(Q4_linear_create(ses.s, &b, &lin) == Q4_OK);
+    Q4_linear_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(Q4_linear_info_get(lin, &info) == Q4_OK);
+    CHECK(info.fell_back == 1);
+    CHECK(info.backend == Q4_BACKEND_DEQUANT_MATMUL);
+    char buf[4096];
+    size_t need = 0;
+    REQUIRE(Q4_linear_diagnostics(lin, buf, sizeof buf, &need) == Q4_OK);
+    CHECK(std::string(buf).find("binades") != std::string::npos);
+    REQUIRE(Q4_linear_forward(lin, x.t(), y.t()) == Q4_OK);
+    CHECK(std::memcmp(y.data(), yd.data(), static_cast<size_t>(m * n * 4)) == 0);
+    // An update into the window clears it.
+    MxWeight w2(n, k, 110, 120, 104);
+    Q4_weight_bundle b2 = mx_bundle(w2.q.t(), w2.s.t(), n, k, nullptr);
+    REQUIRE(Q4_linear_update_weight(lin, &b2) == Q4_OK);
+    REQUIRE(Q4_linear_info_get(lin, &info) == Q4_OK);
+    CHECK(info.fell_back == 0);
+    CHECK(info.backend == Q4_BACKEND_NVFP4_KERNEL);
+    Q4_linear_destroy(lin);
+  }
+  SECTION("a block outside the window whose codes are all +-0 takes scale 0 and stays on the kernels") {
+    MxWeight w(n, k, 100, 130, 105);
+    // Every block below 2^(130-127-17) gets zero codes (+0 and -0 mixed).
+    for (int64_t i = 0; i < n * k / 32; ++i) {
+      if (w.s.data()[i] < 113) {
+        for (int j = 0; j < 16; ++j) w.q.data()[i * 16 + j] = static_cast<uint8_t>(j & 1 ? 0x80 : 0x08);
+      }
+    }
+    w.twin();
+    Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) == Q4_OK);
+    REQUIRE(NVFP4_linear(x.t(), w.q.t(), w.s16.t(), Q4_SCALE_LINEAR, w.g, nullptr, ynv.t(), &only) == Q4_OK);
+    CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * n * 4)) == 0);
+    CHECK(bound_violations(x, y, m, w) == 0);
+    // All-zero weight: every block zero codes, any scales.
+    std::memset(w.q.data(), 0, static_cast<size_t>(n * k / 2));
+    w.s.data()[1] = 0;
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) == Q4_OK);
+    for (int64_t i = 0; i < m * n; ++i) CHECK(y.get(i) == 0.0f);
+  }
+  SECTION("a NaN scale: KernelOnly fails naming it; auto gives the decode's NaN") {
+    MxWeight w(n, k, 120, 125, 106);
+    w.s.data()[5] = 0xff;  // row 2, block 1
+    Tensor y({m, n}, t::f32());
+    CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) ==
+          Q4_ERR_UNSUPPORTED);
+    CHECK(named("NaN"));
+    CHECK(named("row 2, block 1"));
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), nullptr) == Q4_OK);
+    CHECK(std::isnan(y.get(2)));
+    CHECK(!std::isnan(y.get(0)));
+    Tensor a_out({n, n}, t::f32());
+    CHECK(MXFP4_scaled_mm(w.q.t(), w.s.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, a_out.t(),
+                          &only) == Q4_ERR_UNSUPPORTED);
+    REQUIRE(MXFP4_scaled_mm(w.q.t(), w.s.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, a_out.t(),
+                            nullptr) == Q4_OK);
+  }
 }

@@ -47,7 +47,7 @@ void require_host(const TensorRef& t) {
 
 // Quantize a float [N, K] weight into the prepared form.
 void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, const Counters& c,
-                        PreparedWeight& p) {
+                        PreparedWeight& p, CpuPath path, std::string* why) {
   const TensorRef wt = check_tensor(b.weight, "weight->weight");
   require_float(wt);
   if (wt.ndim != 2) {
@@ -74,7 +74,8 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
     p.q = q;
     p.s = s;
   } else if (b.format == Q4_FORMAT_MXFP4) {
-    // Quantized into scratch, kept in the ready (fp32) form only.
+    // Quantized into scratch, kept in the ready form only (the NVFP4 form
+    // of the E2M1 kernels, or the fp32 decode).
     if (k % fmt::kMxBlock != 0) {
       fail(Q4_ERR_SHAPE, "weight->weight",
            "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
@@ -89,7 +90,7 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
     op.s = check_tensor(&ts, "weight->weight");
     op.rows = n;
     op.k = k;
-    prepare_mxfp4(p, op, st.ops.num_threads, c);
+    *why = prepare_mxfp4(p, op, st.ops.num_threads, c, path, true, st.ops.compute_path, "weight->weight");
   } else {
     p.blocksize = require_blocksize(b.blocksize == 0 ? 64 : b.blocksize, "weight->blocksize");
     p.block_shift = 0;
@@ -110,7 +111,7 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
 
 // Validate packed tensors as the stateless products do, then copy them.
 void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, const Counters& c,
-                         PreparedWeight& p) {
+                         PreparedWeight& p, CpuPath path, std::string* why) {
   if (b.out_features <= 0 || b.in_features <= 0) {
     fail(Q4_ERR_SHAPE, "weight->out_features",
          "packed weights need out_features and in_features > 0, got " + std::to_string(b.out_features) +
@@ -136,8 +137,8 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.g = b.global_scale;
     prepare_nvfp4(p, op, true, c);
   } else if (b.format == Q4_FORMAT_MXFP4) {
-    // As MXFP4_linear validates it; the ready form is the fp32 decode (the
-    // packed bytes are not kept).
+    // As MXFP4_linear validates it; the ready form is the NVFP4 form (codes
+    // copied, E4M3 scales) or the fp32 decode (the packed bytes not kept).
     if (k % fmt::kMxBlock != 0) {
       fail(Q4_ERR_SHAPE, "weight->in_features",
            "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
@@ -158,7 +159,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.layout = b.scale_layout;
     op.rows = n;
     op.k = k;
-    prepare_mxfp4(p, op, st.ops.num_threads, c);
+    *why = prepare_mxfp4(p, op, st.ops.num_threads, c, path, true, st.ops.compute_path, "weight->scale");
   } else {
     require_nbytes(q, (numel + 1) / 2, "ceil(N*K/2) packed bytes");
     Nf4Operand op;
@@ -215,7 +216,7 @@ std::shared_ptr<PreparedWeight> upload(const PreparedWeight& h, const SessionSet
 
 std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, const SessionSettings& st,
                                               const Counters& c, CpuPath path, int32_t expect_format,
-                                              int64_t expect_n, int64_t expect_k) {
+                                              int64_t expect_n, int64_t expect_k, std::string* why) {
   const Q4_weight_bundle b = read_struct(bundle, "weight");
   if (b.format != Q4_FORMAT_NVFP4 && b.format != Q4_FORMAT_NF4 && b.format != Q4_FORMAT_MXFP4) {
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->format",
@@ -231,9 +232,9 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   }
   auto p = std::make_shared<PreparedWeight>();
   if (b.source == Q4_WEIGHT_FLOAT) {
-    prepare_from_float(b, st, c, *p);
+    prepare_from_float(b, st, c, *p, path, why);
   } else {
-    prepare_from_packed(b, st, c, *p);
+    prepare_from_packed(b, st, c, *p, path, why);
   }
   if (expect_n > 0 && (p->n != expect_n || p->k != expect_k)) {
     fail(Q4_ERR_SHAPE, "weight",
@@ -242,10 +243,10 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   }
   // On CUDA the plugin dequantizes itself (the compute path goes with each
   // call); the fp32 weight is a CPU form.
-  if (path == CpuPath::DequantMatmul && !st.on_cuda() && p->format != Q4_FORMAT_MXFP4) {
-    prepare_dequant(*p, st.ops.num_threads, c);  // (MXFP4 is prepared in that form)
+  if (p->format != Q4_FORMAT_MXFP4) {  // (MXFP4 is prepared for its path, or its fallback)
+    if (path == CpuPath::DequantMatmul && !st.on_cuda()) prepare_dequant(*p, st.ops.num_threads, c);
+    p->path = path;
   }
-  p->path = path;
   if (b.bias != nullptr) {
     const Bias bias = parse_bias(b.bias, p->n);
     require_host(bias.ref);
@@ -261,29 +262,27 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
 
 namespace {
 
-// MXFP4 linears run dequant-matmul on the CPU (fp32 decode + GEMM; no MXFP4
-// kernel yet): settings that need a kernel or the CUDA plugin are refused.
+// MXFP4 linears run on the CPU (the E2M1 kernels or dequant-matmul, as
+// MXFP4_linear); the CUDA plugin has no MXFP4 kernels yet.
 CpuPath mxfp4_linear_path(const SessionSettings& st) {
-  const ResolvedOptions& o = st.ops;
   if (st.on_cuda()) {
     fail(Q4_ERR_UNSUPPORTED, "weight->format",
          "MXFP4 linears run on the CPU only for now (the CUDA plugin has no MXFP4 kernels); use a CPU "
          "session");
   }
-  if (o.backend == Q4_BACKEND_NVFP4_KERNEL || o.backend == Q4_BACKEND_NF4_KERNEL) {
-    fail(Q4_ERR_UNSUPPORTED, "session backend",
-         std::string(o.backend == Q4_BACKEND_NF4_KERNEL ? "nf4-kernel" : "nvfp4-kernel") +
-             " cannot run MXFP4 data (MXFP4 linears run dequant-matmul)");
+  return mxfp4_cpu_path(st.ops);
+}
+
+// A linear's record of the fallback of its current weight (MXFP4 outside
+// the E2M1 kernels' window): empty `why` = the requested path runs.
+void note_prepared(Q4_linear* l, const std::string& why) {
+  if (l->format != Q4_FORMAT_MXFP4 || l->path != CpuPath::Kernel) return;
+  {
+    std::lock_guard<std::mutex> lock(l->info_mutex);
+    l->fallback_reason = why;
+    l->backend_used = why.empty() ? Q4_BACKEND_NVFP4_KERNEL : Q4_BACKEND_DEQUANT_MATMUL;
   }
-  if (o.compute_path == Q4_PATH_KERNEL_ONLY) {
-    fail(Q4_ERR_UNSUPPORTED, "session compute_path",
-         "KernelOnly: there is no MXFP4 CPU kernel yet (MXFP4 linears run dequant-matmul)");
-  }
-  if (o.math_mode == Q4_MATH_FAST) {
-    fail(Q4_ERR_UNSUPPORTED, "session math_mode",
-         "fast (int8-activation) math needs a kernel; MXFP4 linears run dequant-matmul in fp32");
-  }
-  return CpuPath::DequantMatmul;
+  if (!why.empty()) l->session->record_fallback(why);
 }
 
 std::atomic<int32_t>& format_count(Q4_session* s, int32_t format) {
@@ -309,7 +308,8 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   l->counters = s->counters;
   l->settings = s->settings;
   l->path = path;
-  l->weight = prepare(w, s->settings, s->counters, path, 0, 0, 0);
+  std::string why;
+  l->weight = prepare(w, s->settings, s->counters, path, 0, 0, 0, &why);
   l->format = l->weight->format;
   l->n = l->weight->n;
   l->k = l->weight->k;
@@ -318,6 +318,7 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   l->backend_used = path == CpuPath::DequantMatmul
                         ? Q4_BACKEND_DEQUANT_MATMUL
                         : (format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL);
+  note_prepared(l.get(), why);
   s->counters->linears.fetch_add(1);
   format_count(s, l->format).fetch_add(1);
   return l.release();
@@ -447,13 +448,15 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
 
 void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
+  std::string why;
   std::shared_ptr<const PreparedWeight> fresh =
-      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k);
+      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k, &why);
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->weight.swap(fresh);
   }
   l->version.fetch_add(1);
+  note_prepared(l, why);
   // `fresh` now holds the old weight; it is freed here or when the last
   // forward that copied it returns.
 }
@@ -471,7 +474,7 @@ namespace {
 // falls back to exact where the integer kernels are missing; the reason is
 // empty when the requested math runs.
 int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
-  if (l.settings.ops.math_mode != Q4_MATH_FAST || l.path != CpuPath::Kernel) {
+  if (l.settings.ops.math_mode != Q4_MATH_FAST || l.current()->path != CpuPath::Kernel) {
     return l.settings.ops.math_mode;
   }
   if (l.settings.on_cuda()) {

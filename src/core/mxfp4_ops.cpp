@@ -1,5 +1,5 @@
-// MXFP4 operations on the CPU (mxfp4.h): portable code, multi-threaded over
-// rows with the library's pool. The format math is formats/mxfp4.h.
+// MXFP4 operations on the CPU (mxfp4.h): the codec multi-threaded over rows
+// with the library's pool, the products on the E2M1 (NVFP4) kernels. The format math is formats/mxfp4.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -67,18 +67,156 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, float* dst) {
   });
 }
 
-void prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t threads,
-                   const std::shared_ptr<SessionCounters>& counters) {
+namespace {
+
+// Whether the 16 bytes of a block of 32 codes hold only +-0.
+bool zero_codes(const uint8_t* qb) {
+  for (int32_t j = 0; j < fmt::kMxBlock / 2; ++j) {
+    if ((qb[j] & 0x77u) != 0) return false;
+  }
+  return true;
+}
+
+std::string block_at(int64_t at, int64_t cols) {
+  return "row " + std::to_string(at / cols) + ", block " + std::to_string(at % cols);
+}
+
+}  // namespace
+
+std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8_t* s16, int32_t* t) {
+  const int64_t rows = op.rows, k = op.k, cols = k / fmt::kMxBlock;
+  *t = 0;
+  if (rows == 0 || cols == 0) return "";
+  std::vector<uint8_t> lin;
+  const uint8_t* s = op.s.data;
+  if (op.layout == Q4_SCALE_SWIZZLED) {
+    lin.resize(static_cast<size_t>(rows * cols));
+    kern::unswizzle_scales(op.s.data, rows, cols, lin.data());
+    s = lin.data();
+  }
+  const uint8_t* q = op.q.data;
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  // Pass 1: the byte range and the first NaN byte, per task.
+  std::vector<int32_t> lo(static_cast<size_t>(tasks), 255), hi(static_cast<size_t>(tasks), -1);
+  std::vector<int64_t> nan_at(static_cast<size_t>(tasks), -1);
+  auto range = [&](bool skip_zero_blocks) {
+    parallel_for(tasks, threads, [&](int64_t task) {
+      const int64_t b0 = task * kRowsPerTask * cols, b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
+      int32_t l = 255, h = -1;
+      for (int64_t b = b0; b < b1; ++b) {
+        const int32_t e = s[b];
+        if (e == static_cast<int32_t>(fmt::kE8M0NaN)) {
+          if (nan_at[task] < 0) nan_at[task] = b;
+          continue;
+        }
+        if (skip_zero_blocks && zero_codes(q + b * (fmt::kMxBlock / 2))) continue;
+        l = std::min(l, e);
+        h = std::max(h, e);
+      }
+      lo[task] = l;
+      hi[task] = h;
+    });
+  };
+  range(false);
+  for (int64_t task = 0; task < tasks; ++task) {
+    if (nan_at[task] >= 0) {
+      return "E8M0 scale byte 0xFF (NaN) at " + block_at(nan_at[task], cols) +
+             ": the E2M1 kernels run finite scales only";
+    }
+  }
+  int32_t e_lo = *std::min_element(lo.begin(), lo.end());
+  int32_t e_hi = *std::max_element(hi.begin(), hi.end());
+  *t = fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
+  const bool fits = fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
+  if (!fits) {
+    // Blocks whose codes are all +-0 are 0 at any scale: they take the E4M3
+    // scale 0 and leave the window to the others.
+    range(true);
+    e_lo = *std::min_element(lo.begin(), lo.end());
+    e_hi = *std::max_element(hi.begin(), hi.end());
+    *t = e_hi < 0 ? 0 : fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
+  }
+  // Pass 2: the E4M3 bytes (each twice), the first block that does not fit.
+  std::vector<int64_t> bad_at(static_cast<size_t>(tasks), -1);
+  const int32_t tt = *t;
+  parallel_for(tasks, threads, [&](int64_t task) {
+    const int64_t b0 = task * kRowsPerTask * cols, b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
+    for (int64_t b = b0; b < b1; ++b) {
+      int32_t byte = fmt::mx_nv_scale_byte(s[b], tt);
+      if (byte < 0) {
+        if (!zero_codes(q + b * (fmt::kMxBlock / 2))) {
+          if (bad_at[task] < 0) bad_at[task] = b;
+          continue;
+        }
+        byte = 0;
+      }
+      s16[2 * b] = static_cast<uint8_t>(byte);
+      s16[2 * b + 1] = static_cast<uint8_t>(byte);
+    }
+  });
+  for (int64_t task = 0; task < tasks; ++task) {
+    if (bad_at[task] >= 0) {
+      const int32_t e = s[bad_at[task]] - fmt::kE8M0Bias;
+      return "the block scales span more than the " + std::to_string(fmt::kNvWindowBinades) +
+             " binades E4M3 holds under one global scale (" + block_at(bad_at[task], cols) + " has 2^" +
+             std::to_string(e) + ", the largest nonzero block 2^" + std::to_string(e_hi - fmt::kE8M0Bias) +
+             ")";
+    }
+  }
+  return "";
+}
+
+CpuPath mxfp4_cpu_path(const ResolvedOptions& o) {
+  if (o.backend == Q4_BACKEND_NF4_KERNEL) {
+    fail(Q4_ERR_UNSUPPORTED, "opts->backend",
+         "backend nf4-kernel cannot run MXFP4 data (MXFP4 runs on the E2M1 kernels: backend auto or "
+         "nvfp4-kernel)");
+  }
+  const CpuPath path = choose_cpu_path(o, Q4_FORMAT_NVFP4);  // the E2M1 kernels' rules
+  check_math_mode(o, path);
+  return path;
+}
+
+std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t threads,
+                          const std::shared_ptr<SessionCounters>& counters, CpuPath path, bool copy,
+                          int32_t compute_path, const char* name) {
   w.format = Q4_FORMAT_MXFP4;
   w.n = op.rows;
   w.k = op.k;
   w.storage.clear();
-  auto* d = reinterpret_cast<float*>(allocate(w, counters, checked_mul(op.rows * op.k, 4, "w_qdata")));
+  w.dequant = nullptr;
+  std::string why;
+  if (path == CpuPath::Kernel) {
+    auto* s16 = allocate(w, counters, checked_mul(op.rows, op.k / 16, name));
+    int32_t t = 0;
+    why = mxfp4_to_nvfp4_scales(op, threads, s16, &t);
+    if (why.empty()) {
+      w.path = CpuPath::Kernel;
+      w.s = s16;
+      w.g = fmt::pow2_f32(t);
+      if (copy) {
+        uint8_t* q = allocate(w, counters, op.rows * (op.k / 2));
+        std::memcpy(q, op.q.data, static_cast<size_t>(op.rows * (op.k / 2)));
+        w.q = q;
+      } else {
+        w.q = op.q.data;
+      }
+      return "";
+    }
+    if (compute_path == Q4_PATH_KERNEL_ONLY) {
+      fail(Q4_ERR_UNSUPPORTED, name, "KernelOnly: this MXFP4 weight cannot run on the E2M1 kernels: " + why);
+    }
+    w.storage.clear();
+    log_message(Q4_LOG_INFO, std::string("MXFP4 product falls back to dequant-matmul: ") + why);
+  }
+  auto* d = reinterpret_cast<float*>(allocate(w, counters, checked_mul(op.rows * op.k, 4, name)));
   mxfp4_decode(op, threads, d);
   w.path = CpuPath::DequantMatmul;
   w.dequant = d;
   w.q = nullptr;
   w.s = nullptr;
+  w.g = 1.0f;
+  return why;
 }
 
 void run_mxfp4(const Mxfp4QuantizeDesc& d) {
@@ -130,8 +268,10 @@ void run_mxfp4(const Mxfp4ProductDesc& d) {
   require_host(d.ctx, d.w4a4 ? "MXFP4_scaled_mm" : "MXFP4_linear");
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
-  // The product path's descriptor: float activations (scaled_mm: A decoded
-  // exactly into fp32), the MXFP4 weight in its dequant-matmul ready form.
+  const CpuPath path = mxfp4_cpu_path(d.ctx.opts);
+  // The product path's descriptor: the weight in its ready form (the NVFP4
+  // form on the kernels, else its fp32 decode), float activations or
+  // (scaled_mm) A in the NVFP4 form too, else decoded exactly into fp32.
   ProductDesc p;
   p.ctx = d.ctx;
   p.format = Q4_FORMAT_MXFP4;
@@ -141,30 +281,66 @@ void run_mxfp4(const Mxfp4ProductDesc& d) {
   p.bias = d.bias;
   p.out = d.out;
   p.alpha = d.alpha;
-  p.path = CpuPath::DequantMatmul;
-  std::vector<float> act;
-  int64_t act_shape[2] = {d.m, d.k};
-  if (d.w4a4) {
-    act.resize(static_cast<size_t>(d.m * d.k));
-    mxfp4_decode(d.a, threads, act.data());
-    p.x.name = "a_qdata";
-    p.x.data = reinterpret_cast<uint8_t*>(act.data());
-    p.x.type = ElemType::F32;
-    p.x.ndim = 2;
-    p.x.shape = act_shape;
-    p.x.numel = d.m * d.k;
-    p.x.nbytes = d.m * d.k * 4;
-    p.x.device = DLDevice{kDLCPU, 0};
-  } else {
-    p.x = d.x;
-  }
   PreparedWeight w;
   if (d.k > 0) {
-    prepare_mxfp4(w, d.w, threads, nullptr);
+    prepare_mxfp4(w, d.w, threads, nullptr, path, false, d.ctx.opts.compute_path,
+                  d.w4a4 ? "b_scale" : "w_scale");
   } else {
     w.format = Q4_FORMAT_MXFP4;
     w.n = d.n;
     w.path = CpuPath::DequantMatmul;
+  }
+  p.path = w.path;
+  std::vector<float> act;
+  std::vector<uint8_t> a16;
+  int64_t act_shape[2] = {d.m, d.k};
+  if (!d.w4a4) {
+    p.x = d.x;
+  } else {
+    bool a_done = false;
+    if (w.path == CpuPath::Kernel && d.k > 0) {
+      // Both operands in the NVFP4 form; their global scales fold into
+      // alpha (powers of two: exact while alpha * 2^(ta + tb) is an fp32).
+      a16.resize(static_cast<size_t>(d.m * (d.k / 16)));
+      int32_t ta = 0;
+      std::string why = mxfp4_to_nvfp4_scales(d.a, threads, a16.data(), &ta);
+      if (why.empty()) {
+        const double folded = static_cast<double>(d.alpha) * std::ldexp(1.0, ta) * static_cast<double>(w.g);
+        const auto f = static_cast<float>(folded);
+        if (std::isfinite(f) && static_cast<double>(f) == folded && (f != 0.0f || d.alpha == 0.0f)) {
+          p.w4a4 = true;
+          p.alpha = f;
+          w.g = 1.0f;
+          p.a.q = d.a.q;
+          p.a.s = d.a.s;
+          p.a.s.data = a16.data();
+          p.a.s.nbytes = static_cast<int64_t>(a16.size());
+          p.a.layout = Q4_SCALE_LINEAR;
+          p.a.rows = d.m;
+          p.a.k = d.k;
+          p.a.g = 1.0f;
+          a_done = true;
+        } else {
+          why = "alpha * 2^" + std::to_string(ta) + " * the weight's global scale is not an fp32";
+        }
+      }
+      if (!a_done && d.ctx.opts.compute_path == Q4_PATH_KERNEL_ONLY) {
+        fail(Q4_ERR_UNSUPPORTED, "a_scale", "KernelOnly: A cannot run on the E2M1 kernels: " + why);
+      }
+    }
+    if (!a_done) {
+      // A decoded exactly into fp32, times the weight's ready form.
+      act.resize(static_cast<size_t>(d.m * d.k));
+      mxfp4_decode(d.a, threads, act.data());
+      p.x.name = "a_qdata";
+      p.x.data = reinterpret_cast<uint8_t*>(act.data());
+      p.x.type = ElemType::F32;
+      p.x.ndim = 2;
+      p.x.shape = act_shape;
+      p.x.numel = d.m * d.k;
+      p.x.nbytes = d.m * d.k * 4;
+      p.x.device = DLDevice{kDLCPU, 0};
+    }
   }
   run_host_product(w, p);
 }
@@ -193,7 +369,8 @@ void run_mxfp4(const Mxfp4ExpertsDesc& d) {
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   const int64_t q_bytes = d.n * (d.k / 2);
-  PreparedWeight w;  // the fp32 form of the last expert decoded
+  const CpuPath path = mxfp4_cpu_path(d.ctx.opts);
+  PreparedWeight w;  // the ready form of the last expert prepared (its codes borrowed)
   int32_t decoded = -1;
   int64_t r0 = 0;
   for (int64_t g = 0; g < d.n_groups; ++g) {
@@ -202,7 +379,8 @@ void run_mxfp4(const Mxfp4ExpertsDesc& d) {
     if (rows == 0) continue;
     if (e != decoded) {
       // Expert e's bytes in place: a view into the stack, no copy of the
-      // packed weight (the ready form is its fp32 decode, scratch).
+      // packed codes (scratch: its E4M3 scales, or its fp32 decode when it
+      // falls back).
       Mxfp4Operand op;
       op.layout = d.w.layout;
       op.rows = d.n;
@@ -215,7 +393,7 @@ void run_mxfp4(const Mxfp4ExpertsDesc& d) {
       op.s.nbytes = d.expert_scale_bytes;
       w = PreparedWeight{};
       if (d.k > 0) {
-        prepare_mxfp4(w, op, threads, nullptr);
+        prepare_mxfp4(w, op, threads, nullptr, path, false, d.ctx.opts.compute_path, "w_scale");
       } else {
         w.format = Q4_FORMAT_MXFP4;
         w.n = d.n;
@@ -229,7 +407,7 @@ void run_mxfp4(const Mxfp4ExpertsDesc& d) {
     p.m = rows;
     p.n = d.n;
     p.k = d.k;
-    p.path = CpuPath::DequantMatmul;
+    p.path = w.path;
     int64_t x_shape[2], out_shape[2];
     p.x = row_slice(d.x, d.k, r0, rows, x_shape);
     p.out = row_slice(d.out, d.n, r0, rows, out_shape);

@@ -119,7 +119,7 @@ void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int3
     std::fill(y, y + m * w.n, 0.0f);
   } else if (w.path == CpuPath::DequantMatmul) {
     kern::gemm_f32(kt, act, m, w.k, w.dequant, w.n, y, threads, kern::gemm_blocking());
-  } else if (w.format == Q4_FORMAT_NVFP4) {
+  } else if (w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4) {  // (MXFP4: its NVFP4 form)
     if (math_mode == Q4_MATH_FAST) {
       kern::linear_nvfp4_fast(kt, act, m, w.nv(), w.n, y, threads);
     } else {
@@ -137,7 +137,8 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   const int32_t threads = d.ctx.opts.num_threads;
   std::vector<float> decoded;
   const kern::KernelTable& kt = kern::active_table();
-  if (d.w4a4 && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4 && w.k > 0 && kt.i8_native) {
+  const bool e2m1 = w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4;
+  if (d.w4a4 && w.path == CpuPath::Kernel && e2m1 && w.k > 0 && kt.i8_native) {
     // W4A4 on integer dot products: exact int32 block sums times the two
     // E4M3 scales (exact in fp32), one fixed fp32 order on every ISA.
     tuner::ensure_loaded();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "core/mxfp4.h"
 #include "core/op_desc.h"
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
@@ -354,22 +355,10 @@ Mxfp4Operand mxfp4_operand(const DLTensor* q_t, const DLTensor* s_t, const char*
   return o;
 }
 
-// MXFP4 products run dequantize-then-fp32-GEMM on the CPU (no MXFP4 kernel
-// yet): options asking for a kernel are refused.
+// MXFP4 products run on the E2M1 kernels or dequant-matmul (core/mxfp4.h):
+// the options are checked here, before any tensor.
 void require_mxfp4_product_options(const ResolvedOptions& o) {
-  if (o.backend == Q4_BACKEND_NVFP4_KERNEL || o.backend == Q4_BACKEND_NF4_KERNEL) {
-    fail(Q4_ERR_UNSUPPORTED, "opts->backend",
-         std::string("backend ") + (o.backend == Q4_BACKEND_NF4_KERNEL ? "nf4-kernel" : "nvfp4-kernel") +
-             " cannot run MXFP4 data (MXFP4 products run dequant-matmul)");
-  }
-  if (o.compute_path == Q4_PATH_KERNEL_ONLY) {
-    fail(Q4_ERR_UNSUPPORTED, "opts->compute_path",
-         "KernelOnly: there is no MXFP4 CPU kernel yet (MXFP4 products run dequant-matmul)");
-  }
-  if (o.math_mode == Q4_MATH_FAST) {
-    fail(Q4_ERR_UNSUPPORTED, "opts->math_mode",
-         "fast (int8-activation) math needs a kernel; MXFP4 products run dequant-matmul in fp32");
-  }
+  (void)mxfp4_cpu_path(o);
 }
 
 }  // namespace

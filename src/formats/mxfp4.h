@@ -68,4 +68,36 @@ Q4_HD float mxfp4_decode_element(uint32_t code, uint32_t byte) {
   return e2m1_decode(code) * e8m0_decode(byte);
 }
 
+// MXFP4 as NVFP4 (docs/formats.md, "MXFP4 on the E2M1 kernels"). An MXFP4
+// block of 32 with scale 2^(e-127) equals two NVFP4 blocks of 16 with the
+// E4M3 scale 2^(e-127-t) and the global scale 2^t, exactly, whenever
+// 2^(e-127-t) is an E4M3 value: a power of two in [2^-9, 2^8] (the
+// subnormals 2^-9..2^-7 and the normals 2^-6..2^8), a window of 18 binades.
+constexpr int32_t kNvPow2Low = -9;
+constexpr int32_t kNvPow2High = 8;
+constexpr int32_t kNvWindowBinades = kNvPow2High - kNvPow2Low + 1;  // 18
+
+// The E4M3 byte of 2^p, p in [kNvPow2Low, kNvPow2High].
+Q4_HD uint32_t e4m3_pow2_byte(int32_t p) {
+  if (p >= -6) return static_cast<uint32_t>(p + 7) << 3;  // normal: exponent field p + 7, mantissa 0
+  return 1u << static_cast<uint32_t>(p + 9);              // subnormal: mantissa 2^(p+9) * 2^-9
+}
+
+// The global exponent t for a weight whose largest E8M0 byte (over the
+// blocks that take part) is e_max: the window's top at e_max, kept a
+// normal fp32 (t >= -126; then every byte <= e_max still lands at p <= 8).
+Q4_HD int32_t mx_nv_global_exponent(uint32_t e_max) {
+  const int32_t t = static_cast<int32_t>(e_max) - kE8M0Bias - kNvPow2High;
+  return t < -126 ? -126 : t;
+}
+
+// The E4M3 byte standing for E8M0 byte e under global exponent t, or -1
+// when 2^(e-127-t) is outside the window (or e is the NaN byte).
+Q4_HD int32_t mx_nv_scale_byte(uint32_t e, int32_t t) {
+  if (e == kE8M0NaN) return -1;
+  const int32_t p = static_cast<int32_t>(e) - kE8M0Bias - t;
+  if (p < kNvPow2Low || p > kNvPow2High) return -1;
+  return static_cast<int32_t>(e4m3_pow2_byte(p));
+}
+
 }  // namespace q4::fmt
