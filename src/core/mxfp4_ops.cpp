@@ -124,7 +124,7 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
              ": the E2M1 kernels run finite scales only";
     }
   }
-  int32_t e_lo = *std::min_element(lo.begin(), lo.end());
+  const int32_t e_lo = *std::min_element(lo.begin(), lo.end());
   int32_t e_hi = *std::max_element(hi.begin(), hi.end());
   *t = fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
   const bool fits = fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
@@ -132,7 +132,6 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
     // Blocks whose codes are all +-0 are 0 at any scale: they take the E4M3
     // scale 0 and leave the window to the others.
     range(true);
-    e_lo = *std::min_element(lo.begin(), lo.end());
     e_hi = *std::max_element(hi.begin(), hi.end());
     *t = e_hi < 0 ? 0 : fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
   }

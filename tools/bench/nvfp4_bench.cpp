@@ -305,6 +305,27 @@ Nvfp4Weight make_nvfp4(int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
+// MXFP4 (E8M0 scale per 32): runs on the E2M1 kernels through its exact
+// NVFP4 form (scales converted per call, docs/formats.md).
+struct Mxfp4Weight {
+  std::vector<uint8_t> q, s;
+};
+
+Mxfp4Weight make_mxfp4(int64_t n, int64_t k, uint32_t seed) {
+  Mxfp4Weight w;
+  std::vector<float> f = random_vec(n * k, seed, 0.02f);
+  w.q.resize(static_cast<size_t>(n * k / 2));
+  w.s.resize(static_cast<size_t>(n * k / 32));
+  int64_t fs[2] = {n, k}, qs[2] = {n, k / 2}, ss[2] = {n, k / 32};
+  DLTensor tf = tensor(f.data(), fs, 2, kDLFloat, 32), tq = tensor(w.q.data(), qs, 2, kDLUInt, 8),
+           ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
+  if (MXFP4_quantize(&tf, &tq, &ts, Q4_SCALE_LINEAR, nullptr) != Q4_OK) {
+    std::fprintf(stderr, "MXFP4 quantize failed: %s\n", Q4_last_error());
+    std::exit(1);
+  }
+  return w;
+}
+
 struct Nf4Weight {
   std::vector<uint8_t> q;
   std::vector<float> absmax;
@@ -627,16 +648,20 @@ int bench_main(int argc, char** argv) {
     const int64_t n = sh.n, k = sh.k;
     const double nv_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
     const double nf_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 64 * 4;
+    const double mx_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 32;
     // Distinct weight copies rotated by the GEMV runs: more bytes than the L3.
     const int64_t copies = std::max<int64_t>(
         2, static_cast<int64_t>(std::ceil(static_cast<double>(o.working_set_mb) * 1048576.0 / nv_bytes)));
     std::vector<Nvfp4Weight> nv;
     std::vector<Nf4Weight> nf;
+    std::vector<Mxfp4Weight> mx;
     for (int64_t c = 0; c < copies; ++c) {
       nv.push_back(make_nvfp4(n, k, static_cast<uint32_t>(c + 1)));
       nf.push_back(make_nf4(n, k, static_cast<uint32_t>(c + 100)));
+      mx.push_back(make_mxfp4(n, k, static_cast<uint32_t>(c + 200)));
     }
     int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
+    int64_t mss[2] = {n, k / 32};
     for (int64_t m : ms_list) {
       const bool gemv = m <= 8;
       if (gemv ? !want("gemv") : !want("gemm")) continue;
@@ -654,6 +679,13 @@ int bench_main(int argc, char** argv) {
           Nvfp4Weight& w = nv[static_cast<size_t>(it % rot)];
           DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
           if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, op) != Q4_OK) std::abort();
+        });
+      };
+      auto mxfp4 = [&](const Q4_op_options* op) {
+        return median_ms(r, [&](int it) {
+          Mxfp4Weight& w = mx[static_cast<size_t>(it % rot)];
+          DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), mss, 2, kDLUInt, 8);
+          if (MXFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, nullptr, &ty, op) != Q4_OK) std::abort();
         });
       };
       auto nf4 = [&](const Q4_op_options* op) {
@@ -692,6 +724,15 @@ int bench_main(int argc, char** argv) {
         add(result(cname, "nvfp4", "fast", m, n, k, ms, nv_bytes, flops, threads, 0), lim_i,
             limit_of(ms, nv_bytes, true));
       }
+      ms = mxfp4(&opts);
+      jr = result(cname, "mxfp4", "exact", m, n, k, ms, mx_bytes, flops, threads, 0);
+      jr["speed_vs_nvfp4_exact"] = nv_exact_ms / ms;
+      add(jr, lim_f, limit_of(ms, mx_bytes, false));
+      if (run_fast) {
+        ms = mxfp4(&fast);
+        add(result(cname, "mxfp4", "fast", m, n, k, ms, mx_bytes, flops, threads, 0), lim_i,
+            limit_of(ms, mx_bytes, true));
+      }
       ms = nf4(&opts);
       jr = result(cname, "nf4", "exact", m, n, k, ms, nf_bytes, flops, threads, 0);
       jr["speed_vs_nvfp4_exact"] = nv_exact_ms / ms;
@@ -713,6 +754,18 @@ int bench_main(int argc, char** argv) {
       });
       add(result("scaled_mm", "nvfp4-w4a4", "exact", m, n, k, ms, nv_bytes, flops, threads, 0), lim_i,
           limit_of(ms, nv_bytes, true));
+      // MXFP4 W4A4 scaled_mm (both operands' scales converted per call).
+      Mxfp4Weight ma = make_mxfp4(m, k, 78);
+      int64_t mas[2] = {m, k / 32};
+      DLTensor tmq = tensor(ma.q.data(), aqs, 2, kDLUInt, 8), tms = tensor(ma.s.data(), mas, 2, kDLUInt, 8);
+      ms = median_ms(r, [&](int it) {
+        Mxfp4Weight& w = mx[static_cast<size_t>(it % rot)];
+        DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), mss, 2, kDLUInt, 8);
+        if (MXFP4_scaled_mm(&tmq, &tms, &tq, &ts, Q4_SCALE_LINEAR, 1.0f, nullptr, &ty, &opts) != Q4_OK)
+          std::abort();
+      });
+      add(result("scaled_mm", "mxfp4-w4a4", "exact", m, n, k, ms, mx_bytes, flops, threads, 0), lim_i,
+          limit_of(ms, mx_bytes, true));
       // OpenBLAS sgemm on the fp32 weights of the same shape (compute reference).
       if (sgemm != nullptr && want("f32") && (!o.quick || m == 64)) {
         static std::vector<float> wf;
