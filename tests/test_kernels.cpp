@@ -373,7 +373,7 @@ TEST_CASE("quantize of fp16/bf16 input: the bits of quantizing its fp32 values, 
   // The 16-bit input is converted inside the quantizer's passes; several
   // tasks (rows * k > 16384) with both a given and a derived global scale.
   for (int64_t k : {64, 4096}) {
-    const int64_t rows = 4096 * 9 / k + 3;
+    const int64_t rows = int64_t{4096} * 9 / k + 3;
     for (int which = 1; which < 3; ++which) {
       Tensor xh = t::random_float({rows, k}, dt(which), static_cast<uint32_t>(k + which), 7.0f);
       xh.set(17, 0.0f);
@@ -848,7 +848,10 @@ void check_act_to_f32(const kern::KernelTable& t, Coverage& cov) {
     size_t bad = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       const float want = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(all[i]) : q4::fmt::bf16_to_f32(all[i]);
-      const bool same = std::isnan(want) ? std::isnan(got[i]) : std::memcmp(&want, &got[i], 4) == 0;
+      uint32_t wb = 0, gb = 0;
+      std::memcpy(&wb, &want, 4);
+      std::memcpy(&gb, &got[i], 4);
+      const bool same = std::isnan(want) ? std::isnan(got[i]) : wb == gb;
       if (!same) ++bad;
     }
     INFO("act_to_f32 16-bit type " << static_cast<int>(ft));
