@@ -101,7 +101,7 @@ struct I8yNf4 {
     const __m256i ev = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
     const __m128i sh = _mm_cvtsi32_si128(w.block_shift);
     const float* base = w.absmax + (a >> w.block_shift);
-    for (int q = 0; q < 4; ++q) {
+    for (int64_t q = 0; q < 4; ++q) {
       const __m256i idx = _mm256_srl_epi32(
           _mm256_add_epi32(ev, _mm256_set1_epi32(static_cast<int32_t>(c * 64 + 16 * q))), sh);
       sc[q] = _mm256_i32gather_ps(base, idx, 4);
@@ -146,7 +146,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {
       __m256i C[M][4];
-      for (int p = 0; p < 4; ++p) {
+      for (int64_t p = 0; p < 4; ++p) {
         const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p] + c * 32));
         const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p + 1] + c * 32));
         const __m256i la = _mm256_shuffle_epi8(lut, _mm256_and_si256(va, nib));
@@ -248,7 +248,7 @@ inline void i8_micro_avxvnni_rows(const int8_t* xq, int64_t ldxq, const float* x
                                   int64_t ldy, int32_t nr, bool accumulate) {
   __m256 acc[MR][2];
   for (int i = 0; i < MR; ++i) {
-    for (int h = 0; h < 2; ++h) {
+    for (int64_t h = 0; h < 2; ++h) {
       alignas(32) float tmp[8] = {};
       if (accumulate) {
         for (int r = 0; r < 8 && 8 * h + r < nr; ++r) tmp[r] = y[i * ldy + 8 * h + r];
@@ -260,7 +260,7 @@ inline void i8_micro_avxvnni_rows(const int8_t* xq, int64_t ldxq, const float* x
     const uint8_t* wb = wq + b * 256;
     __m256i d[MR][2];
     for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
-    for (int t = 0; t < 4; ++t) {
+    for (int64_t t = 0; t < 4; ++t) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
       for (int i = 0; i < MR; ++i) {
