@@ -587,3 +587,30 @@ TEST_CASE("double-quantized NF4 statistics on CUDA tensors are refused by the va
   CHECK(last_error().find("nested_absmax") != std::string::npos);
   CHECK(counters().runs == runs);  // never reached the plugin
 }
+
+TEST_CASE("NVFP4 scales with the sign bit set on a CUDA device are refused like host ones", "[emulated]") {
+  // docs/formats.md, E4M3: one rule on every path; device scales are copied
+  // to the host for the check, and the plugin is never reached.
+  if (!has_device()) return;
+  DevTensor q({8, 16}, false, kDLCUDA), s({8, 2}, false, kDLCUDA), out({8, 32}, false, kDLCUDA);
+  q.dl.dtype = t::u8();
+  s.dl.dtype = t::u8();
+  std::memset(q.p, 0x21, 8 * 16);
+  std::memset(s.p, 0x38, 8 * 2);
+  const int64_t runs = counters().runs;
+  REQUIRE(NVFP4_dequantize(&q.dl, &s.dl, 0, 1.0f, &out.dl, nullptr) == Q4_OK);
+  CHECK(counters().runs == runs + 1);
+  static_cast<uint8_t*>(s.p)[13] = 0xC0;
+  const int64_t copies = counters().copies;
+  CHECK(NVFP4_dequantize(&q.dl, &s.dl, 0, 1.0f, &out.dl, nullptr) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(last_error().find("'scale'") != std::string::npos);
+  CHECK(last_error().find("scale [6, 1] (flat index 13) is 0xC0") != std::string::npos);
+  CHECK(counters().copies == copies + 1);  // the scan read the device bytes through the plugin
+  DevTensor x({3, 32}, false, kDLCUDA), y({3, 8}, false, kDLCUDA), mm({8, 8}, false, kDLCUDA);
+  CHECK(NVFP4_linear(&x.dl, &q.dl, &s.dl, 0, 1.0f, nullptr, &y.dl, nullptr) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(last_error().find("'w_scale'") != std::string::npos);
+  CHECK(NVFP4_scaled_mm(&q.dl, &s.dl, &q.dl, &s.dl, 0, 1.0f, nullptr, &mm.dl, nullptr) ==
+        Q4_ERR_INVALID_ARGUMENT);
+  CHECK(last_error().find("'a_scale'") != std::string::npos);
+  CHECK(counters().runs == runs + 1);  // none of the refused calls reached the plugin
+}

@@ -423,3 +423,59 @@ TEST_CASE("empty tensors with huge leading dimensions return at once", "[validat
   Q4_linear_destroy(l);
   Q4_session_destroy(session);
 }
+
+TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every product path", "[validation]") {
+  // docs/formats.md, E4M3: scale bytes >= 0x80 are invalid input; the error
+  // names the argument and the first offending (row, block), nothing is written.
+  Tensor q({8, 16}, t::u8()), s({8, 2}, t::u8()), bad({8, 2}, t::u8()), out({8, 32}, t::f32());
+  q.fill(0x21);
+  s.fill(0x38);
+  bad.fill(0x38);
+  bad.data()[5] = 0x80;  // -0: the sign bit alone is enough
+  bad.data()[11] = 0xB8;
+  const auto out0 = out.snapshot();
+  expect_failure([&] { return NVFP4_dequantize(q.t(), bad.t(), 0, 1.0f, out.t(), nullptr); },
+                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_dequantize", "'scale'");
+  expect_failure([&] { return NVFP4_dequantize(q.t(), bad.t(), 0, 1.0f, out.t(), nullptr); },
+                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_dequantize", "scale [2, 1] (flat index 5) is 0x80");
+  CHECK(out.snapshot() == out0);
+  Tensor x({3, 32}, t::f32()), y({3, 8}, t::f32());
+  expect_failure([&] { return NVFP4_linear(x.t(), q.t(), bad.t(), 0, 1.0f, nullptr, y.t(), nullptr); },
+                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_linear", "'w_scale'");
+  Tensor mm({8, 8}, t::f32());
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), bad.t(), q.t(), s.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'a_scale'");
+  expect_failure(
+      [&] { return NVFP4_scaled_mm(q.t(), s.t(), q.t(), bad.t(), 0, 1.0f, nullptr, mm.t(), nullptr); },
+      Q4_ERR_INVALID_ARGUMENT, "NVFP4_scaled_mm", "'b_scale'");
+  // Swizzled: only the logical scales are read (padding is ignored), and the
+  // index reported is the logical one.
+  Tensor sw({t::swizzled_bytes(8, 32)}, t::u8()), swbad({t::swizzled_bytes(8, 32)}, t::u8());
+  REQUIRE(NVFP4_swizzle_scales(s.t(), sw.t()) == Q4_OK);
+  sw.data()[sw.dl.shape[0] - 1] = 0xFF;  // padding byte (row 127): not a scale
+  REQUIRE(NVFP4_dequantize(q.t(), sw.t(), 1, 1.0f, out.t(), nullptr) == Q4_OK);
+  REQUIRE(NVFP4_swizzle_scales(bad.t(), swbad.t()) == Q4_OK);
+  expect_failure([&] { return NVFP4_dequantize(q.t(), swbad.t(), 1, 1.0f, out.t(), nullptr); },
+                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_dequantize", "scale [2, 1] (flat index 5)");
+  // Linears check packed weights once, at prepare time.
+  Q4_session* sess = nullptr;
+  REQUIRE(Q4_session_create(nullptr, &sess) == Q4_OK);
+  Q4_weight_bundle pb{};
+  Q4_weight_bundle_init(&pb);
+  pb.format = Q4_FORMAT_NVFP4;
+  pb.source = Q4_WEIGHT_PACKED;
+  pb.weight = q.t();
+  pb.scale = bad.t();
+  pb.global_scale = 1.0f;
+  pb.out_features = 8;
+  pb.in_features = 32;
+  Q4_linear* lin = nullptr;
+  expect_failure([&] { return Q4_linear_create(sess, &pb, &lin); }, Q4_ERR_INVALID_ARGUMENT,
+                 "Q4_linear_create", "'weight->scale'");
+  CHECK(lin == nullptr);
+  pb.scale = s.t();
+  REQUIRE(Q4_linear_create(sess, &pb, &lin) == Q4_OK);
+  CHECK(Q4_linear_destroy(lin) == Q4_OK);
+  CHECK(Q4_session_destroy(sess) == Q4_OK);
+}

@@ -135,6 +135,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.rows = n;
     op.k = k;
     op.g = b.global_scale;
+    require_nonnegative_scales(op);
     prepare_nvfp4(p, op, true, c);
   } else if (b.format == Q4_FORMAT_MXFP4) {
     // As MXFP4_linear validates it; the ready form is the NVFP4 form (codes

@@ -179,4 +179,11 @@ Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTens
                                                const Q4_op_options* opts);
 SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_t, bool to_swizzled);
 
+// The sign rule of NVFP4 block scales (docs/formats.md, E4M3): a scale byte
+// with the sign bit set (>= 0x80) is invalid input; Q4_ERR_INVALID_ARGUMENT
+// names o.s and the first offending (row, block). Scans the o.rows x K/16
+// logical scales (swizzled padding is not read); kDLCUDA scales are copied
+// to the host first through the plugin.
+void require_nonnegative_scales(const Nvfp4Operand& o);
+
 }  // namespace q4::core

@@ -3,10 +3,13 @@
 // dtype, shape agreement, byte counts), then placement, aliasing and, for
 // quantize on the CPU, finiteness. Every failure names the argument.
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "core/cuda_backend.h"
 #include "core/mxfp4.h"
 #include "core/op_desc.h"
 #include "formats/codec.h"
@@ -94,6 +97,33 @@ void require_out_features(const TensorRef& out, int64_t n, const char* from) {
 
 }  // namespace
 
+void require_nonnegative_scales(const Nvfp4Operand& o) {
+  const int64_t cols = o.k / 16;
+  if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0) return;
+  const uint8_t* bytes = o.s.data;
+  std::vector<uint8_t> staged;
+  if (o.s.device.device_type == kDLCUDA) {  // not readable on the host: one copy
+    staged.resize(static_cast<size_t>(o.s.nbytes));
+    cuda::copy(staged.data(), o.s.data, staged.size());
+    bytes = staged.data();
+  }
+  const bool swizzled = o.layout == Q4_SCALE_SWIZZLED;
+  for (int64_t r = 0; r < o.rows; ++r) {
+    const uint8_t* row = bytes + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t b = swizzled ? bytes[fmt::swizzle_offset(r, c, cols)] : row[c];
+      if ((b & 0x80U) != 0) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(b));
+        fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
+             "E4M3 block scales must be non-negative: scale [" + std::to_string(r) + ", " +
+                 std::to_string(c) + "] (flat index " + std::to_string(r * cols + c) + ") is " + hex +
+                 ", whose sign bit is set (docs/formats.md, E4M3)");
+      }
+    }
+  }
+}
+
 Nvfp4QuantizeDesc validate_nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
                                           float g, float* g_out, const Q4_op_options* opts) {
   Nvfp4QuantizeDesc d;
@@ -132,6 +162,7 @@ Nvfp4DequantizeDesc validate_nvfp4_dequantize(const DLTensor* q_t, const DLTenso
   d.src = nvfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k, g);
   place_call(d.ctx, {&d.out, &d.src.q, &d.src.s});
   require_no_overlap(d.out, {&d.src.q, &d.src.s});
+  require_nonnegative_scales(d.src);
   return d;
 }
 
@@ -162,6 +193,7 @@ ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, con
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.x, &d.out, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_nonnegative_scales(d.nv);
   return d;
 }
 
@@ -206,6 +238,8 @@ ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t,
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
+  require_nonnegative_scales(d.a);
+  require_nonnegative_scales(d.nv);
   return d;
 }
 
