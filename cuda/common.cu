@@ -39,22 +39,42 @@ const char* last_error() {
 // ---------------------------------------------------------------------------
 // Device guard and state
 // ---------------------------------------------------------------------------
-DeviceGuard::~DeviceGuard() {
-  if (changed_) cudaSetDevice(previous_);
+int32_t DeviceCuda::get_device(int32_t* device) {
+  int d = -1;
+  const cudaError_t e = cudaGetDevice(&d);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return fail_cuda(e, "cudaGetDevice");
+  }
+  *device = d;
+  return Q4_OK;
 }
 
-int32_t DeviceGuard::set(int32_t device) {
-  if (!changed_) {
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) {
-      cudaGetLastError();
-      prev = -1;
-    }
-    previous_ = prev;
-  }
+int32_t DeviceCuda::set_device(int32_t device) {
   Q4_CK(cudaSetDevice(device));
-  changed_ = previous_ >= 0;
   return Q4_OK;
+}
+
+int32_t DeviceCuda::create_handle(Handle* h) {
+  const cublasStatus_t st = cublasLtCreate(h);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    *h = nullptr;
+    return fail_lt(st, "cublasLtCreate");
+  }
+  return Q4_OK;
+}
+
+int32_t DeviceCuda::attributes(int32_t device, int32_t* sm_count, int32_t* cc_major) {
+  int sm = 0, cc = 0;
+  Q4_CK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device));
+  Q4_CK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, device));
+  *sm_count = sm;
+  *cc_major = cc;
+  return Q4_OK;
+}
+
+int32_t DeviceCuda::upload_codebook() {
+  return nf4_upload_codebook();
 }
 
 int32_t DeviceLease::acquire(int32_t device) {
@@ -64,19 +84,8 @@ int32_t DeviceLease::acquire(int32_t device) {
   DeviceState& s = g_devices[device];
   hold_ = std::shared_lock<std::shared_mutex>(s.cache_mutex);
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.initialized) {
-    if (s.lt == nullptr) {
-      const cublasStatus_t st = cublasLtCreate(&s.lt);
-      if (st != CUBLAS_STATUS_SUCCESS) {
-        s.lt = nullptr;
-        return fail_lt(st, "cublasLtCreate");
-      }
-    }
-    Q4_CK(cudaDeviceGetAttribute(&s.sm_count, cudaDevAttrMultiProcessorCount, device));
-    Q4_CK(cudaDeviceGetAttribute(&s.cc_major, cudaDevAttrComputeCapabilityMajor, device));
-    Q4_TRY(nf4_upload_codebook());
-    s.initialized = true;  // only once everything above succeeded
-  }
+  DeviceCuda api;
+  Q4_TRY(q4::cuda::setup_device(api, s, device));  // commits only when complete
   state_ = &s;
   return Q4_OK;
 }

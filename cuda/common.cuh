@@ -21,6 +21,7 @@
 
 #include "formats/codec.h"
 #include "nvfp4/q4_base.h"
+#include "plugin/device_setup.h"
 #include "plugin/lt_objects.h"
 #include "plugin/plugin_abi.h"
 #include "plugin/seams.h"
@@ -57,18 +58,20 @@ inline cudaStream_t as_stream(void* s) {
 // Device guard: makes `device` current for the calling thread and restores
 // the caller's current device on scope exit.
 // ---------------------------------------------------------------------------
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard();
-  int32_t set(int32_t device);
-
- private:
-  int previous_ = -1;
-  bool changed_ = false;
+// The CUDA calls behind q4::cuda::CurrentDeviceGuard and setup_device
+// (src/plugin/device_setup.h): the current device, and the steps of a
+// device's first use.
+struct DeviceCuda {
+  using Handle = cublasLtHandle_t;
+  int32_t get_device(int32_t* device);
+  int32_t set_device(int32_t device);
+  int32_t create_handle(Handle* h);
+  int32_t attributes(int32_t device, int32_t* sm_count, int32_t* cc_major);
+  int32_t upload_codebook();
 };
+
+// Makes a device current for a scope; restores the caller's on every path.
+using DeviceGuard = q4::cuda::CurrentDeviceGuard<DeviceCuda>;
 
 // ---------------------------------------------------------------------------
 // Per-device state, created on first use. Caches (workspaces, heuristic

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/nf4_block.h"
+#include "plugin/device_setup.h"
 #include "plugin/lt_objects.h"
 #include "plugin/managed_copy.h"
 #include "plugin/plugin_abi.h"
@@ -652,10 +653,12 @@ struct FakeWs {
   using Stream = int;  // stream number
   using Event = int;   // 0: none
   int allocs = 0, frees = 0, events = 0, events_destroyed = 0;
+  bool fail_alloc = false;
   std::vector<std::pair<int, int>> records;  // (event, stream)
   std::vector<std::pair<int, int>> waits;    // (stream, event)
   std::vector<std::unique_ptr<char[]>> blocks;
   int32_t alloc(size_t, void** p) {
+    if (fail_alloc) return Q4_ERR_CUDA;
     blocks.emplace_back(new char[1]);
     *p = blocks.back().get();
     ++allocs;
@@ -756,4 +759,170 @@ TEST_CASE("CUDA fp16/bf16 outputs write the CPU codec's NaN patterns, not 0x7fff
   }
   CHECK(out_f16_bits(1.0f) == 0x3c00);
   CHECK(out_bf16_bits(-2.0f) == 0xc000);
+}
+
+TEST_CASE("cuBLASLt workspaces: a failed allocation keeps nothing, the next call allocates",
+          "[cuda][seams][workspace]") {
+  FakeWs b;
+  WorkspacePool<FakeWs> pool(32 << 20, 2);
+  size_t slot = 0;
+  void* p = nullptr;
+  b.fail_alloc = true;
+  CHECK(pool.acquire(b, 101, 1, &slot, &p) == Q4_ERR_CUDA);
+  CHECK(pool.size() == 0);  // no slot without memory for a later call to find
+  CHECK(p == nullptr);
+  b.fail_alloc = false;
+  REQUIRE(pool.acquire(b, 101, 1, &slot, &p) == Q4_OK);
+  CHECK(p != nullptr);
+  CHECK(b.allocs == 1);
+  pool.release(b, slot, 1);
+  pool.clear(b);
+}
+
+namespace {
+
+// A fake device API for src/plugin/device_setup.h: the thread's current
+// device, and the steps of a device's first use, each able to fail.
+struct FakeDeviceWorld {
+  int32_t current = 3;
+  bool get_fails = false;
+  std::string fail;  // "set", "handle", "attributes" or "codebook"
+  int handles = 0, attribute_reads = 0, uploads = 0;
+  std::vector<int32_t> codebook_on;  // devices the codebook reached
+};
+
+struct FakeDeviceApi {
+  using Handle = int;  // 0: none
+  FakeDeviceWorld* w = nullptr;
+  int32_t get_device(int32_t* d) const {
+    if (w->get_fails) return Q4_ERR_CUDA;
+    *d = w->current;
+    return Q4_OK;
+  }
+  int32_t set_device(int32_t d) const {
+    if (w->fail == "set" || d < 0 || d >= 8) return Q4_ERR_CUDA;
+    w->current = d;
+    return Q4_OK;
+  }
+  int32_t create_handle(Handle* h) const {
+    if (w->fail == "handle") return Q4_ERR_CUDA;
+    *h = ++w->handles;
+    return Q4_OK;
+  }
+  int32_t attributes(int32_t device, int32_t* sm, int32_t* cc) const {
+    ++w->attribute_reads;
+    if (w->fail == "attributes") return Q4_ERR_CUDA;
+    *sm = 48 + device;
+    *cc = 12;
+    return Q4_OK;
+  }
+  int32_t upload_codebook() const {
+    if (w->fail == "codebook") return Q4_ERR_CUDA;
+    ++w->uploads;
+    w->codebook_on.push_back(w->current);
+    return Q4_OK;
+  }
+};
+
+struct FakeDeviceState {
+  bool initialized = false;
+  int lt = 0;
+  int32_t sm_count = 0, cc_major = 0;
+};
+
+// What the plugin's DeviceLease::acquire does (cuda/common.cu): make the
+// device current, then set it up if it is not ready.
+int32_t lease(CurrentDeviceGuard<FakeDeviceApi>& guard, FakeDeviceApi api, FakeDeviceState& s,
+              int32_t device) {
+  const int32_t rc = guard.set(device);
+  if (rc != Q4_OK) return rc;
+  return setup_device(api, s, device);
+}
+
+}  // namespace
+
+TEST_CASE("device setup commits only when complete; a failed step leaves the device not ready",
+          "[cuda][seams][device]") {
+  for (const char* step : {"handle", "attributes", "codebook"}) {
+    INFO("failing step: " << step);
+    FakeDeviceWorld w;
+    FakeDeviceApi api{&w};
+    FakeDeviceState s;
+    w.fail = step;
+    {
+      CurrentDeviceGuard<FakeDeviceApi> guard(api);
+      CHECK(lease(guard, api, s, 1) == Q4_ERR_CUDA);
+      CHECK(w.current == 1);
+    }
+    CHECK(w.current == 3);  // restored after the failure
+    CHECK_FALSE(s.initialized);
+    CHECK(s.sm_count == 0);  // nothing half-committed
+    CHECK(s.cc_major == 0);
+    CHECK(w.uploads == 0);
+    // The next call retries every missing step and sees a complete device.
+    w.fail.clear();
+    {
+      CurrentDeviceGuard<FakeDeviceApi> guard(api);
+      REQUIRE(lease(guard, api, s, 1) == Q4_OK);
+    }
+    CHECK(w.current == 3);
+    CHECK(s.initialized);
+    CHECK(s.lt != 0);
+    CHECK(w.handles == 1);  // a handle made before a later step failed is kept, not leaked
+    CHECK(s.sm_count == 49);
+    CHECK(s.cc_major == 12);
+    CHECK(w.codebook_on == std::vector<int32_t>{1});  // on the device being set up
+    // Ready: later calls repeat nothing.
+    const int reads = w.attribute_reads;
+    {
+      CurrentDeviceGuard<FakeDeviceApi> guard(api);
+      REQUIRE(lease(guard, api, s, 1) == Q4_OK);
+    }
+    CHECK(w.attribute_reads == reads);
+    CHECK(w.uploads == 1);
+  }
+}
+
+TEST_CASE("the caller's current device is restored on every path", "[cuda][seams][device]") {
+  FakeDeviceWorld w;
+  FakeDeviceApi api{&w};
+  {
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);  // never set: nothing changes
+  }
+  CHECK(w.current == 3);
+  {
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);
+    REQUIRE(guard.set(5) == Q4_OK);
+    REQUIRE(guard.set(6) == Q4_OK);  // several devices in one scope (empty_cache)
+    CHECK(w.current == 6);
+  }
+  CHECK(w.current == 3);  // the first caller's device, not an intermediate one
+  {
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);
+    REQUIRE(guard.set(5) == Q4_OK);
+    CHECK(guard.set(9) == Q4_ERR_CUDA);  // a later set fails
+  }
+  CHECK(w.current == 3);
+  {
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);
+    w.fail = "set";
+    CHECK(guard.set(2) == Q4_ERR_CUDA);
+    w.fail.clear();
+  }
+  CHECK(w.current == 3);
+  {
+    FakeDeviceState s;
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);
+    w.fail = "codebook";
+    CHECK(lease(guard, api, s, 4) == Q4_ERR_CUDA);
+    w.fail.clear();
+  }
+  CHECK(w.current == 3);
+  // When the current device cannot be read there is nothing to restore to.
+  w.get_fails = true;
+  {
+    CurrentDeviceGuard<FakeDeviceApi> guard(api);
+    REQUIRE(guard.set(2) == Q4_OK);
+  }
+  CHECK(w.current == 2);
 }
