@@ -614,3 +614,166 @@ TEST_CASE("NVFP4 scales with the sign bit set on a CUDA device are refused like 
   CHECK(last_error().find("'a_scale'") != std::string::npos);
   CHECK(counters().runs == runs + 1);  // none of the refused calls reached the plugin
 }
+
+namespace {
+
+// Emulated device (or managed) memory holding a copy of a host tensor, with
+// the host tensor's dtype and shape, labelled kDLCUDA (managed memory as
+// NVFP4_to_managed hands it out by default: the call runs on the device).
+struct DevCopy {
+  std::vector<int64_t> shape;
+  DevTensor mem;
+  DevCopy(const Tensor& h, bool managed)
+      : shape(h.shape), mem({static_cast<int64_t>((h.bytes + 3) / 4)}, managed, kDLCUDA) {
+    std::memcpy(mem.p, h.data(), h.bytes);
+    mem.dl.dtype = h.dl.dtype;
+    mem.dl.ndim = static_cast<int32_t>(shape.size());
+    mem.dl.shape = shape.data();
+  }
+  DLTensor* t() { return &mem.dl; }
+  // The device bytes as a host tensor shaped like `like`.
+  Tensor get(const Tensor& like) const {
+    Tensor h(like.shape, like.dl.dtype);
+    std::memcpy(h.data(), mem.p, h.bytes);
+    return h;
+  }
+};
+
+int64_t mx_scale_bytes(int64_t rows, int64_t k, int32_t layout) {
+  if (layout == Q4_SCALE_LINEAR) return rows * (k / 32);
+  return (rows + 127) / 128 * 128 * ((k / 32 + 3) / 4 * 4);
+}
+
+Q4_op_options path_opts(int32_t path) {
+  Q4_op_options o{};
+  Q4_op_options_init(&o);
+  o.compute_path = path;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4 on the device: quantize/dequantize bytes equal the CPU's, products within the bound",
+          "[emulated][mxfp4]") {
+  if (!has_device()) return;
+  const int64_t rows = 130, k = 96, m = 5;
+  for (bool managed : {false, true}) {
+    if (managed && !emu().managed) continue;
+    for (int32_t layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+      INFO("managed " << managed << ", layout " << layout);
+      Tensor x = t::random_float({rows, k}, t::f32(), 21);
+      Tensor q({rows, k / 2}, t::u8()), s({mx_scale_bytes(rows, k, layout)}, t::u8());
+      REQUIRE(MXFP4_quantize(x.t(), q.t(), s.t(), layout, nullptr) == Q4_OK);
+      DevCopy dx(x, managed), dq(q, managed), ds(s, managed);
+      std::memset(dq.mem.p, 0xAB, q.bytes);
+      std::memset(ds.mem.p, 0xCD, s.bytes);
+      const int64_t runs = counters().runs;
+      REQUIRE(MXFP4_quantize(dx.t(), dq.t(), ds.t(), layout, nullptr) == Q4_OK);
+      CHECK(counters().runs == runs + 1);
+      CHECK(same_bytes(dq.get(q), q));
+      CHECK(same_bytes(ds.get(s), s));
+      Tensor out({rows, k}, t::f32()), dout_like({rows, k}, t::f32());
+      REQUIRE(MXFP4_dequantize(q.t(), s.t(), layout, out.t(), nullptr) == Q4_OK);
+      DevCopy dout(dout_like, managed);
+      REQUIRE(MXFP4_dequantize(dq.t(), ds.t(), layout, dout.t(), nullptr) == Q4_OK);
+      CHECK(same_bytes(dout.get(out), out));
+      // linear: x[m, k] . W[rows, k]^T + bias
+      Tensor a = t::random_float({m, k}, t::f32(), 22), bias = t::random_float({rows}, t::f32(), 23);
+      Tensor y({m, rows}, t::f32());
+      REQUIRE(MXFP4_linear(a.t(), q.t(), s.t(), layout, bias.t(), y.t(), nullptr) == Q4_OK);
+      DevCopy da(a, managed), db(bias, managed), dy(y, managed);
+      REQUIRE(MXFP4_linear(da.t(), dq.t(), ds.t(), layout, db.t(), dy.t(), nullptr) == Q4_OK);
+      check_close(dy.get(y), y);
+      // scaled_mm: A (MXFP4 [m, k]) . B^T
+      Tensor aq({m, k / 2}, t::u8()), as({mx_scale_bytes(m, k, layout)}, t::u8());
+      REQUIRE(MXFP4_quantize(a.t(), aq.t(), as.t(), layout, nullptr) == Q4_OK);
+      REQUIRE(MXFP4_scaled_mm(aq.t(), as.t(), q.t(), s.t(), layout, 0.5f, bias.t(), y.t(), nullptr) == Q4_OK);
+      DevCopy daq(aq, managed), das(as, managed);
+      REQUIRE(MXFP4_scaled_mm(daq.t(), das.t(), dq.t(), ds.t(), layout, 0.5f, db.t(), dy.t(), nullptr) ==
+              Q4_OK);
+      check_close(dy.get(y), y);
+    }
+  }
+}
+
+TEST_CASE("MXFP4_linear_experts on the device equals the CPU, weight taken in place", "[emulated][mxfp4]") {
+  if (!has_device()) return;
+  const int64_t experts = 3, n = 16, k = 64, t_rows = 7;
+  Tensor w = t::random_float({experts * n, k}, t::f32(), 31);
+  Tensor q({experts * n, k / 2}, t::u8()), s({experts * n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor q3 = q, s3 = s;
+  q3.shape = {experts, n, k / 2};
+  s3.shape = {experts, n, k / 32};
+  q3.dl.shape = q3.shape.data();
+  q3.dl.ndim = 3;
+  s3.dl.shape = s3.shape.data();
+  s3.dl.ndim = 3;
+  Tensor x = t::random_float({t_rows, k}, t::f32(), 32), bias = t::random_float({experts, n}, t::f32(), 33);
+  const int32_t eg[] = {2, 0, 2};
+  const int64_t gr[] = {3, 0, 4};
+  Tensor y({t_rows, n}, t::f32());
+  REQUIRE(MXFP4_linear_experts(x.t(), q3.t(), s3.t(), Q4_SCALE_LINEAR, eg, gr, 3, bias.t(), y.t(), nullptr) ==
+          Q4_OK);
+  DevCopy dx(x, false), dq(q3, false), ds(s3, false), db(bias, false), dy(y, false);
+  const int64_t runs = counters().runs;
+  REQUIRE(MXFP4_linear_experts(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, eg, gr, 3, db.t(), dy.t(), nullptr) ==
+          Q4_OK);
+  CHECK(counters().runs == runs + 2);  // one plugin linear per non-empty group
+  check_close(dy.get(y), y);
+}
+
+TEST_CASE("MXFP4 bad inputs on the device get the host's statuses", "[emulated][mxfp4]") {
+  if (!has_device()) return;
+  const int64_t rows = 4, k = 64;
+  // K not a multiple of 32: the shared validator, before the plugin.
+  Tensor xk = t::random_float({rows, 48}, t::f32(), 41);
+  Tensor qk({rows, 24}, t::u8()), sk({rows, 1}, t::u8());
+  const int32_t host_rc = MXFP4_quantize(xk.t(), qk.t(), sk.t(), Q4_SCALE_LINEAR, nullptr);
+  CHECK(host_rc == Q4_ERR_SHAPE);
+  DevCopy dxk(xk, false), dqk(qk, false), dsk(sk, false);
+  const int64_t runs = counters().runs;
+  CHECK(MXFP4_quantize(dxk.t(), dqk.t(), dsk.t(), Q4_SCALE_LINEAR, nullptr) == host_rc);
+  CHECK(last_error().find("multiple of 32") != std::string::npos);
+  CHECK(counters().runs == runs);
+  // Non-finite input: found on the device.
+  Tensor x = t::random_float({rows, k}, t::f32(), 42);
+  x.f()[77] = NAN;
+  Tensor q({rows, k / 2}, t::u8()), s({rows, k / 32}, t::u8());
+  const int32_t nan_rc = MXFP4_quantize(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr);
+  CHECK(nan_rc == Q4_ERR_NON_FINITE);
+  DevCopy dx(x, false), dq(q, false), ds(s, false);
+  CHECK(MXFP4_quantize(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, nullptr) == nan_rc);
+  // Ordinary host memory mixed with device tensors.
+  CHECK(MXFP4_quantize(x.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, nullptr) == Q4_ERR_DEVICE);
+}
+
+TEST_CASE("MXFP4 products on the device: forced kernel failure falls back or fails under KernelOnly",
+          "[emulated][mxfp4]") {
+  if (!has_device()) return;
+  const int64_t n = 32, k = 64, m = 3;
+  Tensor w = t::random_float({n, k}, t::f32(), 51);
+  Tensor q({n, k / 2}, t::u8()), s({n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  Tensor x = t::random_float({m, k}, t::f32(), 52);
+  Tensor y({m, n}, t::f32());
+  REQUIRE(MXFP4_linear(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), nullptr) == Q4_OK);
+  DevCopy dx(x, false), dq(q, false), ds(s, false), dy(y, false);
+  ForceFail kernel("kernel");
+  {
+    const Q4_op_options o = path_opts(Q4_PATH_KERNEL_OR_FALLBACK);
+    const int64_t fallbacks = counters().fallbacks;
+    REQUIRE(MXFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, nullptr, dy.t(), &o) == Q4_OK);
+    CHECK(counters().fallbacks == fallbacks + 1);
+    check_close(dy.get(y), y);
+  }
+  {
+    const Q4_op_options o = path_opts(Q4_PATH_KERNEL_ONLY);
+    CHECK(MXFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, nullptr, dy.t(), &o) == Q4_ERR_UNSUPPORTED);
+    CHECK(last_error().find("NVFP4_EMU_FAIL=kernel") != std::string::npos);
+    Tensor yy({n, n}, t::f32());
+    DevCopy dyy(yy, false);
+    CHECK(MXFP4_scaled_mm(dq.t(), ds.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, dyy.t(), &o) ==
+          Q4_ERR_UNSUPPORTED);
+  }
+}

@@ -266,6 +266,96 @@ void run(const core::ProductDesc& d, std::string* fallback_reason) {
   }
 }
 
+void run(const core::Mxfp4QuantizeDesc& d) {
+  if (d.x.numel == 0) return;
+  nvfp4_cuda_op c = new_call(NVFP4_CUDA_OP_MXFP4_QUANTIZE, d.ctx);
+  c.m = d.dst.rows;
+  c.k = d.dst.k;
+  c.x = d.x.data;
+  c.x_type = elem_code(d.x);
+  c.q = d.dst.q.data;
+  c.s = d.dst.s.data;
+  c.scale_layout = d.dst.layout;
+  run_call(c, "x");
+}
+
+void run(const core::Mxfp4DequantizeDesc& d) {
+  if (d.out.numel == 0) return;
+  nvfp4_cuda_op c = new_call(NVFP4_CUDA_OP_MXFP4_DEQUANTIZE, d.ctx);
+  c.m = d.src.rows;
+  c.k = d.src.k;
+  c.q = d.src.q.data;
+  c.s = d.src.s.data;
+  c.scale_layout = d.src.layout;
+  c.out = d.out.data;
+  c.out_type = elem_code(d.out);
+  run_call(c, "qdata");
+}
+
+namespace {
+
+int64_t elem_bytes(const TensorRef& t) {
+  return t.type == ElemType::F32 ? 4 : 2;
+}
+
+}  // namespace
+
+void run(const core::Mxfp4ProductDesc& d) {
+  if (d.out.numel == 0) return;
+  nvfp4_cuda_op c = new_call(d.w4a4 ? NVFP4_CUDA_OP_MXFP4_SCALED_MM : NVFP4_CUDA_OP_MXFP4_LINEAR, d.ctx);
+  c.m = d.m;
+  c.n = d.n;
+  c.k = d.k;
+  c.out = d.out.data;
+  c.out_type = elem_code(d.out);
+  if (d.bias.present) {
+    c.bias = d.bias.ref.data;
+    c.bias_type = elem_code(d.bias.ref);
+  }
+  c.alpha = d.alpha;
+  if (d.w4a4) {
+    c.a_q = d.a.q.data;
+    c.a_s = d.a.s.data;
+  } else {
+    c.x = d.x.data;
+    c.x_type = elem_code(d.x);
+  }
+  c.q = d.w.q.data;
+  c.s = d.w.s.data;
+  c.scale_layout = d.w.layout;
+  run_call(c, "x");
+}
+
+void run(const core::Mxfp4ExpertsDesc& d) {
+  if (d.out.numel == 0) return;
+  const int64_t q_bytes = d.n * (d.k / 2);
+  const int64_t x_elem = elem_bytes(d.x), out_elem = elem_bytes(d.out);
+  int64_t r0 = 0;
+  for (int64_t g = 0; g < d.n_groups; ++g) {
+    const int64_t rows = d.group_rows[g];
+    const int64_t e = d.expert_of_group[g];
+    if (rows == 0) continue;
+    nvfp4_cuda_op c = new_call(NVFP4_CUDA_OP_MXFP4_LINEAR, d.ctx);
+    c.m = rows;
+    c.n = d.n;
+    c.k = d.k;
+    c.x = d.x.data + r0 * d.k * x_elem;
+    c.x_type = elem_code(d.x);
+    c.out = d.out.data + r0 * d.n * out_elem;
+    c.out_type = elem_code(d.out);
+    if (d.bias.present) {
+      c.bias = d.bias.ref.data + e * d.n * elem_bytes(d.bias.ref);
+      c.bias_type = elem_code(d.bias.ref);
+    }
+    c.alpha = 1.0f;
+    c.q = d.w.q.data + e * q_bytes;
+    c.s = d.w.s.data + e * d.expert_scale_bytes;
+    c.scale_layout = d.w.layout;
+    run_call(c, "x");
+    r0 += rows;
+  }
+}
+
 int32_t empty_cache() {
   const PluginState& p = plugin();
   if (!p.loaded) return Q4_OK;

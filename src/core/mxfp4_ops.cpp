@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/thread_pool.h"
+#include "core/cuda_backend.h"
 #include "core/mxfp4.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
@@ -20,15 +21,6 @@ namespace q4::core {
 namespace {
 
 constexpr int64_t kRowsPerTask = 16;
-
-void require_host(const OpContext& ctx, const char* op) {
-  if (ctx.place == Place::Device) {
-    fail(Q4_ERR_UNSUPPORTED, "x",
-         std::string(op) +
-             " on kDLCUDA tensors is not implemented yet (the CUDA plugin has no MXFP4 kernels); use host, "
-             "pinned or managed memory");
-  }
-}
 
 void for_row_chunks(int64_t rows, int32_t threads, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, threads, [&](int64_t t) {
@@ -219,7 +211,10 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
 }
 
 void run_mxfp4(const Mxfp4QuantizeDesc& d) {
-  require_host(d.ctx, "MXFP4_quantize");
+  if (d.ctx.place == Place::Device) {  // the CUDA plugin's MXFP4 ops
+    cuda::run(d);
+    return;
+  }
   if (d.x.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   const F32View xv = f32_view(d.x, threads);
@@ -255,7 +250,10 @@ void run_mxfp4(const Mxfp4QuantizeDesc& d) {
 }
 
 void run_mxfp4(const Mxfp4DequantizeDesc& d) {
-  require_host(d.ctx, "MXFP4_dequantize");
+  if (d.ctx.place == Place::Device) {  // the CUDA plugin's MXFP4 ops
+    cuda::run(d);
+    return;
+  }
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   F32Result r = f32_result(d.out);
@@ -264,7 +262,10 @@ void run_mxfp4(const Mxfp4DequantizeDesc& d) {
 }
 
 void run_mxfp4(const Mxfp4ProductDesc& d) {
-  require_host(d.ctx, d.w4a4 ? "MXFP4_scaled_mm" : "MXFP4_linear");
+  if (d.ctx.place == Place::Device) {  // the CUDA plugin's MXFP4 ops
+    cuda::run(d);
+    return;
+  }
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   const CpuPath path = mxfp4_cpu_path(d.ctx.opts);
@@ -364,7 +365,10 @@ TensorRef row_slice(const TensorRef& t, int64_t cols, int64_t r0, int64_t rows, 
 }  // namespace
 
 void run_mxfp4(const Mxfp4ExpertsDesc& d) {
-  require_host(d.ctx, "MXFP4_linear_experts");
+  if (d.ctx.place == Place::Device) {  // the CUDA plugin's MXFP4 ops
+    cuda::run(d);
+    return;
+  }
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   const int64_t q_bytes = d.n * (d.k / 2);

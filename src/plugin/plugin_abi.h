@@ -60,6 +60,13 @@ typedef struct nvfp4_cuda_probe {
 #define NVFP4_CUDA_OP_NF4_QUANTIZE 5     /* x[n] -> q, absmax (+ bad_index)                  */
 #define NVFP4_CUDA_OP_NF4_DEQUANTIZE 6   /* q, absmax, quant_map -> out[n]                   */
 #define NVFP4_CUDA_OP_NF4_LINEAR 7       /* out[m,n] = x[m,k] . dequant(q,absmax)[n,k]^T     */
+/* MXFP4 (E2M1 codes, one E8M0 scale byte per 32 elements in q/s, a_q/a_s;
+ * scale_layout linear [rows, k/32] or the 128x4 swizzled tiles; no global
+ * scale). Same fields as the NVFP4 ops; the descriptor layout is unchanged. */
+#define NVFP4_CUDA_OP_MXFP4_QUANTIZE 8   /* x[m,k] -> q, s (+ bad_index)                     */
+#define NVFP4_CUDA_OP_MXFP4_DEQUANTIZE 9 /* q, s -> out[m,k]                                 */
+#define NVFP4_CUDA_OP_MXFP4_LINEAR 10    /* out[m,n] = x[m,k] . dequant(q,s)[n,k]^T + bias   */
+#define NVFP4_CUDA_OP_MXFP4_SCALED_MM 11 /* out[m,n] = alpha * A(a_q,a_s) . B(q,s)^T + bias  */
 
 /* One call of the plugin: everything an operation needs, validated by the
  * core before it gets here (shapes agree, sizes fit, no aliasing, all

@@ -297,8 +297,8 @@ DLDataType float_type(int32_t code) {
 const DLDataType kU8{kDLUInt, 8, 1};
 const DLDataType kF32{kDLFloat, 32, 1};
 
-int64_t scale_bytes(int64_t rows, int64_t k, int32_t layout) {
-  const int64_t cols = k / 16;
+int64_t scale_bytes(int64_t rows, int64_t k, int32_t layout, int64_t block = 16) {
+  const int64_t cols = k / block;
   if (layout == Q4_SCALE_LINEAR) return rows * cols;
   return (rows + 127) / 128 * 128 * ((cols + 3) / 4 * 4);
 }
@@ -344,7 +344,8 @@ int32_t run_op(nvfp4_cuda_op& op) {
     if (rc != Q4_OK) return rc;
   }
   const bool product = op.op == NVFP4_CUDA_OP_NVFP4_LINEAR || op.op == NVFP4_CUDA_OP_NVFP4_SCALED_MM ||
-                       op.op == NVFP4_CUDA_OP_NF4_LINEAR;
+                       op.op == NVFP4_CUDA_OP_NF4_LINEAR || op.op == NVFP4_CUDA_OP_MXFP4_LINEAR ||
+                       op.op == NVFP4_CUDA_OP_MXFP4_SCALED_MM;
   Q4_op_options o;
   std::memset(&o, 0, sizeof o);
   o.struct_size = sizeof o;
@@ -414,6 +415,30 @@ int32_t run_op(nvfp4_cuda_op& op) {
       View x(op.x, float_type(op.x_type), m, k), out(op.out, float_type(op.out_type), m, n);
       View b(op.bias, float_type(op.bias_type), n);
       return from_library(NF4_scaled_mm(&x.t, &q.t, &st, op.bias != nullptr ? &b.t : nullptr, &out.t, &o));
+    }
+    case NVFP4_CUDA_OP_MXFP4_QUANTIZE: {
+      View x(op.x, float_type(op.x_type), m, k), q(op.q, kU8, m, k / 2);
+      View s(op.s, kU8, scale_bytes(m, k, op.scale_layout, 32));
+      return from_library(MXFP4_quantize(&x.t, &q.t, &s.t, op.scale_layout, &o));
+    }
+    case NVFP4_CUDA_OP_MXFP4_DEQUANTIZE: {
+      View q(op.q, kU8, m, k / 2), s(op.s, kU8, scale_bytes(m, k, op.scale_layout, 32));
+      View out(op.out, float_type(op.out_type), m, k);
+      return from_library(MXFP4_dequantize(&q.t, &s.t, op.scale_layout, &out.t, &o));
+    }
+    case NVFP4_CUDA_OP_MXFP4_LINEAR: {
+      View x(op.x, float_type(op.x_type), m, k), q(op.q, kU8, n, k / 2);
+      View s(op.s, kU8, scale_bytes(n, k, op.scale_layout, 32)), out(op.out, float_type(op.out_type), m, n);
+      View b(op.bias, float_type(op.bias_type), n);
+      return from_library(
+          MXFP4_linear(&x.t, &q.t, &s.t, op.scale_layout, op.bias != nullptr ? &b.t : nullptr, &out.t, &o));
+    }
+    case NVFP4_CUDA_OP_MXFP4_SCALED_MM: {
+      View aq(op.a_q, kU8, m, k / 2), as(op.a_s, kU8, scale_bytes(m, k, op.scale_layout, 32));
+      View q(op.q, kU8, n, k / 2), s(op.s, kU8, scale_bytes(n, k, op.scale_layout, 32));
+      View out(op.out, float_type(op.out_type), m, n), b(op.bias, float_type(op.bias_type), n);
+      return from_library(MXFP4_scaled_mm(&aq.t, &as.t, &q.t, &s.t, op.scale_layout, op.alpha,
+                                          op.bias != nullptr ? &b.t : nullptr, &out.t, &o));
     }
     default:
       return fail(Q4_ERR_UNSUPPORTED, "unknown plugin operation " + std::to_string(op.op));
