@@ -14,6 +14,7 @@
 
 #include "formats/nf4_block.h"
 #include "plugin/device_setup.h"
+#include "plugin/lt_mxfp4.h"
 #include "plugin/lt_objects.h"
 #include "plugin/managed_copy.h"
 #include "plugin/plugin_abi.h"
@@ -925,4 +926,42 @@ TEST_CASE("the caller's current device is restored on every path", "[cuda][seams
     REQUIRE(guard.set(2) == Q4_OK);
   }
   CHECK(w.current == 2);
+}
+
+TEST_CASE("MXFP4 block-scaled cuBLASLt GEMM: VEC32_UE8M0 scales, 128x4 tiles, where it exists",
+          "[cuda][seams][mxfp4]") {
+  const LtGemmParams p = lt_mxfp4_gemm_params(/*M=*/8, /*N=*/4096, /*K=*/2880);
+  CHECK(p.valid);
+  CHECK(p.trans_a);
+  CHECK_FALSE(p.trans_b);
+  CHECK(p.m == 4096);
+  CHECK(p.n == 8);
+  CHECK(p.lda == 2880);
+  // One byte per 32 elements: 90 columns pad to 92, rows to 128.
+  CHECK(p.a_scale_bytes == 4096 * 92);
+  CHECK(p.b_scale_bytes == 128 * 92);
+  CHECK(mxfp4_swizzled_scale_bytes(130, 64) == 256 * 4);
+  // The swizzled index is NVFP4's with k/32 columns: every byte lands once.
+  const int64_t rows = 130, cols = 3;
+  std::set<int64_t> seen;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) seen.insert(q4::fmt::swizzle_offset(r, c, cols));
+  }
+  CHECK(static_cast<int64_t>(seen.size()) == rows * cols);
+  CHECK(*seen.rbegin() < mxfp4_swizzled_scale_bytes(rows, cols * 32));
+  for (int32_t cc : {8, 9}) {
+    const Mxfp4GemmRoute r = mxfp4_scaled_mm_route(cc, 8, 4096, 2880, false);
+    CHECK_FALSE(r.use_lt);
+    CHECK(r.why.find("compute capability") != std::string::npos);
+  }
+  for (int32_t cc : {10, 11, 12}) {
+    const Mxfp4GemmRoute r = mxfp4_scaled_mm_route(cc, 8, 4096, 2880, false);
+    CHECK(r.use_lt);
+    CHECK(r.scale_mode == LtScaleMode::kVec32Ue8m0);
+    CHECK(r.why.empty());
+  }
+  CHECK_FALSE(mxfp4_scaled_mm_route(12, 8, 4096, 2880, true).use_lt);
+  const Mxfp4GemmRoute odd = mxfp4_scaled_mm_route(12, 8, 100, 64, false);  // N % 16
+  CHECK_FALSE(odd.use_lt);
+  CHECK(odd.why.find("multiple of 16") != std::string::npos);
 }
