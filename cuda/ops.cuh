@@ -17,5 +17,9 @@ int32_t nvfp4_scaled_mm(nvfp4_cuda_op& op);   // cuda/nvfp4_kernels.cu
 int32_t nf4_quantize(nvfp4_cuda_op& op);      // cuda/nf4_kernels.cu
 int32_t nf4_dequantize(nvfp4_cuda_op& op);    // cuda/nf4_kernels.cu
 int32_t nf4_linear(nvfp4_cuda_op& op);        // cuda/nf4_kernels.cu
+int32_t mxfp4_quantize(nvfp4_cuda_op& op);    // cuda/mxfp4_kernels.cu
+int32_t mxfp4_dequantize(nvfp4_cuda_op& op);  // cuda/mxfp4_kernels.cu
+int32_t mxfp4_linear(nvfp4_cuda_op& op);      // cuda/mxfp4_kernels.cu
+int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op);   // cuda/mxfp4_kernels.cu
 
 }  // namespace q4::cuda_plugin

@@ -168,6 +168,14 @@ int32_t run_op(nvfp4_cuda_op& op) {
       return nf4_dequantize(op);
     case NVFP4_CUDA_OP_NF4_LINEAR:
       return nf4_linear(op);
+    case NVFP4_CUDA_OP_MXFP4_QUANTIZE:
+      return mxfp4_quantize(op);
+    case NVFP4_CUDA_OP_MXFP4_DEQUANTIZE:
+      return mxfp4_dequantize(op);
+    case NVFP4_CUDA_OP_MXFP4_LINEAR:
+      return mxfp4_linear(op);
+    case NVFP4_CUDA_OP_MXFP4_SCALED_MM:
+      return mxfp4_scaled_mm(op);
     default:
       return fail(Q4_ERR_UNSUPPORTED, "unknown plugin operation " + std::to_string(op.op));
   }

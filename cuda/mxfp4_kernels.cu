@@ -1,0 +1,148 @@
+// MXFP4 on CUDA: quantize and dequantize through the shared host+device
+// codec (formats/mxfp4.h, so the bytes equal the CPU's), the weight-only
+// linear as dequantize + cuBLASLt fp32 GEMM in column tiles
+// (dequant_then_gemm), and scaled_mm routed by q4::cuda::mxfp4_scaled_mm_route
+// (src/plugin/lt_mxfp4.h). The block-scaled VEC32_UE8M0 cuBLASLt call is not
+// wired yet: scaled_mm runs dequantize both + fp32 GEMM, reported as a
+// fallback (KernelOnly: Q4_ERR_UNSUPPORTED with the reason).
+#include <cstdio>
+#include <string>
+
+#include "common.cuh"
+#include "formats/mxfp4.h"
+#include "lt_gemm.cuh"
+#include "ops.cuh"
+#include "plugin/lt_mxfp4.h"
+
+namespace q4::cuda_plugin {
+
+namespace {
+
+constexpr int64_t kMx = q4::fmt::kMxBlock;
+
+// One thread per 32-element block: the OCP scale from the block amax, then
+// RNE elements with saturation, element 2j in the low nibble.
+__global__ void mxfp4_quantize_kernel(const void* x, int32_t type, int64_t rows, int64_t k, uint8_t* q,
+                                      uint8_t* s, int32_t layout) {
+  const int64_t cols = k / kMx;
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= rows * cols) return;
+  float amax = 0.0f;
+  for (int j = 0; j < kMx; ++j) amax = fmaxf(amax, fabsf(load_f(x, type, b * kMx + j)));
+  const uint32_t byte = q4::fmt::mxfp4_scale_byte(amax);
+  const float inv = q4::fmt::mxfp4_inverse_scale(byte);
+  s[scale_index(b / cols, b % cols, cols, layout)] = static_cast<uint8_t>(byte);
+  for (int j = 0; j < kMx; j += 2) {
+    const uint32_t lo = q4::fmt::mxfp4_encode_element(load_f(x, type, b * kMx + j), inv);
+    const uint32_t hi = q4::fmt::mxfp4_encode_element(load_f(x, type, b * kMx + j + 1), inv);
+    q[b * (kMx / 2) + j / 2] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+// Rows [row0, row0 + rows) of the matrix into out[0, rows * k).
+__global__ void mxfp4_dequantize_kernel(const uint8_t* q, const uint8_t* s, int32_t layout, int64_t row0,
+                                        int64_t rows, int64_t k, void* out, int32_t type) {
+  const int64_t cols = k / kMx;
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= rows * cols) return;
+  const float scale = q4::fmt::e8m0_decode(s[scale_index(row0 + b / cols, b % cols, cols, layout)]);
+  for (int j = 0; j < kMx; j += 2) {
+    const uint8_t byte = q[(row0 * cols + b) * (kMx / 2) + j / 2];
+    store_f(out, type, b * kMx + j, q4::fmt::e2m1_decode(byte & 0xfu) * scale);
+    store_f(out, type, b * kMx + j + 1, q4::fmt::e2m1_decode(byte >> 4) * scale);
+  }
+}
+
+int32_t dequantize(const uint8_t* q, const uint8_t* s, int32_t layout, int64_t row0, int64_t rows, int64_t k,
+                   void* out, int32_t type, cudaStream_t stream) {
+  const int64_t nblocks = rows * (k / kMx);
+  if (nblocks == 0) return Q4_OK;
+  const q4::cuda::Launch l = q4::cuda::blocks_launch(nblocks);
+  mxfp4_dequantize_kernel<<<l.blocks, l.threads, 0, stream>>>(q, s, layout, row0, rows, k, out, type);
+  Q4_CK(cudaGetLastError());
+  return Q4_OK;
+}
+
+}  // namespace
+
+int32_t mxfp4_quantize(nvfp4_cuda_op& op) {
+  DeviceLease lease;
+  Q4_TRY(lease.acquire(op.device));
+  DeviceState& ds = lease.state();
+  cudaStream_t stream = as_stream(op.stream);
+  const int64_t rows = op.m, k = op.k;
+  auto* q = static_cast<uint8_t*>(op.q);
+  auto* s = static_cast<uint8_t*>(op.s);
+  float amax = 0.0f;
+  int64_t bad = -1;
+  Q4_TRY(finite_scan(op.x, op.x_type, rows * k, ds.sm_count, stream, &amax, &bad));
+  if (bad >= 0) {
+    op.bad_index = bad;
+    return fail(Q4_ERR_NON_FINITE, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  }
+  if (op.scale_layout == Q4_SCALE_SWIZZLED) {  // the padding of the tiles is zero, as on the CPU
+    Q4_CK(cudaMemsetAsync(s, 0, static_cast<size_t>(q4::cuda::mxfp4_swizzled_scale_bytes(rows, k)), stream));
+  }
+  const int64_t nblocks = rows * (k / kMx);
+  if (nblocks > 0) {
+    const q4::cuda::Launch l = q4::cuda::blocks_launch(nblocks);
+    mxfp4_quantize_kernel<<<l.blocks, l.threads, 0, stream>>>(op.x, op.x_type, rows, k, q, s,
+                                                              op.scale_layout);
+    Q4_CK(cudaGetLastError());
+  }
+  return Q4_OK;
+}
+
+int32_t mxfp4_dequantize(nvfp4_cuda_op& op) {
+  DeviceLease lease;
+  Q4_TRY(lease.acquire(op.device));
+  return dequantize(static_cast<const uint8_t*>(op.q), static_cast<const uint8_t*>(op.s), op.scale_layout, 0,
+                    op.m, op.k, op.out, op.out_type, as_stream(op.stream));
+}
+
+// Float activations x MXFP4 weight: W dequantized to fp32 a tile of rows at
+// a time, one cuBLASLt fp32 GEMM per tile (the plugin's path for this op,
+// not a fallback).
+int32_t mxfp4_linear(nvfp4_cuda_op& op) {
+  DeviceLease lease;
+  Q4_TRY(lease.acquire(op.device));
+  DeviceState& ds = lease.state();
+  cudaStream_t stream = as_stream(op.stream);
+  if (op.m == 0 || op.n == 0) return Q4_OK;
+  const auto* wq = static_cast<const uint8_t*>(op.q);
+  const auto* ws = static_cast<const uint8_t*>(op.s);
+  return dequant_then_gemm(ds, op, stream, [&](float* w32, int64_t row0, int64_t rows) {
+    return dequantize(wq, ws, op.scale_layout, row0, rows, op.k, w32, NVFP4_CUDA_F32, stream);
+  });
+}
+
+int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op) {
+  DeviceLease lease;
+  Q4_TRY(lease.acquire(op.device));
+  DeviceState& ds = lease.state();
+  cudaStream_t stream = as_stream(op.stream);
+  const int64_t m = op.m, n = op.n, k = op.k;
+  if (m == 0 || n == 0) return Q4_OK;
+  const bool dequant_only = op.compute_path == Q4_PATH_DEQUANT_MATMUL_ONLY;
+  const q4::cuda::Mxfp4GemmRoute route = q4::cuda::mxfp4_scaled_mm_route(ds.cc_major, m, n, k, dequant_only);
+  std::string why = route.why;
+  if (route.use_lt) why = "the block-scaled VEC32_UE8M0 cuBLASLt GEMM is not wired in this plugin yet";
+  if (!dequant_only && op.compute_path == Q4_PATH_KERNEL_ONLY) return fail(Q4_ERR_UNSUPPORTED, why);
+  DeviceBuffer a32, b32, y32;
+  Q4_TRY(alloc(a32, static_cast<size_t>(m * k) * 4, stream));
+  Q4_TRY(alloc(b32, static_cast<size_t>(n * k) * 4, stream));
+  Q4_TRY(alloc(y32, static_cast<size_t>(m * n) * 4, stream));
+  Q4_TRY(dequantize(static_cast<const uint8_t*>(op.a_q), static_cast<const uint8_t*>(op.a_s), op.scale_layout,
+                    0, m, k, a32.p, NVFP4_CUDA_F32, stream));
+  Q4_TRY(dequantize(static_cast<const uint8_t*>(op.q), static_cast<const uint8_t*>(op.s), op.scale_layout, 0,
+                    n, k, b32.p, NVFP4_CUDA_F32, stream));
+  Q4_TRY(lt_gemm_f32(ds, m, n, k, a32.as<const float>(), b32.as<const float>(), y32.as<float>(), n, stream));
+  if (!dequant_only) {
+    op.used_fallback = 1;
+    std::snprintf(op.fallback_reason, sizeof op.fallback_reason, "%s; ran dequantize + GEMM", why.c_str());
+  }
+  return epilogue(y32.as<const float>(), m, n, op.alpha, op.bias, op.bias_type, op.out, op.out_type,
+                  ds.sm_count, stream);
+}
+
+}  // namespace q4::cuda_plugin
