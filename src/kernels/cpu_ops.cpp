@@ -236,9 +236,11 @@ const char* fast_math_fallback_nf4(const KernelTable& kt) {
 }
 
 const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m) {
-  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m) {
-    return "the integer kernels of this ISA are not faster than exact at this M: fast mode runs the exact "
-           "kernels there";
+  // Only where the exact path is the small-batch family: above it the exact
+  // panel GEMM is slower than the integer kernels on every ISA measured.
+  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m && m <= small_batch_config().max_m) {
+    return "the integer kernels of this ISA are not faster than the exact small-batch kernels at this M: "
+           "fast mode runs the exact kernels there";
   }
   return nullptr;
 }

@@ -154,9 +154,10 @@ struct KernelTable {
   // The Q4_ISA_* of this table's fp32 kernels (what Q4_last_isa_used reports
   // when fast mode falls back to exact); -1: isa.
   int32_t exact_isa = -1;
-  // Fast mode runs the integer kernels for m <= i8_fast_max_m only, the
-  // exact ones above (measured: the integer kernels are not faster there on
-  // this ISA); 0: no limit. NF4 runs them only where the table has its own
+  // Fast mode runs the exact small-batch kernels for m in
+  // (i8_fast_max_m, small-batch max_m] (measured: the integer kernels are
+  // not faster there on this ISA), the integer kernels elsewhere; 0: no
+  // limit. NF4 runs them only where the table has its own
   // i8_gemv_nf4 (m <= kI8GemvMaxRows; the scalar table: every m).
   int32_t i8_fast_max_m = 0;
   // True when the integer entries are this ISA's own (or the table is the

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Turns the JSON of `nvfp4-bench` into the Markdown tables of
+docs/performance.md: one table per shape (rows M, columns the product
+variants, each cell the median figure and its fraction of the limit measured
+in the same run), then the quantize/dequantize and hot-GEMV rows.
+
+Usage: nvfp4-bench --threads 2 > run.json; scripts/bench-report.py run.json
+"""
+import json
+import sys
+
+
+def cell(r):
+    if r is None:
+        return "—"
+    if r["limit"] == "dram_read" or r["limit"] == "l3_read":
+        fig = f"{r['gb_per_s']:.1f} GB/s"
+    else:
+        fig = f"{r['gflop_per_s']:.0f}"
+    frac = r.get("fraction_of_limit")
+    return f"{fig} ({100 * frac:.0f} %)" if frac is not None else fig
+
+
+def main(path):
+    j = json.load(open(path))
+    lim = j["limits"]
+    m = j["machine"]
+    print(f"CPU: {m['cpu']}, {m['cpus']} CPUs, kernel table {m['isa']}, {m['threads']} threads; "
+          f"BLAS {j.get('blas', 'none')}.")
+    print(f"Limits measured in the run: DRAM read {lim['dram_read_gb_per_s']:.1f} GB/s, "
+          f"L3 read {lim['l3_read_gb_per_s']:.1f} GB/s, fp32 FMA roof {lim['fp32_fma_gflop_per_s']:.0f} GFLOP/s, "
+          f"int8 roof {lim['int8_dot_gop_per_s']:.0f} GOP/s ({lim['int8_dot_note'].split(',')[0]}); "
+          f"load average {j.get('load_average_at_start', '?')} at start, {j.get('load_average_at_end', '?')} at end.")
+    print()
+    cols = [("gemv/gemm", "nvfp4", "exact"), ("gemv/gemm", "nvfp4", "fast"), ("scaled_mm", "nvfp4-w4a4", "exact"),
+            ("gemv/gemm", "nf4", "exact"), ("gemv/gemm", "nf4", "fast"), ("gemv/gemm", "mxfp4", "exact"),
+            ("gemv/gemm", "mxfp4", "fast"), ("scaled_mm", "mxfp4-w4a4", "exact"), ("sgemm", "fp32", None)]
+    names = ["NVFP4 exact", "NVFP4 fast", "NVFP4 W4A4", "NF4 exact", "NF4 fast", "MXFP4 exact", "MXFP4 fast",
+             "MXFP4 W4A4", "OpenBLAS sgemm"]
+    rs = j["results"]
+    shapes = []
+    for r in rs:
+        if r["case"] in ("gemv", "gemm", "scaled_mm", "sgemm") and (r["n"], r["k"]) not in shapes:
+            shapes.append((r["n"], r["k"]))
+
+    def find(case, fmt, mode, n, k, mm):
+        for r in rs:
+            if r["n"] != n or r["k"] != k or r["m"] != mm or r.get("format") != fmt:
+                continue
+            if case == "gemv/gemm" and r["case"] not in ("gemv", "gemm"):
+                continue
+            if case != "gemv/gemm" and r["case"] != case:
+                continue
+            if mode is not None and r.get("mode") != mode:
+                continue
+            return r
+        return None
+
+    for n, k in shapes:
+        ms = sorted({r["m"] for r in rs if r["n"] == n and r["k"] == k and r["case"] in ("gemv", "gemm")})
+        print(f"N×K = {n}×{k}: GEMV (M ≤ 8) in GB/s of weights read from memory (fraction of DRAM read "
+              "bandwidth); M > 8 in GFLOP/s (fraction of the fp32 FMA roof; fast and W4A4: of the int8 roof).")
+        print()
+        print("| M | " + " | ".join(names) + " |")
+        print("|---" * (len(names) + 1) + "|")
+        for mm in ms:
+            print(f"| {mm} | " + " | ".join(cell(find(c, f, mo, n, k, mm)) for c, f, mo in cols) + " |")
+        print()
+    print("| other case | median ms | figure |")
+    print("|---|---|---|")
+    for r in rs:
+        if r["case"] in ("quantize", "dequantize", "gemv-l3"):
+            rows = r["n"] if r["n"] else r["m"]  # quantize/dequantize: M rows of K
+            print(f"| {r['case']} {r['format']} {r.get('mode', '')} {rows}×{r['k']} | {r['median_ms']:.2f} "
+                  f"| {cell(r)} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
