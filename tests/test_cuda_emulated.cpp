@@ -777,3 +777,42 @@ TEST_CASE("MXFP4 products on the device: forced kernel failure falls back or fai
           Q4_ERR_UNSUPPORTED);
   }
 }
+
+TEST_CASE("forwards run on the session's stream (Q4_session_set_stream)", "[emulated][session]") {
+  {
+    Q4_session_config c = config(Q4_TARGET_CPU, Q4_UM_DISABLED);
+    Session cpu(&c);
+    CHECK(Q4_session_set_stream(cpu.s, nullptr) == Q4_ERR_UNSUPPORTED);  // a CPU session has no stream
+    CHECK(last_error().find("CPU") != std::string::npos);
+  }
+  CHECK(Q4_session_set_stream(nullptr, nullptr) == Q4_ERR_NULL_POINTER);
+  if (!has_device()) return;
+  const int64_t n = 8, k = 32;
+  Tensor w = t::random_float({n, k}, t::f32(), 21), x = t::random_float({2, k}, t::f32(), 22);
+  Q4_session_config c = config(Q4_TARGET_CUDA, Q4_UM_DISABLED);
+  Session s(&c);
+  Q4_weight_bundle b = float_bundle(w, Q4_FORMAT_NVFP4);
+  Q4_linear* l = nullptr;
+  REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);  // created before the stream is set
+  DevTensor dx({2, k}, false, kDLCUDA), dy({2, n}, false, kDLCUDA);
+  dx.upload(x);
+  void* const stream = reinterpret_cast<void*>(uintptr_t{0x5eed0});
+  REQUIRE(Q4_session_set_stream(s.s, stream) == Q4_OK);
+  const int64_t syncs = counters().synchronizations;
+  REQUIRE(Q4_linear_forward(l, &dx.dl, &dy.dl) == Q4_OK);
+  CHECK(counters().last_run_stream == 0x5eed0);
+  CHECK(counters().synchronizations == syncs);  // device output: queued on the stream, not waited for
+  // A host output is complete on return: the wait is on the session's stream.
+  Tensor y({2, n}, t::f32());
+  if (emu().reads_host()) {
+    REQUIRE(Q4_linear_forward(l, &dx.dl, y.t()) == Q4_OK);
+    CHECK(counters().last_run_stream == 0x5eed0);
+    CHECK(counters().synchronizations == syncs + 1);
+    CHECK(counters().last_sync_stream == 0x5eed0);
+  }
+  // NULL: back to the default stream.
+  REQUIRE(Q4_session_set_stream(s.s, nullptr) == Q4_OK);
+  REQUIRE(Q4_linear_forward(l, &dx.dl, &dy.dl) == Q4_OK);
+  CHECK(counters().last_run_stream == 0);
+  CHECK(Q4_linear_destroy(l) == Q4_OK);
+}

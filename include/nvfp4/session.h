@@ -78,6 +78,15 @@ Q4_API int32_t Q4_session_create(const Q4_session_config* config, Q4_session** s
 /* NULL is fine. Q4_ERR_STATE while objects created from it are alive. */
 Q4_API int32_t Q4_session_destroy(Q4_session* session);
 Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats* stats);
+/* The CUDA stream (cudaStream_t as void*; NULL = the default stream) on
+ * which the forwards of this session's linears run, those already created
+ * included. Thread-safe: may be called while forwards run on other threads;
+ * each forward uses the stream set when it starts. The caller keeps the
+ * stream alive while forwards may use it. Forwards that write device memory
+ * return with the work queued on the stream (synchronize it before reading
+ * the output); outputs in host or managed memory are complete on return.
+ * A session that runs on the CPU has no stream: Q4_ERR_UNSUPPORTED. */
+Q4_API int32_t Q4_session_set_stream(Q4_session* session, void* stream);
 
 /* ------------------------------------------------------------------------ */
 /* Linears: PrepareWeight + Forward + Dispose.                               */

@@ -52,6 +52,17 @@ Q4_API int32_t Q4_session_get_stats(const Q4_session* session, Q4_session_stats*
   });
 }
 
+Q4_API int32_t Q4_session_set_stream(Q4_session* session, void* stream) {
+  return api_call("Q4_session_set_stream", [&] {
+    if (session == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");
+    if (!session->settings.on_cuda()) {
+      q4::fail(Q4_ERR_UNSUPPORTED, "session", "runs on the CPU; only CUDA sessions have a stream");
+    }
+    session->stream.store(stream, std::memory_order_release);
+    return Q4_OK;
+  });
+}
+
 Q4_API int32_t Q4_session_diagnostics(const Q4_session* session, char* buf, size_t cap, size_t* needed) {
   return api_call("Q4_session_diagnostics", [&] {
     if (session == nullptr) q4::fail(Q4_ERR_NULL_POINTER, "session", "pointer is NULL");

@@ -395,7 +395,7 @@ void forward_cuda(Q4_linear* l, ProductDesc& d, const PreparedWeight& w) {
   std::string why;
   cuda::run(d, &why);
   // Results in memory the host reads: complete before returning.
-  if (os || d.out.device.device_type != kDLCUDA) cuda::synchronize(st.device, st.ops.stream);
+  if (os || d.out.device.device_type != kDLCUDA) cuda::synchronize(st.device, d.ctx.opts.stream);
   if (os) {
     cuda::copy(host_out, os->data(), static_cast<size_t>(d.out.nbytes));
     ++copies;
@@ -418,6 +418,8 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
   const bool on_cuda = l->settings.on_cuda();
   ProductDesc d;
   d.ctx.opts = l->settings.ops;
+  if (on_cuda)
+    d.ctx.opts.stream = l->session->stream.load(std::memory_order_acquire);  // the session's stream
   d.format = l->format;
   d.path = l->path;
   d.x = on_cuda ? check_tensor_any(x_t, "x") : check_tensor(x_t, "x");

@@ -41,7 +41,12 @@ struct Q4_session {
   q4::core::SessionSettings settings;
   std::shared_ptr<q4::core::SessionCounters> counters = std::make_shared<q4::core::SessionCounters>();
   std::atomic<int32_t> nvfp4_linears{0}, nf4_linears{0}, mxfp4_linears{0};  // live linears per format
-  mutable std::mutex mutex;                                                 // guards last_fallback_reason
+  // The CUDA stream of its linears' forwards (Q4_session_set_stream; NULL =
+  // default stream). Outside `settings`, which each linear copies at
+  // creation: a new stream applies to the linears already created. Each
+  // forward reads it once, when it starts.
+  std::atomic<void*> stream{nullptr};
+  mutable std::mutex mutex;  // guards last_fallback_reason
   std::string last_fallback_reason;
 
   void record_fallback(const std::string& reason) {

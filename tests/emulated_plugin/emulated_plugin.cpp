@@ -254,7 +254,7 @@ int32_t plugin_mem_info(int32_t device, uint64_t* free_bytes, uint64_t* total_by
   return Q4_OK;
 }
 
-int32_t plugin_synchronize(int32_t device, void* /*stream*/) {
+int32_t plugin_synchronize(int32_t device, void* stream) {
   const int32_t rc = check_device(device);
   if (rc != Q4_OK) return rc;
   if (should_fail("synchronize"))
@@ -262,6 +262,7 @@ int32_t plugin_synchronize(int32_t device, void* /*stream*/) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.counters.synchronizations += 1;
+  s.counters.last_sync_stream = reinterpret_cast<uintptr_t>(stream);
   return Q4_OK;
 }
 
@@ -363,6 +364,7 @@ int32_t run_op(nvfp4_cuda_op& op) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     s.counters.runs += 1;
+    s.counters.last_run_stream = reinterpret_cast<uintptr_t>(op.stream);
     if (op.used_fallback) s.counters.fallbacks += 1;
   }
   const int64_t m = op.m, n = op.n, k = op.k;

@@ -30,6 +30,8 @@ typedef struct nvfp4_emu_counters {
   int64_t copies, advices, prefetches, synchronizations;
   int64_t runs, fallbacks;
   int64_t refused_pointers; /* host pointers caught where device memory was required */
+  /* The stream (as an integer) of the last run and of the last synchronize. */
+  uint64_t last_run_stream, last_sync_stream;
 } nvfp4_emu_counters;
 
 typedef void (*nvfp4_emu_counters_fn)(nvfp4_emu_counters* out);

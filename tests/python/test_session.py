@@ -231,3 +231,10 @@ def test_legacy_export_through_library_helper(session, monkeypatch):
     gc.collect()
     assert session.stats().live_snapshots == 0
     m.close()
+
+
+def test_set_stream_on_a_cpu_session_is_refused():
+    # Only CUDA sessions have a stream (Q4_session_set_stream).
+    with nvfp4.Session(target="cpu") as s:
+        with pytest.raises(nvfp4.UnsupportedError):
+            s.set_stream(None)

@@ -150,6 +150,8 @@ namespace NVFP4.Native
         [DllImport(LibName, CallingConvention = CC)] public static extern int Q4_session_destroy(IntPtr session);
         [DllImport(LibName, CallingConvention = CC)]
         public static extern int Q4_session_get_stats(IntPtr session, Q4_session_stats* stats);
+        [DllImport(LibName, CallingConvention = CC)]
+        public static extern int Q4_session_set_stream(IntPtr session, IntPtr stream);
         [DllImport(LibName, CallingConvention = CC)] public static extern int Q4_weight_bundle_init(Q4_weight_bundle* bundle);
         [DllImport(LibName, CallingConvention = CC)]
         public static extern int Q4_linear_create(IntPtr session, Q4_weight_bundle* weight, IntPtr* linear);

@@ -59,6 +59,14 @@ namespace NVFP4
             Handle.Set(h);
         }
 
+        /// <summary>Runs this session's forwards on <paramref name="stream"/> (a cudaStream_t;
+        /// IntPtr.Zero: the default stream). CPU sessions have no stream: an error.</summary>
+        public void SetStream(IntPtr stream)
+        {
+            Boot.Require(Boot.Ready);
+            using (var l = Use()) Q4Exception.Check(NativeMethods.Q4_session_set_stream(l.Ptr, stream));
+        }
+
         public Q4_session_stats Stats
         {
             get

@@ -142,6 +142,8 @@ public static unsafe partial class Tests
         st.struct_size = (uint)sizeof(Q4_session_stats);
         int rc = NativeMethods.Q4_session_get_stats(IntPtr.Zero, &st);
         Check(rc == (int)Q4Status.NullPointer, "NULL session -> Q4_ERR_NULL_POINTER, got " + rc);
+        rc = NativeMethods.Q4_session_set_stream(IntPtr.Zero, IntPtr.Zero);
+        Check(rc == (int)Q4Status.NullPointer, "set_stream: NULL session -> Q4_ERR_NULL_POINTER, got " + rc);
 
         // Thread-local: a failure on another thread does not change this thread's message.
         Library.ClearError();

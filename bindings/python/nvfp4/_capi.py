@@ -282,6 +282,7 @@ PROTOTYPES = {
     "Q4_session_create": (c_i32, [P(Q4_session_config), P(H)]),
     "Q4_session_destroy": (c_i32, [H]),
     "Q4_session_get_stats": (c_i32, [H, P(Q4_session_stats)]),
+    "Q4_session_set_stream": (c_i32, [H, ctypes.c_void_p]),
     "Q4_session_diagnostics": (c_i32, [H, c_char_p, c_size, P(c_size)]),
     "Q4_weight_bundle_init": (c_i32, [P(Q4_weight_bundle)]),
     "Q4_linear_create": (c_i32, [H, P(Q4_weight_bundle), P(H)]),

@@ -112,6 +112,10 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
+    def set_stream(self, stream):
+        """Runs this session's forwards on `stream` (a cudaStream_t as an int, or None: the default stream)."""
+        check(_capi.get().Q4_session_set_stream(self.handle, stream), "Q4_session_set_stream")
+
     def stats(self):
         s = _capi.Q4_session_stats()
         s.struct_size = ctypes.sizeof(s)

@@ -657,6 +657,7 @@ extern "C" {
     pub fn Q4_session_create(config: *const Q4_session_config, session: *mut *mut Q4_session) -> i32;
     pub fn Q4_session_destroy(session: *mut Q4_session) -> i32;
     pub fn Q4_session_get_stats(session: *const Q4_session, stats: *mut Q4_session_stats) -> i32;
+    pub fn Q4_session_set_stream(session: *mut Q4_session, stream: *mut c_void) -> i32;
     pub fn Q4_weight_bundle_init(bundle: *mut Q4_weight_bundle) -> i32;
     pub fn Q4_linear_create(
         session: *mut Q4_session,

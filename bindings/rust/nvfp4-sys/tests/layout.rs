@@ -446,6 +446,7 @@ static ADDRESSES: &[unsafe extern "C" fn()] = &[
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_session_destroy as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_session_diagnostics as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_session_get_stats as *const ()) },
+    unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_session_set_stream as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_set_log_callback as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_set_log_level as *const ()) },
     unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>(Q4_set_max_isa as *const ()) },

@@ -132,6 +132,12 @@ impl Session {
         self.ptr.as_ptr()
     }
 
+    /// Runs this session's forwards on `stream` (a `cudaStream_t`; null: the
+    /// default stream). CPU sessions have no stream: an error.
+    pub fn set_stream(&self, stream: *mut std::ffi::c_void) -> Result<()> {
+        check(unsafe { sys::Q4_session_set_stream(self.ptr.as_ptr(), stream) })
+    }
+
     pub fn stats(&self) -> Result<SessionStats> {
         // SAFETY: all-zero is valid.
         let mut s: sys::Q4_session_stats = unsafe { std::mem::zeroed() };

@@ -212,6 +212,13 @@ fn session_config_errors_and_cuda_target() {
 }
 
 #[test]
+fn set_stream_on_a_cpu_session_is_refused() {
+    let session = Session::new(&SessionConfig { target: Target::Cpu, ..SessionConfig::default() }).unwrap();
+    let e = session.set_stream(std::ptr::null_mut()).unwrap_err();
+    assert_eq!(e.status, Status::Unsupported, "{e}");
+}
+
+#[test]
 fn packed_nf4_and_swizzled_nvfp4_linears() {
     let session = Session::with_defaults().unwrap();
     let w = randoms(N * K, 51, 1.0);
