@@ -378,6 +378,7 @@ TEST_CASE("a host pointer labelled kDLCUDA is caught", "[emulated]") {
   CHECK(last_error().find("x") != std::string::npos);
   // The stateless product does not look: the device itself refuses.
   Tensor q({n, k / 2}, t::u8()), sc({n, k / 16}, t::u8());
+  sc.fill(0x38);  // valid scales (1.0): the refusal is the device's, not the validator's
   q.dl.device = sc.dl.device = DLDevice{kDLCUDA, 0};
   const int64_t refused = counters().refused_pointers;
   CHECK(NVFP4_linear(x.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, y.t(), nullptr) == Q4_ERR_CUDA);
