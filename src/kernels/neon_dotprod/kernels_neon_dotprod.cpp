@@ -11,6 +11,7 @@
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
+#include "kernels/neon_dotprod/i8_micro_neon.h"
 #include "nvfp4/q4_base.h"
 
 namespace q4::kern {
@@ -62,55 +63,21 @@ template <int MR>
 void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                    const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
                    bool accumulate) {
-  float32x4_t acc[MR][4];
-  for (int i = 0; i < MR; ++i) {
-    for (int c = 0; c < 4; ++c) {
-      if (accumulate) {
-        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int r = 0; r < 4 && 4 * c + r < nr; ++r) tmp[r] = y[i * ldy + 4 * c + r];
-        acc[i][c] = vld1q_f32(tmp);
-      } else {
-        acc[i][c] = vdupq_n_f32(0.0f);
-      }
-    }
-  }
-  for (int64_t b = 0; b < nb; ++b) {
+  i8_micro_neon<MR>(xs, xc, ldxs, ws, nb, y, ldy, nr, accumulate, [&](int64_t b, int32x4_t(&d)[MR][4]) {
     const int8_t* wb = reinterpret_cast<const int8_t*>(wq + b * 256);
     int8x16_t xv[MR];
-    int32x4_t d[MR][4];
-    for (int i = 0; i < MR; ++i) {
-      xv[i] = vld1q_s8(xq + i * ldxq + b * 16);
-      for (int c = 0; c < 4; ++c) d[i][c] = vdupq_n_s32(xc[i * ldxs + b]);
-    }
-    for (int c = 0; c < 4; ++c) {
+    for (int64_t i = 0; i < MR; ++i) xv[i] = vld1q_s8(xq + i * ldxq + b * 16);
+    for (int64_t c = 0; c < 4; ++c) {
       const int8x16_t w0 = vld1q_s8(wb + c * 16), w1 = vld1q_s8(wb + 64 + c * 16);
       const int8x16_t w2 = vld1q_s8(wb + 128 + c * 16), w3 = vld1q_s8(wb + 192 + c * 16);
-      for (int i = 0; i < MR; ++i) {
+      for (int64_t i = 0; i < MR; ++i) {
         d[i][c] = vdotq_laneq_s32(d[i][c], w0, xv[i], 0);
         d[i][c] = vdotq_laneq_s32(d[i][c], w1, xv[i], 1);
         d[i][c] = vdotq_laneq_s32(d[i][c], w2, xv[i], 2);
         d[i][c] = vdotq_laneq_s32(d[i][c], w3, xv[i], 3);
       }
     }
-    for (int c = 0; c < 4; ++c) {
-      const float32x4_t wsv = vld1q_f32(ws + b * 16 + 4 * c);
-      for (int i = 0; i < MR; ++i) {
-        const float32x4_t p = vmulq_f32(vdupq_n_f32(xs[i * ldxs + b]), wsv);
-        acc[i][c] = vfmaq_f32(acc[i][c], vcvtq_f32_s32(d[i][c]), p);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    for (int c = 0; c < 4; ++c) {
-      if (4 * c + 4 <= nr) {
-        vst1q_f32(y + i * ldy + 4 * c, acc[i][c]);
-      } else {
-        float tmp[4];
-        vst1q_f32(tmp, acc[i][c]);
-        for (int r = 0; 4 * c + r < nr; ++r) y[i * ldy + 4 * c + r] = tmp[r];
-      }
-    }
-  }
+  });
 }
 
 void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t mr,
@@ -123,19 +90,8 @@ void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
 
 // Integer roof probe: 8 independent sdot chains, 16 int8 MACs per step.
 double i8_probe(int64_t iters) {
-  int32x4_t acc[8];
-  for (int j = 0; j < 8; ++j) acc[j] = vdupq_n_s32(j);
-  const int8x16_t a = vdupq_n_s8(3);
-  int8x16_t b = vdupq_n_s8(5);
-  for (int64_t it = 0; it < iters; ++it) {
-    __asm__ volatile("" : "+w"(b));  // no hoisting
-    for (int j = 0; j < 8; ++j) acc[j] = vdotq_s32(acc[j], a, b);
-  }
-  int32x4_t s = acc[0];
-  for (int j = 1; j < 8; ++j) s = vaddq_s32(s, acc[j]);
-  volatile int32_t sink = vaddvq_s32(s);
-  (void)sink;
-  return static_cast<double>(iters) * 8 * 16 * 2;
+  return i8_probe_neon(iters, 16,
+                       [](int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); });
 }
 
 }  // namespace

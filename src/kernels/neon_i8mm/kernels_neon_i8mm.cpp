@@ -12,6 +12,7 @@
 
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
+#include "kernels/neon_dotprod/i8_micro_neon.h"
 #include "nvfp4/q4_base.h"
 
 namespace q4::kern {
@@ -55,48 +56,18 @@ template <int MR>
 void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                    const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
                    bool accumulate) {
-  float32x4_t acc[MR][4];
-  for (int i = 0; i < MR; ++i) {
-    for (int c = 0; c < 4; ++c) {
-      if (accumulate) {
-        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int r = 0; r < 4 && 4 * c + r < nr; ++r) tmp[r] = y[i * ldy + 4 * c + r];
-        acc[i][c] = vld1q_f32(tmp);
-      } else {
-        acc[i][c] = vdupq_n_f32(0.0f);
-      }
-    }
-  }
-  for (int64_t b = 0; b < nb; ++b) {
+  i8_micro_neon<MR>(xs, xc, ldxs, ws, nb, y, ldy, nr, accumulate, [&](int64_t b, int32x4_t(&d)[MR][4]) {
     const int8_t* wb = reinterpret_cast<const int8_t*>(wq + b * 256);
-    int32x4_t d[MR + 1][4];  // (+1: the partner of an odd last row, discarded)
-    for (int i = 0; i < MR + 1; ++i) {
-      for (int c = 0; c < 4; ++c) d[i][c] = vdupq_n_s32(i < MR ? xc[i * ldxs + b] : 0);
-    }
-    for (int i = 0; i < MR; i += 2) {
+    for (int64_t i = 0; i + 1 < MR; i += 2) {
       const int8_t* x0 = xq + i * ldxq + b * 16;
-      const int8_t* x1 = i + 1 < MR ? x0 + ldxq : x0;  // odd MR: the last row pairs with itself
-      block_dot_pair(x0, x1, wb, d[i], d[i + 1]);
+      block_dot_pair(x0, x0 + ldxq, wb, d[i], d[i + 1]);
     }
-    for (int c = 0; c < 4; ++c) {
-      const float32x4_t wsv = vld1q_f32(ws + b * 16 + 4 * c);
-      for (int i = 0; i < MR; ++i) {
-        const float32x4_t p = vmulq_f32(vdupq_n_f32(xs[i * ldxs + b]), wsv);
-        acc[i][c] = vfmaq_f32(acc[i][c], vcvtq_f32_s32(d[i][c]), p);
-      }
+    if constexpr (MR % 2 == 1) {  // the last row pairs with itself; the partner's sums are dropped
+      const int8_t* x0 = xq + (MR - 1) * ldxq + b * 16;
+      int32x4_t spare[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+      block_dot_pair(x0, x0, wb, d[MR - 1], spare);
     }
-  }
-  for (int i = 0; i < MR; ++i) {
-    for (int c = 0; c < 4; ++c) {
-      if (4 * c + 4 <= nr) {
-        vst1q_f32(y + i * ldy + 4 * c, acc[i][c]);
-      } else {
-        float tmp[4];
-        vst1q_f32(tmp, acc[i][c]);
-        for (int r = 0; 4 * c + r < nr; ++r) y[i * ldy + 4 * c + r] = tmp[r];
-      }
-    }
-  }
+  });
 }
 
 void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t mr,
@@ -109,19 +80,8 @@ void i8_micro(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
 
 // Integer roof probe: 8 independent smmla chains, 32 int8 MACs per step.
 double i8_probe(int64_t iters) {
-  int32x4_t acc[8];
-  for (int j = 0; j < 8; ++j) acc[j] = vdupq_n_s32(j);
-  const int8x16_t a = vdupq_n_s8(3);
-  int8x16_t b = vdupq_n_s8(5);
-  for (int64_t it = 0; it < iters; ++it) {
-    __asm__ volatile("" : "+w"(b));  // no hoisting
-    for (int j = 0; j < 8; ++j) acc[j] = vmmlaq_s32(acc[j], a, b);
-  }
-  int32x4_t s = acc[0];
-  for (int j = 1; j < 8; ++j) s = vaddq_s32(s, acc[j]);
-  volatile int32_t sink = vaddvq_s32(s);
-  (void)sink;
-  return static_cast<double>(iters) * 8 * 32 * 2;
+  return i8_probe_neon(iters, 32,
+                       [](int32x4_t acc, int8x16_t a, int8x16_t b) { return vmmlaq_s32(acc, a, b); });
 }
 
 }  // namespace
