@@ -486,7 +486,9 @@ __attribute__((visibility("default"))) int32_t nvfp4_cuda_plugin_entry(uint32_t 
   }
   nvfp4_cuda_plugin t{};
   t.struct_size = sizeof t;
-  t.abi = NVFP4_CUDA_PLUGIN_ABI;
+  // NVFP4_EMU_ABI=<n>: answer as a plugin built for another private ABI
+  // (the core must refuse it and say so in its load state).
+  t.abi = static_cast<uint32_t>(env_int("NVFP4_EMU_ABI", NVFP4_CUDA_PLUGIN_ABI));
   t.last_error = plugin_last_error;
   t.probe = plugin_probe;
   t.run = plugin_run;
