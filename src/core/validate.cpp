@@ -204,6 +204,31 @@ ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, con
   return d;
 }
 
+namespace {
+
+// K of a W4A4 product (both operands packed E2M1, two elements a byte):
+// from A's bytes, or from B's when M == 0 (an empty product is valid on every
+// device); 0 when both M and N are 0.
+int64_t w4a4_k(const TensorRef& aq, const TensorRef& bq, int64_t m, int64_t n) {
+  if (m > 0) {
+    if (aq.nbytes % m != 0) {
+      fail(Q4_ERR_SHAPE, "a_qdata",
+           std::to_string(aq.nbytes) + " bytes is not a whole number of rows for M = " + std::to_string(m));
+    }
+    return 2 * (aq.nbytes / m);
+  }
+  if (n > 0) {
+    if (bq.nbytes % n != 0) {
+      fail(Q4_ERR_SHAPE, "b_qdata",
+           std::to_string(bq.nbytes) + " bytes is not a whole number of rows for N = " + std::to_string(n));
+    }
+    return 2 * (bq.nbytes / n);
+  }
+  return 0;
+}
+
+}  // namespace
+
 ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t, const DLTensor* bq_t,
                                      const DLTensor* bs_t, int32_t layout, float alpha,
                                      const DLTensor* bias_t, DLTensor* out_t, const Q4_op_options* opts) {
@@ -224,21 +249,7 @@ ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t,
   require_packed_bytes(aq);
   const TensorRef bq = check_tensor_any(bq_t, "b_qdata");
   require_packed_bytes(bq);
-  // K comes from the packed bytes of A, or of B when M == 0 (an empty
-  // product is valid on every device).
-  if (d.m > 0) {
-    if (aq.nbytes % d.m != 0) {
-      fail(Q4_ERR_SHAPE, "a_qdata",
-           std::to_string(aq.nbytes) + " bytes is not a whole number of rows for M = " + std::to_string(d.m));
-    }
-    d.k = 2 * (aq.nbytes / d.m);
-  } else if (d.n > 0) {
-    if (bq.nbytes % d.n != 0) {
-      fail(Q4_ERR_SHAPE, "b_qdata",
-           std::to_string(bq.nbytes) + " bytes is not a whole number of rows for N = " + std::to_string(d.n));
-    }
-    d.k = 2 * (bq.nbytes / d.n);
-  }
+  d.k = w4a4_k(aq, bq, d.m, d.n);
   require_k_multiple_of_16(d.k, "a_qdata");
   d.a = nvfp4_operand(aq_t, as_t, "a_qdata", "a_scale", layout, d.m, d.k, 1.0f);
   d.nv = nvfp4_operand(bq_t, bs_t, "b_qdata", "b_scale", layout, d.n, d.k, 1.0f);
@@ -489,19 +500,7 @@ Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* 
   require_packed_bytes(aq);
   const TensorRef bq = check_tensor_any(bq_t, "b_qdata");
   require_packed_bytes(bq);
-  if (d.m > 0) {
-    if (aq.nbytes % d.m != 0) {
-      fail(Q4_ERR_SHAPE, "a_qdata",
-           std::to_string(aq.nbytes) + " bytes is not a whole number of rows for M = " + std::to_string(d.m));
-    }
-    d.k = 2 * (aq.nbytes / d.m);
-  } else if (d.n > 0) {
-    if (bq.nbytes % d.n != 0) {
-      fail(Q4_ERR_SHAPE, "b_qdata",
-           std::to_string(bq.nbytes) + " bytes is not a whole number of rows for N = " + std::to_string(d.n));
-    }
-    d.k = 2 * (bq.nbytes / d.n);
-  }
+  d.k = w4a4_k(aq, bq, d.m, d.n);
   require_k_multiple_of_32(d.k, "a_qdata");
   d.a = mxfp4_operand(aq_t, as_t, "a_qdata", "a_scale", layout, d.m, d.k);
   d.w = mxfp4_operand(bq_t, bs_t, "b_qdata", "b_scale", layout, d.n, d.k);
