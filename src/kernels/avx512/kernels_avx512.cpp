@@ -147,7 +147,8 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
     }
     for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
       const int64_t e = (b0 + 2 * p) * 8;
-      const __mmask16 lanes = 2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
+      const __mmask16 lanes =
+          2 * p + 1 < nb ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>(0x00ff);
       const __m512i pidx = pair_index(static_cast<int>(p));
       for (int r = 0; r < R; ++r) {
         const __m512i bytes = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, q[r] + e));
