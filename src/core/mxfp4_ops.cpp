@@ -88,31 +88,30 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
   }
   const uint8_t* q = op.q.data;
   const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  // Pass 1: the byte range and the first NaN byte, per task.
+  // Pass 1: the byte range per task, branch-free (vectorized): a maximum
+  // of 0xFF means a NaN byte, looked up again only then.
   std::vector<int32_t> lo(static_cast<size_t>(tasks), 255), hi(static_cast<size_t>(tasks), -1);
-  std::vector<int64_t> nan_at(static_cast<size_t>(tasks), -1);
-  auto range = [&](bool skip_zero_blocks) {
-    parallel_for(tasks, threads, [&](int64_t task) {
-      const int64_t b0 = task * kRowsPerTask * cols, b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
-      int32_t l = 255, h = -1;
-      for (int64_t b = b0; b < b1; ++b) {
-        const int32_t e = s[b];
-        if (e == static_cast<int32_t>(fmt::kE8M0NaN)) {
-          if (nan_at[task] < 0) nan_at[task] = b;
-          continue;
-        }
-        if (skip_zero_blocks && zero_codes(q + b * (fmt::kMxBlock / 2))) continue;
-        l = std::min(l, e);
-        h = std::max(h, e);
-      }
-      lo[task] = l;
-      hi[task] = h;
-    });
+  auto task_blocks = [&](int64_t task, int64_t* b0, int64_t* b1) {
+    *b0 = task * kRowsPerTask * cols;
+    *b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
   };
-  range(false);
+  parallel_for(tasks, threads, [&](int64_t task) {
+    int64_t b0 = 0, b1 = 0;
+    task_blocks(task, &b0, &b1);
+    uint8_t l = 255, h = 0;
+    for (int64_t b = b0; b < b1; ++b) {
+      l = std::min(l, s[b]);
+      h = std::max(h, s[b]);
+    }
+    lo[task] = l;
+    hi[task] = h;
+  });
   for (int64_t task = 0; task < tasks; ++task) {
-    if (nan_at[task] >= 0) {
-      return "E8M0 scale byte 0xFF (NaN) at " + block_at(nan_at[task], cols) +
+    if (hi[task] == static_cast<int32_t>(fmt::kE8M0NaN)) {
+      int64_t b0 = 0, b1 = 0;
+      task_blocks(task, &b0, &b1);
+      const int64_t at = std::find(s + b0, s + b1, static_cast<uint8_t>(fmt::kE8M0NaN)) - s;
+      return "E8M0 scale byte 0xFF (NaN) at " + block_at(at, cols) +
              ": the E2M1 kernels run finite scales only";
     }
   }
@@ -122,27 +121,44 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
   const bool fits = fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
   if (!fits) {
     // Blocks whose codes are all +-0 are 0 at any scale: they take the E4M3
-    // scale 0 and leave the window to the others.
-    range(true);
+    // scale 0 and leave the window to the others. (Rare: the scalar scan.)
+    parallel_for(tasks, threads, [&](int64_t task) {
+      int64_t b0 = 0, b1 = 0;
+      task_blocks(task, &b0, &b1);
+      int32_t h = -1;
+      for (int64_t b = b0; b < b1; ++b) {
+        if (!zero_codes(q + b * (fmt::kMxBlock / 2))) h = std::max<int32_t>(h, s[b]);
+      }
+      hi[task] = h;
+    });
     e_hi = *std::max_element(hi.begin(), hi.end());
     *t = e_hi < 0 ? 0 : fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
   }
-  // Pass 2: the E4M3 bytes (each twice), the first block that does not fit.
+  // Pass 2: the E4M3 bytes through a table of the 256 E8M0 bytes under t
+  // (each written twice, as one 16-bit store), then the blocks outside the
+  // window: zero blocks take scale 0, the first other one is the error.
+  int16_t table[256];
+  for (uint32_t e = 0; e < 256; ++e) table[e] = static_cast<int16_t>(fmt::mx_nv_scale_byte(e, *t));
   std::vector<int64_t> bad_at(static_cast<size_t>(tasks), -1);
-  const int32_t tt = *t;
   parallel_for(tasks, threads, [&](int64_t task) {
-    const int64_t b0 = task * kRowsPerTask * cols, b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
+    int64_t b0 = 0, b1 = 0;
+    task_blocks(task, &b0, &b1);
+    int32_t out_of_window = 0;
     for (int64_t b = b0; b < b1; ++b) {
-      int32_t byte = fmt::mx_nv_scale_byte(s[b], tt);
-      if (byte < 0) {
-        if (!zero_codes(q + b * (fmt::kMxBlock / 2))) {
-          if (bad_at[task] < 0) bad_at[task] = b;
-          continue;
-        }
-        byte = 0;
+      const int16_t v = table[s[b]];
+      out_of_window |= v;  // -1 has every bit set
+      const auto pair = static_cast<uint16_t>(static_cast<uint16_t>(v & 0xff) * 0x0101u);
+      std::memcpy(s16 + 2 * b, &pair, sizeof pair);
+    }
+    if (out_of_window >= 0) return;
+    for (int64_t b = b0; b < b1; ++b) {
+      if (table[s[b]] >= 0) continue;
+      if (!zero_codes(q + b * (fmt::kMxBlock / 2))) {
+        if (bad_at[task] < 0) bad_at[task] = b;
+        continue;
       }
-      s16[2 * b] = static_cast<uint8_t>(byte);
-      s16[2 * b + 1] = static_cast<uint8_t>(byte);
+      s16[2 * b] = 0;
+      s16[2 * b + 1] = 0;
     }
   });
   for (int64_t task = 0; task < tasks; ++task) {
