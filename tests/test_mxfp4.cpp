@@ -580,6 +580,14 @@ TEST_CASE("MXFP4_linear_experts validation: each bad input a status naming it, n
           Q4_ERR_SHAPE);
     CHECK(named("group_rows"));
   }
+  SECTION("a NaN scale in an expert: refused naming expert, row and block") {
+    s.data()[2 * n * (k / 32) + 3 * (k / 32) + 1] = 0xff;  // expert 2, row 3, block 1
+    CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, ex.data(), rows.data(), 2, nullptr, out2.t()) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("w_scale"));
+    CHECK(named("expert 2, row 3, block 1"));
+    CHECK(out2.snapshot() == before2);
+  }
   SECTION("NULL arrays, negative n_groups") {
     CHECK(call(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, nullptr, rows.data(), 2, nullptr, out2.t()) ==
           Q4_ERR_NULL_POINTER);
@@ -755,10 +763,13 @@ TEST_CASE("MXFP4 linears: bad bundles and settings MXFP4 cannot run are refused"
   REQUIRE(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_OK);  // in the window: the E2M1 kernels
   Q4_linear_destroy(lin);
   lin = nullptr;
-  s.data()[3] = 0xff;  // a NaN scale: KernelOnly fails naming it
-  CHECK(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
-  CHECK(named("KernelOnly"));
+  s.data()[3] = 0xff;  // a NaN scale (row 1, block 1): refused by every session, naming it
+  CHECK(Q4_linear_create(kernel_only.s, &b, &lin) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(named("weight->scale"));
   CHECK(named("NaN"));
+  CHECK(named("row 1, block 1"));
+  CHECK(Q4_linear_create(ses.s, &b, &lin) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(lin == nullptr);
   s.data()[3] = 127;
   Q4_session_config_init(&cfg);
   cfg.backend = Q4_BACKEND_NF4_KERNEL;
@@ -1027,7 +1038,7 @@ TEST_CASE("MXFP4_linear_experts and MXFP4 linears run the E2M1 kernels (bits of 
   Q4_linear_destroy(lin);
 }
 
-TEST_CASE("MXFP4 window edges: 18 binades fit, 19 fall back, NaN falls back, zero-code blocks",
+TEST_CASE("MXFP4 window edges: 18 binades fit, 19 fall back, NaN refused, zero-code blocks",
           "[ops][mxfp4][kernels]") {
   const int64_t n = 8, k = 64, m = 3;
   Tensor x = t::random_float({m, k}, t::f32(), 101);
@@ -1101,21 +1112,48 @@ TEST_CASE("MXFP4 window edges: 18 binades fit, 19 fall back, NaN falls back, zer
     REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) == Q4_OK);
     for (int64_t i = 0; i < m * n; ++i) CHECK(y.get(i) == 0.0f);
   }
-  SECTION("a NaN scale: KernelOnly fails naming it; auto gives the decode's NaN") {
+  SECTION("a NaN scale: every product refuses it, naming the block; nothing written") {
     MxWeight w(n, k, 120, 125, 106);
     w.s.data()[5] = 0xff;  // row 2, block 1
     Tensor y({m, n}, t::f32());
-    CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) ==
-          Q4_ERR_UNSUPPORTED);
-    CHECK(named("NaN"));
+    const auto before = y.snapshot();
+    const Q4_op_options* const option_sets[2] = {&only, nullptr};
+    for (const Q4_op_options* o : option_sets) {
+      CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), o) ==
+            Q4_ERR_INVALID_ARGUMENT);
+      CHECK(named("w_scale"));
+      CHECK(named("NaN"));
+      CHECK(named("row 2, block 1"));
+      CHECK(y.snapshot() == before);
+      Tensor a_out({n, n}, t::f32());
+      CHECK(MXFP4_scaled_mm(w.q.t(), w.s.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, a_out.t(),
+                            o) == Q4_ERR_INVALID_ARGUMENT);
+      CHECK(named("a_scale"));
+    }
+    // Swizzled: the same block found through the layout; 0xFF in the
+    // padding (not a scale) is not refused.
+    const int64_t cols = k / 32, sw_bytes = swizzled_mx_bytes(n, k);
+    Tensor sw({sw_bytes}, t::u8()), mark({sw_bytes}, t::u8()), ones({n, cols}, t::u8());
+    DLTensor s_u8 = *w.s.t();
+    s_u8.dtype = t::u8();
+    REQUIRE(NVFP4_swizzle_scales(&s_u8, sw.t()) == Q4_OK);
+    CHECK(MXFP4_linear(x.t(), w.q.t(), sw.t(), Q4_SCALE_SWIZZLED, nullptr, y.t(), nullptr) ==
+          Q4_ERR_INVALID_ARGUMENT);
     CHECK(named("row 2, block 1"));
-    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), nullptr) == Q4_OK);
-    CHECK(std::isnan(y.get(2)));
-    CHECK(!std::isnan(y.get(0)));
-    Tensor a_out({n, n}, t::f32());
-    CHECK(MXFP4_scaled_mm(w.q.t(), w.s.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, a_out.t(),
-                          &only) == Q4_ERR_UNSUPPORTED);
-    REQUIRE(MXFP4_scaled_mm(w.q.t(), w.s.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, a_out.t(),
-                            nullptr) == Q4_OK);
+    w.s.data()[5] = 125;
+    REQUIRE(NVFP4_swizzle_scales(&s_u8, sw.t()) == Q4_OK);
+    std::memset(ones.data(), 1, static_cast<size_t>(n * cols));
+    std::memset(mark.data(), 0, static_cast<size_t>(sw_bytes));
+    REQUIRE(NVFP4_swizzle_scales(ones.t(), mark.t()) == Q4_OK);  // 1 where a scale lives
+    int64_t padding = 0;
+    for (int64_t i = 0; i < sw_bytes; ++i) {
+      if (mark.data()[i] == 0) {
+        sw.data()[i] = 0xff;
+        ++padding;
+      }
+    }
+    CHECK(padding == sw_bytes - n * cols);
+    CHECK(padding > 0);
+    CHECK(MXFP4_linear(x.t(), w.q.t(), sw.t(), Q4_SCALE_SWIZZLED, nullptr, y.t(), nullptr) == Q4_OK);
   }
 }

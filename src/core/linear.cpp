@@ -160,6 +160,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.layout = b.scale_layout;
     op.rows = n;
     op.k = k;
+    require_finite_e8m0(op);
     *why = prepare_mxfp4(p, op, st.ops.num_threads, c, path, true, st.ops.compute_path, "weight->scale");
   } else {
     require_nbytes(q, (numel + 1) / 2, "ceil(N*K/2) packed bytes");

@@ -186,4 +186,14 @@ SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_
 // to the host first through the plugin.
 void require_nonnegative_scales(const Nvfp4Operand& o);
 
+// The NaN rule of MXFP4 products: E8M0 byte 0xFF is NaN (OCP MX v1.0) and a
+// product refuses it with Q4_ERR_INVALID_ARGUMENT naming o.s and the first
+// (expert, row, block) holding it; MXFP4_dequantize decodes it to NaN
+// instead. o.s holds `experts` consecutive scale tensors of
+// `expert_bytes` bytes each for o.rows / experts rows of K/32 blocks
+// (experts = 1: the whole tensor). One memchr over the bytes when none is
+// NaN (swizzled padding included: a hit there sends the call to the exact
+// logical scan, which skips it); kDLCUDA scales are copied first.
+void require_finite_e8m0(const Mxfp4Operand& o, int64_t experts = 1, int64_t expert_bytes = 0);
+
 }  // namespace q4::core

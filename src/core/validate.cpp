@@ -144,6 +144,35 @@ void require_nonnegative_scales(const Nvfp4Operand& o) {
   }
 }
 
+void require_finite_e8m0(const Mxfp4Operand& o, int64_t experts, int64_t expert_bytes) {
+  const int64_t cols = o.k / fmt::kMxBlock;
+  if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0 || experts <= 0) return;
+  const uint8_t* bytes = o.s.data;
+  std::vector<uint8_t> staged;
+  if (o.s.device.device_type == kDLCUDA) {  // not readable on the host: one copy
+    staged.resize(static_cast<size_t>(o.s.nbytes));
+    cuda::copy(staged.data(), o.s.data, staged.size());
+    bytes = staged.data();
+  }
+  if (std::memchr(bytes, static_cast<int>(fmt::kE8M0NaN), static_cast<size_t>(o.s.nbytes)) == nullptr) return;
+  const int64_t rows = o.rows / experts;
+  if (experts == 1) expert_bytes = o.s.nbytes;
+  const bool swizzled = o.layout == Q4_SCALE_SWIZZLED;
+  for (int64_t e = 0; e < experts; ++e) {
+    const uint8_t* base = bytes + e * expert_bytes;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        if (base[swizzled ? fmt::swizzle_offset(r, c, cols) : r * cols + c] != fmt::kE8M0NaN) continue;
+        fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
+             "E8M0 scale byte 0xFF (NaN) at " + (experts > 1 ? "expert " + std::to_string(e) + ", " : "") +
+                 "row " + std::to_string(r) + ", block " + std::to_string(c) +
+                 ": MXFP4 products refuse NaN scales (MXFP4_dequantize decodes them to NaN; docs/formats.md, "
+                 "MXFP4)");
+      }
+    }
+  }
+}
+
 Nvfp4QuantizeDesc validate_nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
                                           float g, float* g_out, const Q4_op_options* opts) {
   Nvfp4QuantizeDesc d;
@@ -490,6 +519,7 @@ Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  if (d.m > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w);  // M = 0 reads no weight
   return d;
 }
 
@@ -520,6 +550,10 @@ Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* 
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  if (d.m > 0 && d.n > 0 && scales_checked(d.ctx)) {  // an empty product reads no operand
+    require_finite_e8m0(d.a);
+    require_finite_e8m0(d.w);
+  }
   return d;
 }
 
@@ -619,6 +653,7 @@ Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTens
   }
   place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
+  if (d.t > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w, d.experts, d.expert_scale_bytes);
   return d;
 }
 
