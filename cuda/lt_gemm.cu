@@ -35,13 +35,16 @@ struct RealLt {
             sizeof op);
       }
       case LtDescAttr::kAScaleModeVec16Ue4m3:
-      case LtDescAttr::kBScaleModeVec16Ue4m3: {
-        const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-        return cublasLtMatmulDescSetAttribute(d,
-                                              attr == LtDescAttr::kAScaleModeVec16Ue4m3
-                                                  ? CUBLASLT_MATMUL_DESC_A_SCALE_MODE
-                                                  : CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                                              &mode, sizeof mode);
+      case LtDescAttr::kBScaleModeVec16Ue4m3:
+      case LtDescAttr::kAScaleModeVec32Ue8m0:
+      case LtDescAttr::kBScaleModeVec32Ue8m0: {
+        const bool vec32 =
+            attr == LtDescAttr::kAScaleModeVec32Ue8m0 || attr == LtDescAttr::kBScaleModeVec32Ue8m0;
+        const bool a = attr == LtDescAttr::kAScaleModeVec16Ue4m3 || attr == LtDescAttr::kAScaleModeVec32Ue8m0;
+        const cublasLtMatmulMatrixScale_t mode =
+            vec32 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+        return cublasLtMatmulDescSetAttribute(
+            d, a ? CUBLASLT_MATMUL_DESC_A_SCALE_MODE : CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
       }
       case LtDescAttr::kAScalePointer:
       case LtDescAttr::kBScalePointer: {
@@ -57,7 +60,7 @@ struct RealLt {
   }
 
   Status layout_create(Layout* l, LtElem e, int64_t rows, int64_t cols, int64_t ld) {
-    return cublasLtMatrixLayoutCreate(l, e == LtElem::kFp4E2M1 ? CUDA_R_4F_E2M1 : CUDA_R_32F,
+    return cublasLtMatrixLayoutCreate(l, q4::cuda::lt_is_fp4(e) ? CUDA_R_4F_E2M1 : CUDA_R_32F,
                                       static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld);
   }
 
@@ -147,7 +150,7 @@ int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const floa
 
 int32_t lt_gemm_fp4(DeviceState& ds, const q4::cuda::LtGemmParams& p, int32_t layout, const void* x_q,
                     const void* x_scale_swizzled, const void* w_q, const void* w_scale_swizzled, float alpha,
-                    float* y, cudaStream_t stream, bool* done, std::string* why) {
+                    float* y, cudaStream_t stream, bool* done, std::string* why, LtElem elem) {
   *done = false;
   if (!q4::cuda::lt_fp4_device_possible(ds.cc_major)) {
     *why = "no block-scaled FP4 GEMM before compute capability 10.0 (this device: " +
@@ -159,9 +162,9 @@ int32_t lt_gemm_fp4(DeviceState& ds, const q4::cuda::LtGemmParams& p, int32_t la
   cublasLtMatmulAlgo_t algo{};
   bool available = false;
   // A = W, B = X. The cache key carries the operands' alignment.
-  const auto r = q4::cuda::lt_plan_gemm(api, ds.algos, algo_key(p, LtElem::kFp4E2M1, layout, w_q, x_q, y), p,
-                                        LtElem::kFp4E2M1, w_scale_swizzled, x_scale_swizzled, kWorkspaceBytes,
-                                        g, &algo, &available);
+  const auto r =
+      q4::cuda::lt_plan_gemm(api, ds.algos, algo_key(p, elem, layout, w_q, x_q, y), p, elem, w_scale_swizzled,
+                             x_scale_swizzled, kWorkspaceBytes, g, &algo, &available);
   if (!r.ok()) return fail_lt(r.status, r.step);
   if (!available) {
     *why = "cuBLASLt has no block-scaled FP4 algorithm for this device/shape/alignment";

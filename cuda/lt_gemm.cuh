@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "plugin/lt_objects.h"
 
 namespace q4::cuda_plugin {
 
@@ -18,7 +19,8 @@ int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const floa
                     float* y, int64_t ldy, cudaStream_t stream);
 
 // Block-scaled FP4 GEMM, y[M,N] fp32 = alpha * X . W^T with swizzled
-// VEC16_UE4M3 scales. Heuristic answers ("none" included) are cached per
+// VEC16_UE4M3 scales (elem kFp4E2M1, NVFP4) or VEC32_UE8M0 scales (elem
+// kFp4E2M1Mx, MXFP4; p from lt_mxfp4_gemm_params). Heuristic answers ("none" included) are cached per
 // shape, layout and operand alignment; below compute capability 10 nothing
 // is asked.
 // Setup errors return a status; "cuBLASLt cannot do this here" (no
@@ -26,7 +28,8 @@ int32_t lt_gemm_f32(DeviceState& ds, int64_t M, int64_t N, int64_t K, const floa
 // the reason in *why, for the caller to fall back or report.
 int32_t lt_gemm_fp4(DeviceState& ds, const q4::cuda::LtGemmParams& p, int32_t layout, const void* x_q,
                     const void* x_scale_swizzled, const void* w_q, const void* w_scale_swizzled, float alpha,
-                    float* y, cudaStream_t stream, bool* done, std::string* why);
+                    float* y, cudaStream_t stream, bool* done, std::string* why,
+                    q4::cuda::LtElem elem = q4::cuda::LtElem::kFp4E2M1);
 
 // The large-M weight-only product of both formats, in column tiles of the
 // output (q4::cuda::dequant_tile_rows: a bounded fp32 scratch, not all of

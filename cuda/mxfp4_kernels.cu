@@ -2,9 +2,11 @@
 // codec (formats/mxfp4.h, so the bytes equal the CPU's), the weight-only
 // linear as dequantize + cuBLASLt fp32 GEMM in column tiles
 // (dequant_then_gemm), and scaled_mm routed by q4::cuda::mxfp4_scaled_mm_route
-// (src/plugin/lt_mxfp4.h). The block-scaled VEC32_UE8M0 cuBLASLt call is not
-// wired yet: scaled_mm runs dequantize both + fp32 GEMM, reported as a
-// fallback (KernelOnly: Q4_ERR_UNSUPPORTED with the reason).
+// (src/plugin/lt_mxfp4.h): the block-scaled cuBLASLt GEMM with VEC32_UE8M0
+// scales (CUDA_R_4F_E2M1 operands, LtElem::kFp4E2M1Mx) on compute
+// capability 10.x-12.x, else (or when cuBLASLt has no algorithm) both
+// operands dequantized + the fp32 GEMM, reported as a fallback (KernelOnly:
+// Q4_ERR_UNSUPPORTED with the reason).
 #include <cstdio>
 #include <string>
 
@@ -123,25 +125,54 @@ int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op) {
   cudaStream_t stream = as_stream(op.stream);
   const int64_t m = op.m, n = op.n, k = op.k;
   if (m == 0 || n == 0) return Q4_OK;
+  const int32_t layout = op.scale_layout;
+  const auto* aq = static_cast<const uint8_t*>(op.a_q);
+  const auto* as = static_cast<const uint8_t*>(op.a_s);
+  const auto* bq = static_cast<const uint8_t*>(op.q);
+  const auto* bs = static_cast<const uint8_t*>(op.s);
   const bool dequant_only = op.compute_path == Q4_PATH_DEQUANT_MATMUL_ONLY;
   const q4::cuda::Mxfp4GemmRoute route = q4::cuda::mxfp4_scaled_mm_route(ds.cc_major, m, n, k, dequant_only);
   std::string why = route.why;
-  if (route.use_lt) why = "the block-scaled VEC32_UE8M0 cuBLASLt GEMM is not wired in this plugin yet";
-  if (!dequant_only && op.compute_path == Q4_PATH_KERNEL_ONLY) return fail(Q4_ERR_UNSUPPORTED, why);
-  DeviceBuffer a32, b32, y32;
-  Q4_TRY(alloc(a32, static_cast<size_t>(m * k) * 4, stream));
-  Q4_TRY(alloc(b32, static_cast<size_t>(n * k) * 4, stream));
+  DeviceBuffer sa, sb, y32;
   Q4_TRY(alloc(y32, static_cast<size_t>(m * n) * 4, stream));
-  Q4_TRY(dequantize(static_cast<const uint8_t*>(op.a_q), static_cast<const uint8_t*>(op.a_s), op.scale_layout,
-                    0, m, k, a32.p, NVFP4_CUDA_F32, stream));
-  Q4_TRY(dequantize(static_cast<const uint8_t*>(op.q), static_cast<const uint8_t*>(op.s), op.scale_layout, 0,
-                    n, k, b32.p, NVFP4_CUDA_F32, stream));
-  Q4_TRY(lt_gemm_f32(ds, m, n, k, a32.as<const float>(), b32.as<const float>(), y32.as<float>(), n, stream));
-  if (!dequant_only) {
-    op.used_fallback = 1;
-    std::snprintf(op.fallback_reason, sizeof op.fallback_reason, "%s; ran dequantize + GEMM", why.c_str());
+  bool done = false;
+  if (route.use_lt) {
+    // The block-scaled GEMM: A = W (b operand of the call), B = X (a), one
+    // UE8M0 byte per 32 elements in the 128x4 swizzled tiles (linear scales
+    // are swizzled into scratch first; the padding is zero).
+    const q4::cuda::LtGemmParams& p = route.params;
+    const uint8_t* a_sw = as;
+    const uint8_t* b_sw = bs;
+    if (layout == Q4_SCALE_LINEAR) {
+      Q4_TRY(alloc(sa, static_cast<size_t>(p.b_scale_bytes), stream));
+      Q4_TRY(alloc(sb, static_cast<size_t>(p.a_scale_bytes), stream));
+      Q4_CK(cudaMemsetAsync(sa.p, 0, static_cast<size_t>(p.b_scale_bytes), stream));
+      Q4_CK(cudaMemsetAsync(sb.p, 0, static_cast<size_t>(p.a_scale_bytes), stream));
+      Q4_TRY(swizzle_scales(as, m, k / 32, sa.as<uint8_t>(), ds.sm_count, stream));
+      Q4_TRY(swizzle_scales(bs, n, k / 32, sb.as<uint8_t>(), ds.sm_count, stream));
+      a_sw = sa.as<const uint8_t>();
+      b_sw = sb.as<const uint8_t>();
+    }
+    Q4_TRY(lt_gemm_fp4(ds, p, layout, aq, a_sw, bq, b_sw, op.alpha, y32.as<float>(), stream, &done, &why,
+                       q4::cuda::LtElem::kFp4E2M1Mx));
   }
-  return epilogue(y32.as<const float>(), m, n, op.alpha, op.bias, op.bias_type, op.out, op.out_type,
+  float epilogue_alpha = 1.0f;  // the block-scaled GEMM applied alpha
+  if (!done) {
+    if (!dequant_only && op.compute_path == Q4_PATH_KERNEL_ONLY) return fail(Q4_ERR_UNSUPPORTED, why);
+    DeviceBuffer a32, b32;
+    Q4_TRY(alloc(a32, static_cast<size_t>(m * k) * 4, stream));
+    Q4_TRY(alloc(b32, static_cast<size_t>(n * k) * 4, stream));
+    Q4_TRY(dequantize(aq, as, layout, 0, m, k, a32.p, NVFP4_CUDA_F32, stream));
+    Q4_TRY(dequantize(bq, bs, layout, 0, n, k, b32.p, NVFP4_CUDA_F32, stream));
+    Q4_TRY(
+        lt_gemm_f32(ds, m, n, k, a32.as<const float>(), b32.as<const float>(), y32.as<float>(), n, stream));
+    epilogue_alpha = op.alpha;
+    if (!dequant_only) {
+      op.used_fallback = 1;
+      std::snprintf(op.fallback_reason, sizeof op.fallback_reason, "%s; ran dequantize + GEMM", why.c_str());
+    }
+  }
+  return epilogue(y32.as<const float>(), m, n, epilogue_alpha, op.bias, op.bias_type, op.out, op.out_type,
                   ds.sm_count, stream);
 }
 

@@ -300,12 +300,12 @@ int run_setup(FakeLt& api, LtElem type, bool* failed) {
 }  // namespace
 
 TEST_CASE("cuBLASLt setup: every failing call returns an error and leaks nothing", "[cuda][seams][lt]") {
-  for (const LtElem type : {LtElem::kFp4E2M1, LtElem::kF32}) {
+  for (const LtElem type : {LtElem::kFp4E2M1, LtElem::kFp4E2M1Mx, LtElem::kF32}) {
     FakeLt clean;
     bool failed = true;
     const int total = run_setup(clean, type, &failed);
     CHECK_FALSE(failed);
-    const int sets = type == LtElem::kFp4E2M1 ? 6 : 2;
+    const int sets = lt_is_fp4(type) ? 6 : 2;
     CHECK(clean.set_calls == sets);
     CHECK(total ==
           1 + sets + 3 + 3 + 4);  // desc, attributes, layouts; pref, workspace, heuristic, 4 alignments
@@ -320,6 +320,31 @@ TEST_CASE("cuBLASLt setup: every failing call returns an error and leaks nothing
     }
     CHECK(set_failures == sets);  // every SetAttribute position was made to fail
   }
+}
+
+TEST_CASE("cuBLASLt setup for MXFP4: VEC32_UE8M0 scale modes, E2M1 layouts, its own cache key",
+          "[cuda][seams][lt][mxfp4]") {
+  FakeLt api;
+  const LtGemmParams p = lt_mxfp4_gemm_params(/*M=*/32, /*N=*/64, /*K=*/128);
+  const char w_scale = 0, x_scale = 0;
+  LtGemm<FakeLt> g;
+  REQUIRE(lt_build_gemm(api, p, LtElem::kFp4E2M1Mx, &w_scale, &x_scale, g).ok());
+  REQUIRE(api.attrs.size() == 6);
+  CHECK(api.attrs[2].first == LtDescAttr::kAScaleModeVec32Ue8m0);
+  CHECK(api.attrs[3].first == LtDescAttr::kBScaleModeVec32Ue8m0);
+  CHECK(api.attrs[4].second.pointer == &w_scale);
+  CHECK(api.attrs[5].second.pointer == &x_scale);
+  CHECK(g.a.get()->type == LtElem::kFp4E2M1Mx);
+  CHECK(g.b.get()->type == LtElem::kFp4E2M1Mx);
+  CHECK(lt_is_fp4(LtElem::kFp4E2M1Mx));
+  CHECK_FALSE(lt_is_fp4(LtElem::kF32));
+  // One byte per 32 elements, 128x4 tiles: W 64 rows -> 128 x 4, X 32 rows -> 128 x 4.
+  CHECK(p.a_scale_bytes == 128 * 4);
+  CHECK(p.b_scale_bytes == 128 * 4);
+  LtAlgoKey nv, mx;
+  nv.elem = static_cast<int32_t>(LtElem::kFp4E2M1);
+  mx.elem = static_cast<int32_t>(LtElem::kFp4E2M1Mx);
+  CHECK((nv < mx || mx < nv));  // NVFP4 and MXFP4 answers are cached apart
 }
 
 TEST_CASE("cuBLASLt setup: TN descriptor, block scales of A = W and B = X, layouts", "[cuda][seams][lt]") {

@@ -29,13 +29,22 @@
 
 namespace q4::cuda {
 
-enum class LtElem { kF32, kFp4E2M1 };
+// Operand element kinds: fp32; E2M1 with VEC16_UE4M3 block scales (NVFP4);
+// E2M1 with VEC32_UE8M0 block scales (MXFP4). Both FP4 kinds are
+// CUDA_R_4F_E2M1 layouts; they differ in the descriptor's scale modes.
+enum class LtElem { kF32, kFp4E2M1, kFp4E2M1Mx };
+
+inline bool lt_is_fp4(LtElem e) {
+  return e != LtElem::kF32;
+}
 
 enum class LtDescAttr {
   kTransA,
   kTransB,
   kAScaleModeVec16Ue4m3,
   kBScaleModeVec16Ue4m3,
+  kAScaleModeVec32Ue8m0,
+  kBScaleModeVec32Ue8m0,
   kAScalePointer,
   kBScalePointer
 };
@@ -177,7 +186,8 @@ struct LtResult {
 // Builds the descriptor and layouts of the row-major Y[M,N] = X[M,K] .
 // W[N,K]^T product in cuBLASLt's column-major terms (A = W, B = X, TN; see
 // lt_fp4_gemm_params). ab = kFp4E2M1 adds VEC16_UE4M3 block scaling with
-// the given (swizzled) scale buffers of A (= W) and B (= X). C is fp32.
+// the given (swizzled) scale buffers of A (= W) and B (= X), kFp4E2M1Mx
+// VEC32_UE8M0 scaling (MXFP4). C is fp32.
 // On failure `out` holds nothing (every object created so far is destroyed).
 template <class Api>
 LtResult<Api> lt_build_gemm(Api& api, const LtGemmParams& p, LtElem ab, const void* a_scale,
@@ -200,12 +210,15 @@ LtResult<Api> lt_build_gemm(Api& api, const LtGemmParams& p, LtElem ab, const vo
   bool ok = step(api.desc_create(out.desc.slot(api)), "cublasLtMatmulDescCreate") &&
             set(LtDescAttr::kTransA, ta, "cublasLtMatmulDescSetAttribute(TRANSA)") &&
             set(LtDescAttr::kTransB, tb, "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (ok && ab == LtElem::kFp4E2M1) {
+  if (ok && lt_is_fp4(ab)) {
     LtDescValue as, bs;
     as.pointer = a_scale;
     bs.pointer = b_scale;
-    ok = set(LtDescAttr::kAScaleModeVec16Ue4m3, {}, "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)") &&
-         set(LtDescAttr::kBScaleModeVec16Ue4m3, {}, "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)") &&
+    const bool mx = ab == LtElem::kFp4E2M1Mx;
+    ok = set(mx ? LtDescAttr::kAScaleModeVec32Ue8m0 : LtDescAttr::kAScaleModeVec16Ue4m3, {},
+             "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)") &&
+         set(mx ? LtDescAttr::kBScaleModeVec32Ue8m0 : LtDescAttr::kBScaleModeVec16Ue4m3, {},
+             "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)") &&
          set(LtDescAttr::kAScalePointer, as, "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)") &&
          set(LtDescAttr::kBScalePointer, bs, "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
   }
