@@ -105,16 +105,38 @@ void require_out_features(const TensorRef& out, int64_t n, const char* from) {
 
 }  // namespace
 
+namespace {
+
+// The bytes of a scale tensor readable on the host: its own, or (kDLCUDA,
+// not host-readable) one copy in `staged` through the plugin.
+const uint8_t* host_scale_bytes(const TensorRef& s, std::vector<uint8_t>& staged) {
+  if (s.device.device_type != kDLCUDA) return s.data;
+  staged.resize(static_cast<size_t>(s.nbytes));
+  cuda::copy(staged.data(), s.data, staged.size());
+  return staged.data();
+}
+
+// The first logical scale (row-major over rows x cols) whose byte satisfies
+// bad(byte), read through the layout (swizzled padding is never read), as
+// r * cols + c; -1 when none does.
+template <class Bad>
+int64_t first_bad_scale(const uint8_t* bytes, int32_t layout, int64_t rows, int64_t cols, Bad&& bad) {
+  const bool swizzled = layout == Q4_SCALE_SWIZZLED;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      if (bad(bytes[swizzled ? fmt::swizzle_offset(r, c, cols) : r * cols + c])) return r * cols + c;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 void require_nonnegative_scales(const Nvfp4Operand& o) {
   const int64_t cols = o.k / 16;
   if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0) return;
-  const uint8_t* bytes = o.s.data;
   std::vector<uint8_t> staged;
-  if (o.s.device.device_type == kDLCUDA) {  // not readable on the host: one copy
-    staged.resize(static_cast<size_t>(o.s.nbytes));
-    cuda::copy(staged.data(), o.s.data, staged.size());
-    bytes = staged.data();
-  }
+  const uint8_t* bytes = host_scale_bytes(o.s, staged);
   // The common case first: one pass of 8-byte ORs over every byte of the
   // tensor (vectorized; a swizzled tensor's padding included, so a set bit
   // there only sends the call to the exact scan below, which skips it).
@@ -127,49 +149,35 @@ void require_nonnegative_scales(const Nvfp4Operand& o) {
   }
   for (int64_t i = words * 8; i < o.s.nbytes; ++i) any |= bytes[i];
   if ((any & 0x8080808080808080ULL) == 0) return;
-  const bool swizzled = o.layout == Q4_SCALE_SWIZZLED;
-  for (int64_t r = 0; r < o.rows; ++r) {
-    const uint8_t* row = bytes + r * cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      const uint8_t b = swizzled ? bytes[fmt::swizzle_offset(r, c, cols)] : row[c];
-      if ((b & 0x80U) != 0) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(b));
-        fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
-             "E4M3 block scales must be non-negative: scale [" + std::to_string(r) + ", " +
-                 std::to_string(c) + "] (flat index " + std::to_string(r * cols + c) + ") is " + hex +
-                 ", whose sign bit is set (docs/formats.md, E4M3)");
-      }
-    }
-  }
+  const int64_t at =
+      first_bad_scale(bytes, o.layout, o.rows, cols, [](uint8_t b) { return (b & 0x80U) != 0; });
+  if (at < 0) return;
+  const uint8_t b =
+      bytes[o.layout == Q4_SCALE_SWIZZLED ? fmt::swizzle_offset(at / cols, at % cols, cols) : at];
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(b));
+  fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
+       "E4M3 block scales must be non-negative: scale [" + std::to_string(at / cols) + ", " +
+           std::to_string(at % cols) + "] (flat index " + std::to_string(at) + ") is " + hex +
+           ", whose sign bit is set (docs/formats.md, E4M3)");
 }
 
 void require_finite_e8m0(const Mxfp4Operand& o, int64_t experts, int64_t expert_bytes) {
   const int64_t cols = o.k / fmt::kMxBlock;
   if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0 || experts <= 0) return;
-  const uint8_t* bytes = o.s.data;
   std::vector<uint8_t> staged;
-  if (o.s.device.device_type == kDLCUDA) {  // not readable on the host: one copy
-    staged.resize(static_cast<size_t>(o.s.nbytes));
-    cuda::copy(staged.data(), o.s.data, staged.size());
-    bytes = staged.data();
-  }
+  const uint8_t* bytes = host_scale_bytes(o.s, staged);
   if (std::memchr(bytes, static_cast<int>(fmt::kE8M0NaN), static_cast<size_t>(o.s.nbytes)) == nullptr) return;
   const int64_t rows = o.rows / experts;
-  if (experts == 1) expert_bytes = o.s.nbytes;
-  const bool swizzled = o.layout == Q4_SCALE_SWIZZLED;
   for (int64_t e = 0; e < experts; ++e) {
-    const uint8_t* base = bytes + e * expert_bytes;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        if (base[swizzled ? fmt::swizzle_offset(r, c, cols) : r * cols + c] != fmt::kE8M0NaN) continue;
-        fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
-             "E8M0 scale byte 0xFF (NaN) at " + (experts > 1 ? "expert " + std::to_string(e) + ", " : "") +
-                 "row " + std::to_string(r) + ", block " + std::to_string(c) +
-                 ": MXFP4 products refuse NaN scales (MXFP4_dequantize decodes them to NaN; docs/formats.md, "
-                 "MXFP4)");
-      }
-    }
+    const int64_t at = first_bad_scale(bytes + e * expert_bytes, o.layout, rows, cols,
+                                       [](uint8_t b) { return b == fmt::kE8M0NaN; });
+    if (at < 0) continue;
+    fail(Q4_ERR_INVALID_ARGUMENT, o.s.name,
+         "E8M0 scale byte 0xFF (NaN) at " + (experts > 1 ? "expert " + std::to_string(e) + ", " : "") +
+             "row " + std::to_string(at / cols) + ", block " + std::to_string(at % cols) +
+             ": MXFP4 products refuse NaN scales (MXFP4_dequantize decodes them to NaN; docs/formats.md, "
+             "MXFP4)");
   }
 }
 
