@@ -283,4 +283,16 @@ int32_t swizzle_scales(const uint8_t* linear, int64_t rows, int64_t cols, uint8_
   return Q4_OK;
 }
 
+int32_t lt_operand_scales(const uint8_t* scales, int32_t layout, int64_t rows, int64_t cols,
+                          int64_t swizzled_bytes, DeviceBuffer& scratch, int32_t sm_count,
+                          cudaStream_t stream, const uint8_t** out) {
+  *out = scales;
+  if (layout != Q4_SCALE_LINEAR) return Q4_OK;
+  Q4_TRY(alloc(scratch, static_cast<size_t>(swizzled_bytes), stream));
+  Q4_CK(cudaMemsetAsync(scratch.p, 0, static_cast<size_t>(swizzled_bytes), stream));
+  Q4_TRY(swizzle_scales(scales, rows, cols, scratch.as<uint8_t>(), sm_count, stream));
+  *out = scratch.as<const uint8_t>();
+  return Q4_OK;
+}
+
 }  // namespace q4::cuda_plugin

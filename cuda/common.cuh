@@ -222,6 +222,14 @@ int32_t epilogue(const float* acc, int64_t m, int64_t n, float alpha, const void
 int32_t swizzle_scales(const uint8_t* linear, int64_t rows, int64_t cols, uint8_t* swizzled, int32_t sm_count,
                        cudaStream_t stream);
 
+// One GEMM operand's scales as cuBLASLt reads them (swizzled): `scales`
+// itself when `layout` is swizzled, else its [rows, cols] linear bytes
+// swizzled into `scratch` (swizzled_bytes, padding zero). *out points at
+// the result.
+int32_t lt_operand_scales(const uint8_t* scales, int32_t layout, int64_t rows, int64_t cols,
+                          int64_t swizzled_bytes, DeviceBuffer& scratch, int32_t sm_count,
+                          cudaStream_t stream, const uint8_t** out);
+
 // Calls launch(std::integral_constant<int, M>{}) with M = min(m, 8), m >= 1:
 // the GEMV kernels are instantiated for 1..8 rows.
 template <class Launcher>

@@ -141,18 +141,10 @@ int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op) {
     // UE8M0 byte per 32 elements in the 128x4 swizzled tiles (linear scales
     // are swizzled into scratch first; the padding is zero).
     const q4::cuda::LtGemmParams& p = route.params;
-    const uint8_t* a_sw = as;
-    const uint8_t* b_sw = bs;
-    if (layout == Q4_SCALE_LINEAR) {
-      Q4_TRY(alloc(sa, static_cast<size_t>(p.b_scale_bytes), stream));
-      Q4_TRY(alloc(sb, static_cast<size_t>(p.a_scale_bytes), stream));
-      Q4_CK(cudaMemsetAsync(sa.p, 0, static_cast<size_t>(p.b_scale_bytes), stream));
-      Q4_CK(cudaMemsetAsync(sb.p, 0, static_cast<size_t>(p.a_scale_bytes), stream));
-      Q4_TRY(swizzle_scales(as, m, k / 32, sa.as<uint8_t>(), ds.sm_count, stream));
-      Q4_TRY(swizzle_scales(bs, n, k / 32, sb.as<uint8_t>(), ds.sm_count, stream));
-      a_sw = sa.as<const uint8_t>();
-      b_sw = sb.as<const uint8_t>();
-    }
+    const uint8_t* a_sw = nullptr;
+    const uint8_t* b_sw = nullptr;
+    Q4_TRY(lt_operand_scales(as, layout, m, k / 32, p.b_scale_bytes, sa, ds.sm_count, stream, &a_sw));
+    Q4_TRY(lt_operand_scales(bs, layout, n, k / 32, p.a_scale_bytes, sb, ds.sm_count, stream, &b_sw));
     Q4_TRY(lt_gemm_fp4(ds, p, layout, aq, a_sw, bq, b_sw, op.alpha, y32.as<float>(), stream, &done, &why,
                        q4::cuda::LtElem::kFp4E2M1Mx));
   }

@@ -173,15 +173,9 @@ int32_t nvfp4_scaled_mm(nvfp4_cuda_op& op) {
   DeviceBuffer sa, sb, y32;
   const uint8_t* a_sw = as;
   const uint8_t* b_sw = bs;
-  if (layout == Q4_SCALE_LINEAR && p.valid) {  // cuBLASLt reads swizzled scales only
-    Q4_TRY(alloc(sa, static_cast<size_t>(p.b_scale_bytes), stream));
-    Q4_TRY(alloc(sb, static_cast<size_t>(p.a_scale_bytes), stream));
-    Q4_CK(cudaMemsetAsync(sa.p, 0, static_cast<size_t>(p.b_scale_bytes), stream));
-    Q4_CK(cudaMemsetAsync(sb.p, 0, static_cast<size_t>(p.a_scale_bytes), stream));
-    Q4_TRY(swizzle_scales(as, m, k / 16, sa.as<uint8_t>(), ds.sm_count, stream));
-    Q4_TRY(swizzle_scales(bs, n, k / 16, sb.as<uint8_t>(), ds.sm_count, stream));
-    a_sw = sa.as<const uint8_t>();
-    b_sw = sb.as<const uint8_t>();
+  if (p.valid) {  // cuBLASLt reads swizzled scales only
+    Q4_TRY(lt_operand_scales(as, layout, m, k / 16, p.b_scale_bytes, sa, ds.sm_count, stream, &a_sw));
+    Q4_TRY(lt_operand_scales(bs, layout, n, k / 16, p.a_scale_bytes, sb, ds.sm_count, stream, &b_sw));
   }
   Q4_TRY(alloc(y32, static_cast<size_t>(m * n) * 4, stream));
   // DequantMatmulOnly is a choice: straight to dequantize + GEMM, no fallback.
