@@ -251,9 +251,9 @@ const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m) {
     return "NF4 has no integer GEMV on this ISA (its exact NF4 kernels are faster): fast mode runs the exact "
            "kernels";
   }
-  if (m > kI8GemvMaxRows) {
-    return "NF4 fast mode runs the integer GEMV for M <= 4 only (the NF4 panel packer is scalar): the exact "
-           "kernels above";
+  if (m > kI8GemvMaxRows && !kt.i8_nf4_panel_native) {
+    return "NF4 fast mode runs the integer GEMV for M <= 4 only (this ISA has no NF4 panel packer of its "
+           "own): the exact kernels above";
   }
   return nullptr;
 }

@@ -157,13 +157,18 @@ struct KernelTable {
   // Fast mode runs the exact small-batch kernels for m in
   // (i8_fast_max_m, small-batch max_m] (measured: the integer kernels are
   // not faster there on this ISA), the integer kernels elsewhere; 0: no
-  // limit. NF4 runs them only where the table has its own
-  // i8_gemv_nf4 (m <= kI8GemvMaxRows; the scalar table: every m).
+  // limit. NF4 runs them only where the table has its own i8_gemv_nf4,
+  // and above kI8GemvMaxRows rows only with its own i8_pack_nf4
+  // (i8_nf4_panel_native; the scalar table: every m).
   int32_t i8_fast_max_m = 0;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).
   bool i8_native = false;
+  // True when i8_pack_nf4 is this ISA's own (or the table is the scalar
+  // one): NF4 fast mode runs the packed-panel path above kI8GemvMaxRows
+  // rows only then (the portable packer would make it slower than exact).
+  bool i8_nf4_panel_native = false;
 
   // Benchmark probe of the integer roof: `iters` rounds of independent
   // int8 dot-product instructions of this table's integer kernels (vpdpbusd,

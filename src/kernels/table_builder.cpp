@@ -104,6 +104,11 @@ KernelTable complete_table(KernelTable t) {
     t.i8_micro = nullptr;
   }
   if (t.i8_micro != nullptr || t.isa == Q4_ISA_SCALAR) t.i8_native = true;
+  // (A table copied from a completed one carries its packer: compare with
+  // the portable one rather than with null.)
+  t.i8_nf4_panel_native =
+      t.i8_native &&
+      ((t.i8_pack_nf4 != nullptr && t.i8_pack_nf4 != portable::i8_pack_nf4) || t.isa == Q4_ISA_SCALAR);
   if (t.i8_pack_nf4 == nullptr) t.i8_pack_nf4 = portable::i8_pack_nf4;
   if (t.exact_isa < 0) t.exact_isa = t.isa;
   if (t.i8_probe == nullptr) t.i8_probe = portable::i8_probe;

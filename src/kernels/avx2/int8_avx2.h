@@ -31,6 +31,9 @@ struct E4m3Table2 {
 // z[g]; a 4x4 dword transpose inside the lanes gives T_d = dword d of the 8
 // rows in order, whose low / high nibbles are the steps 2(d%2), 2(d%2)+1
 // of block d/2 (32 bytes: half of a step's 64).
+// kEvenLow: the even elements are the low nibbles (NVFP4), else the high
+// ones (NF4).
+template <bool kEvenLow = true>
 inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, uint8_t* out) {
   __m256i z[4];
   for (int g = 0; g < 4; ++g) {
@@ -53,8 +56,8 @@ inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, 
     const __m256i lo = _mm256_and_si256(T[d], nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(T[d], 4), nib);
     uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(lut, lo));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 64), _mm256_shuffle_epi8(lut, hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(lut, kEvenLow ? lo : hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 64), _mm256_shuffle_epi8(lut, kEvenLow ? hi : lo));
   }
 }
 
@@ -78,6 +81,29 @@ void i8_pack_nvfp4_avx2(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0
   for (int64_t b = 0; b < nb; ++b) {
     for (int32_t r = 0; r < kI8PanelNr; ++r)
       ws[b * 16 + r] = r < rows ? dec.v[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
+  }
+}
+
+// NF4 panel (KernelTable::i8_pack_nf4): the NF4 nibble order, `code` as
+// the table, ws = the absmax of the block holding each 16 elements; rows
+// >= `rows` read bytes 0x77 with scale 0 (contribute nothing, not stored).
+void i8_pack_nf4_avx2(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
+                      int64_t nb, uint8_t* wq, float* ws) {
+  alignas(16) static const uint8_t pad[16] = {0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77,
+                                              0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77};
+  const __m128i l128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(code));
+  const __m256i lut = _mm256_inserti128_si256(_mm256_castsi128_si256(l128), l128, 1);
+  const int64_t rb = w.k / 2;
+  const uint8_t* src[16];
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool two = b + 2 <= nb;
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : pad;
+    i8_pack_avx2_half<false>(src, two, lut, wq + b * 256);
+    i8_pack_avx2_half<false>(src + 8, two, lut, wq + b * 256 + 32);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r)
+      ws[b * 16 + r] = r < rows ? w.absmax[((n0 + r) * w.k + (b0 + b) * 16) >> w.block_shift] : 0.0f;
   }
 }
 

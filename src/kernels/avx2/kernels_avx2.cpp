@@ -314,6 +314,7 @@ const KernelTable& avx2_table() {
     f.i8_probe = i8_probe_avx2;
     f.i8_gemv_nvfp4 = i8_gemv_nvfp4_avx2<false>;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx2<false>;
+    f.i8_pack_nf4 = i8_pack_nf4_avx2;
     f.i8_fast_max_m = 8;  // measured: the 2-row maddubs micro-kernel loses to exact at M = 32
     return f;
   }());

@@ -53,8 +53,10 @@ inline void i8_pack_scales(const NvWeights& w, int64_t n0, int32_t rows, int64_t
 
 // Two blocks (or one: `two` false) of the 16 panel rows: each row's 16 (8)
 // bytes go to lane r/4 of z[r%4]; a 4x4 dword transpose inside the lanes
-// gives T_d = dword d of rows 0..15 in order; its low / high nibbles are the
-// steps 2(d%2) and 2(d%2)+1 of block d/2.
+// gives T_d = dword d of rows 0..15 in order; the nibbles holding the even
+// elements (low: NVFP4, kEvenLow; high: NF4) are step 2(d%2) of block d/2,
+// the others step 2(d%2)+1.
+template <bool kEvenLow>
 inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut, uint8_t* out) {
   __m512i z[4];
   for (int g = 0; g < 4; ++g) {
@@ -80,8 +82,8 @@ inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut,
     const __m512i lo = _mm512_and_si512(T[d], nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(T[d], 4), nib);
     uint8_t* dst = out + (d / 2) * 256 + (d % 2) * 128;
-    _mm512_storeu_si512(dst, _mm512_shuffle_epi8(lut, lo));
-    _mm512_storeu_si512(dst + 64, _mm512_shuffle_epi8(lut, hi));
+    _mm512_storeu_si512(dst, _mm512_shuffle_epi8(lut, kEvenLow ? lo : hi));
+    _mm512_storeu_si512(dst + 64, _mm512_shuffle_epi8(lut, kEvenLow ? hi : lo));
   }
 }
 
@@ -95,9 +97,33 @@ inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, i
   for (; b < nb; b += 2) {
     const bool two = b + 2 <= nb;
     for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
-    i8_pack_two_blocks(src, two, lut, wq + b * 256);
+    i8_pack_two_blocks<true>(src, two, lut, wq + b * 256);
   }
   i8_pack_scales(w, n0, rows, b0, nb, ws);
+}
+
+// NF4 panel (KernelTable::i8_pack_nf4): the same transpose with the NF4
+// nibble order and `code` (the biased int8 code values) as the table; ws =
+// the absmax of the block holding each 16 elements. Rows >= `rows` read
+// bytes 0x77 (code 7 = 0.0, biased kI8Nf4Bias) with scale 0, the portable
+// packer's bytes.
+inline void i8_pack_nf4_avx512(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
+                               int64_t nb, uint8_t* wq, float* ws) {
+  alignas(16) static const uint8_t zeros[16] = {0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77,
+                                                0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77};
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code)));
+  const int64_t rb = w.k / 2;
+  const uint8_t* src[16];
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool two = b + 2 <= nb;
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
+    i8_pack_two_blocks<false>(src, two, lut, wq + b * 256);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r) {
+      ws[b * 16 + r] = r < rows ? w.absmax[((n0 + r) * w.k + (b0 + b) * 16) >> w.block_shift] : 0.0f;
+    }
+  }
 }
 
 template <int MR, bool kVnni>
@@ -173,17 +199,108 @@ inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
   }
 }
 
-// GEMV straight from the NVFP4 rows, 16 rows of W at a time, 128 elements
-// (8 blocks) per step: one 64-byte load per row, low/high nibbles -> biased
-// values (vpshufb), two 4-byte dot products per lane give half-block sums,
-// pairs of rows are folded into (row, block) sums and an 8x8 qword
-// transpose puts the 16 rows of one block in the lanes of one vector; then
-// the fixed fp32 sequence per lane (row), blocks ascending.
-template <int M, bool kVnni>
-void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                  const NvWeights& w, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
-  const int64_t kb = w.k / 16, rb = w.k / 2, chunks = w.k / 128;
-  const __m512i lut = i8_biased_lut512();
+// The two weight formats of the integer GEMV: nibble order, the biased
+// int8 table, and the fp32 scale of each (row, block) for 16 rows and the 8
+// blocks of a 128-element chunk (sc[q] lane r = block q of row r).
+template <bool kVnni>
+struct I8zNvfp4 {
+  static constexpr bool kEvenLow = true;  // element 2j in the low nibble
+  const NvWeights& w;
+  __m512i sidx0{}, sidx1{};
+  I8zNvfp4(const NvWeights& wt) : w(wt) {}  // NOLINT(google-explicit-constructor)
+  __m512i lut() const { return i8_biased_lut512(); }
+  // row[r]: the weight row of lane r (rows past the end repeat the last).
+  void set_rows(const int64_t* row) {
+    alignas(64) int64_t sidx[16];
+    for (int r = 0; r < 16; ++r) sidx[r] = row[r] * (w.k / 16);
+    sidx0 = _mm512_load_si512(sidx);
+    sidx1 = _mm512_load_si512(sidx + 8);
+  }
+  void scales(int64_t c, __m512 (&sc)[8]) const {
+    // The 8 codes of each row (qword r of z0/z1 = row r / 8 + r).
+    const __m512i z0 = _mm512_i64gather_epi64(sidx0, reinterpret_cast<const long long*>(w.s + c * 8), 1);
+    const __m512i z1 = _mm512_i64gather_epi64(sidx1, reinterpret_cast<const long long*>(w.s + c * 8), 1);
+    // All normal (no zero / subnormal / NaN code): the plain bit mapping.
+    const __m512i m78 = _mm512_set1_epi8(0x78), m7f = _mm512_set1_epi8(0x7f);
+    const bool normal = _mm512_test_epi8_mask(z0, m78) == ~__mmask64{0} &&
+                        _mm512_test_epi8_mask(z1, m78) == ~__mmask64{0} &&
+                        _mm512_cmpeq_epi8_mask(_mm512_and_si512(z0, m7f), m7f) == 0 &&
+                        _mm512_cmpeq_epi8_mask(_mm512_and_si512(z1, m7f), m7f) == 0;
+    for (int q = 0; q < 8; ++q) {
+      __m512i codes;
+      if constexpr (kVnni) {  // the VNNI level includes VBMI: one byte permute
+        const __m512i idx = _mm512_add_epi32(
+            _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
+            _mm512_set1_epi32(q));
+        codes = _mm512_maskz_permutex2var_epi8(0x1111111111111111ull, z0, idx, z1);
+      } else {
+        const __m256i a = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z0, 8 * q));
+        const __m256i b = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z1, 8 * q));
+        codes =
+            _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi32(0xff));
+      }
+      if (normal) {
+        const __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi32(0x7f));
+        const __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
+        const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
+        sc[q] = _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
+      } else {
+        sc[q] = i8_e4m3_decode16(codes);
+      }
+    }
+  }
+};
+
+struct I8zNf4 {
+  static constexpr bool kEvenLow = false;  // element 2j in the high nibble
+  const Nf4Weights& w;
+  const uint8_t* code;
+  const float* base = nullptr;  // absmax of the block holding element a (below)
+  __m512i off{};                // element offset of each lane's row from a
+  int32_t qstep = 1;            // blocks q sharing one absmax gather
+  I8zNf4(const Nf4Weights& wt, const uint8_t* c) : w(wt), code(c) {
+    // Rows start on an absmax block when K % blocksize == 0: then a
+    // blocksize of 16 << j covers 2^j blocks of 16 (the whole chunk from 128).
+    qstep = w.k % w.blocksize == 0 ? static_cast<int32_t>(std::min<int64_t>(8, w.blocksize / 16)) : 1;
+  }
+  __m512i lut() const {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code)));
+  }
+  void set_rows(const int64_t* row) {
+    // Offsets relative to a = row[0] K rounded down to a block keep the
+    // indices in int32 (they are < 16 K + blocksize).
+    const int64_t a = (row[0] * w.k) >> w.block_shift << w.block_shift;
+    alignas(64) int32_t e[16];
+    for (int r = 0; r < 16; ++r) e[r] = static_cast<int32_t>(row[r] * w.k - a);
+    off = _mm512_load_si512(e);
+    base = w.absmax + (a >> w.block_shift);
+  }
+  void scales(int64_t c, __m512 (&sc)[8]) const {
+    const __m128i sh = _mm_cvtsi32_si128(w.block_shift);
+    for (int q = 0; q < 8; ++q) {
+      if (q % qstep != 0) {
+        sc[q] = sc[q - 1];
+        continue;
+      }
+      const __m512i idx = _mm512_srl_epi32(
+          _mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int32_t>(c * 128 + 16 * q))), sh);
+      sc[q] = _mm512_i32gather_ps(idx, base, 4);
+    }
+  }
+};
+
+// GEMV straight from the 4-bit rows, 16 rows of W at a time, 128 elements
+// (8 blocks) per step: one 64-byte load per row, nibbles -> biased values
+// (vpshufb), two 4-byte dot products per lane give half-block sums, pairs
+// of rows are folded into (row, block) sums and an 8x8 qword transpose puts
+// the 16 rows of one block in the lanes of one vector; then the fixed fp32
+// sequence per lane (row), blocks ascending.
+template <int M, bool kVnni, class Fmt>
+void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, Fmt& f,
+                  int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  const int64_t rb = k / 2, chunks = k / 128;
+  const uint8_t* q = f.w.q;
+  const __m512i lut = f.lut();
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const __m512i even_dw = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_dw = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -196,13 +313,12 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
     const uint8_t* rp[16];
-    alignas(64) int64_t sidx[16];
+    int64_t row[16];
     for (int r = 0; r < 16; ++r) {
-      const int64_t row = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
-      rp[r] = w.q + row * rb;
-      sidx[r] = row * kb;
+      row[r] = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
+      rp[r] = q + row[r] * rb;
     }
-    const __m512i sidx0 = _mm512_load_si512(sidx), sidx1 = _mm512_load_si512(sidx + 8);
+    f.set_rows(row);
     __m512 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {
@@ -219,50 +335,22 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
       for (int64_t p = 0; p < 8; ++p) {
         const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
         const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
-        const __m512i loa = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
-        const __m512i hia = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
-        const __m512i lob = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
-        const __m512i hib = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib));
+        const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
+        const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
+        const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
+        const __m512i hb = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib));
+        const __m512i ea = Fmt::kEvenLow ? la : ha, oa = Fmt::kEvenLow ? ha : la;
+        const __m512i eb = Fmt::kEvenLow ? lb : hb, ob = Fmt::kEvenLow ? hb : lb;
         for (int i = 0; i < M; ++i) {
-          const __m512i A = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), loa, xlo[i]), hia, xhi[i]);
-          const __m512i B = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), lob, xlo[i]), hib, xhi[i]);
+          const __m512i A = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), ea, xlo[i]), oa, xhi[i]);
+          const __m512i B = i8_dot4<kVnni>(i8_dot4<kVnni>(_mm512_setzero_si512(), eb, xlo[i]), ob, xhi[i]);
           C[i][p] =
               _mm512_add_epi32(_mm512_mask_blend_epi32(0xaaaa, A, B),
                                _mm512_shuffle_epi32(_mm512_mask_blend_epi32(0x5555, A, B), _MM_PERM_CDAB));
         }
       }
-      // Block scales of the 8 blocks, 16 rows each (qword r of z0/z1 = row r / 8 + r).
-      const __m512i z0 = _mm512_i64gather_epi64(sidx0, reinterpret_cast<const long long*>(w.s + c * 8), 1);
-      const __m512i z1 = _mm512_i64gather_epi64(sidx1, reinterpret_cast<const long long*>(w.s + c * 8), 1);
-      // All normal (no zero / subnormal / NaN code): the plain bit mapping.
-      const __m512i m78 = _mm512_set1_epi8(0x78), m7f = _mm512_set1_epi8(0x7f);
-      const bool normal = _mm512_test_epi8_mask(z0, m78) == ~__mmask64{0} &&
-                          _mm512_test_epi8_mask(z1, m78) == ~__mmask64{0} &&
-                          _mm512_cmpeq_epi8_mask(_mm512_and_si512(z0, m7f), m7f) == 0 &&
-                          _mm512_cmpeq_epi8_mask(_mm512_and_si512(z1, m7f), m7f) == 0;
       __m512 sc[8];
-      for (int q = 0; q < 8; ++q) {
-        __m512i codes;
-        if constexpr (kVnni) {  // the VNNI level includes VBMI: one byte permute
-          const __m512i idx = _mm512_add_epi32(
-              _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120),
-              _mm512_set1_epi32(q));
-          codes = _mm512_maskz_permutex2var_epi8(0x1111111111111111ull, z0, idx, z1);
-        } else {
-          const __m256i a = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z0, 8 * q));
-          const __m256i b = _mm512_cvtepi64_epi32(_mm512_srli_epi64(z1, 8 * q));
-          codes =
-              _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi32(0xff));
-        }
-        if (normal) {
-          const __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi32(0x7f));
-          const __m512i bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-          const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(codes, _mm512_set1_epi32(0x80)), 24);
-          sc[q] = _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
-        } else {
-          sc[q] = i8_e4m3_decode16(codes);
-        }
-      }
+      f.scales(c, sc);
       for (int i = 0; i < M; ++i) {
         __m512i E[8], F[8], D[8];
         for (int p = 0; p < 8; p += 2) {
@@ -282,10 +370,10 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
         }
         const float* xsb = xs + i * ldxs + c * 8;
         const int32_t* xcb = xc + i * ldxs + c * 8;
-        for (int q = 0; q < 8; ++q) {
-          const __m512i d = _mm512_add_epi32(D[q], _mm512_set1_epi32(xcb[q]));
-          const __m512 p = _mm512_mul_ps(_mm512_set1_ps(xsb[q]), sc[q]);
-          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), p, acc[i]);
+        for (int qb = 0; qb < 8; ++qb) {
+          const __m512i d = _mm512_add_epi32(D[qb], _mm512_set1_epi32(xcb[qb]));
+          const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xsb[qb]), sc[qb]);
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
         }
       }
     }
@@ -319,8 +407,19 @@ template <bool kVnni>
 void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
+  I8zNvfp4<kVnni> f(w);
   with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
-    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, w, n0, n1, post, y, ldy);
+    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
+  });
+}
+
+template <bool kVnni>
+void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                        int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1,
+                        float post, float* y, int64_t ldy) {
+  I8zNf4 f(w, code);
+  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
+    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
   });
 }
 

@@ -549,6 +549,8 @@ const KernelTable& avx512_table() {
     f.i8_micro_mr = kI8MR;
     f.i8_probe = i8_probe_avx512<false>;
     f.i8_gemv_nvfp4 = i8_gemv_avx512<false>;
+    f.i8_pack_nf4 = i8_pack_nf4_avx512;
+    f.i8_gemv_nf4 = i8_gemv_nf4_avx512<false>;
     return f;
   }());
   return t;
