@@ -193,7 +193,13 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.bytes == b.bytes && std::memcmp(a.data(), b.data(), a.bytes) == 0;
 }
 
-// The result of the CPU backend for the same weight and activations.
+// The diagnostics' name of a weight format.
+const char* format_name(int32_t format) {
+  return format == Q4_FORMAT_NF4 ? "nf4" : (format == Q4_FORMAT_MXFP4 ? "mxfp4" : "nvfp4");
+}
+
+// The result of the CPU backend for the same weight and activations (any
+// format and source: a CPU session's linear).
 Tensor cpu_reference(Q4_weight_bundle& b, Tensor& x, int64_t n) {
   Q4_session_config c = config(Q4_TARGET_CPU, Q4_UM_DISABLED);
   Session cpu(&c);
@@ -270,7 +276,7 @@ TEST_CASE("each target x UM policy x format: placement, info, forwards on host/d
   Tensor x = t::random_float({m, k}, t::f32(), 3);
   Tensor bias = t::random_float({n}, t::f32(), 4);
   const nvfp4_emu_counters before = counters();
-  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
     Tensor w = t::random_float({n, k}, t::f32(), 5 + static_cast<uint32_t>(format));
     Q4_weight_bundle b = float_bundle(w, format, &bias);
     const Tensor ref = cpu_reference(b, x, n);
@@ -295,9 +301,15 @@ TEST_CASE("each target x UM policy x format: placement, info, forwards on host/d
         Q4_linear* l = nullptr;
         REQUIRE(Q4_linear_create(s.s, &b, &l) == Q4_OK);
         const Q4_linear_info info = info_of(l);
+        CHECK(info.format == format);
+        CHECK(info.backend == (format == Q4_FORMAT_NF4 ? Q4_BACKEND_NF4_KERNEL : Q4_BACKEND_NVFP4_KERNEL));
         CHECK(info.target == (on_cuda ? Q4_TARGET_CUDA : Q4_TARGET_CPU));
         CHECK(info.unified_memory == (on_cuda && managed ? 1 : 0));
         CHECK(info.fell_back == 0);
+        if (format == Q4_FORMAT_MXFP4 && on_cuda) {
+          // The raw form on the device: codes, E8M0 scales [N, K/32], bias.
+          CHECK(info.weight_bytes == n * k / 2 + n * (k / 32) + n * 4);
+        }
         const Q4_session_stats st0 = s.stats();
         CHECK(st0.managed_bytes == (on_cuda && managed ? st0.live_bytes : 0));
         // Host activations and outputs.
@@ -329,7 +341,9 @@ TEST_CASE("each target x UM policy x format: placement, info, forwards on host/d
         // Diagnostics say where it runs and why.
         const nlohmann::json sj = s.diagnostics(), lj = diagnostics_of(l);
         CHECK(sj["target"] == (on_cuda ? "cuda" : "cpu"));
-        CHECK(sj["format"] == (format == Q4_FORMAT_NF4 ? "nf4" : "nvfp4"));
+        CHECK(sj["format"] == format_name(format));
+        CHECK(lj["format"] == format_name(format));
+        CHECK(lj["backend"] == (format == Q4_FORMAT_NF4 ? "nf4-kernel" : "nvfp4-kernel"));
         CHECK(sj["fallbackReason"] == "");
         CHECK(sj["unifiedMemory"]["active"] == managed);
         CHECK(lj["unifiedMemory"]["active"] == (on_cuda && managed));
@@ -393,7 +407,7 @@ TEST_CASE(
   if (!has_device()) return;
   const int64_t n = 32, k = 64, m = 3;
   Tensor x = t::random_float({m, k}, t::f32(), 9);
-  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
     Tensor w = t::random_float({n, k}, t::f32(), 10);
     Q4_weight_bundle b = float_bundle(w, format);
     const Tensor ref = cpu_reference(b, x, n);
@@ -776,6 +790,116 @@ TEST_CASE("MXFP4 products on the device: forced kernel failure falls back or fai
     DevCopy dyy(yy, false);
     CHECK(MXFP4_scaled_mm(dq.t(), ds.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, dyy.t(), &o) ==
           Q4_ERR_UNSUPPORTED);
+  }
+}
+
+namespace {
+
+// A packed MXFP4 bundle: codes [n, k/2] and E8M0 scales in `layout`.
+Q4_weight_bundle mx_packed(Tensor& q, Tensor& s, int32_t layout, int64_t n, int64_t k, Tensor* bias) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_MXFP4;
+  b.source = Q4_WEIGHT_PACKED;
+  b.scale_layout = layout;
+  b.weight = q.t();
+  b.scale = s.t();
+  b.out_features = n;
+  b.in_features = k;
+  b.bias = bias != nullptr ? bias->t() : nullptr;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("MXFP4 linears on a CUDA session: swizzled and linear scales agree, update_weight follows",
+          "[emulated][session][mxfp4]") {
+  if (!has_device()) return;
+  // N not a multiple of 128 and K/32 not of 4: the swizzled scales have
+  // padding rows and columns that the unswizzle on the host must skip.
+  const int64_t n = 130, k = 96, m = 5;
+  Tensor x = t::random_float({m, k}, t::f32(), 61), bias = t::random_float({n}, t::f32(), 62);
+  // Two weights, each quantized in both scale layouts.
+  Tensor w1 = t::random_float({n, k}, t::f32(), 63), w2 = t::random_float({n, k}, t::f32(), 64);
+  Tensor q1({n, k / 2}, t::u8()), s1({n, k / 32}, t::u8()),
+      sw1({mx_scale_bytes(n, k, Q4_SCALE_SWIZZLED)}, t::u8());
+  Tensor q2({n, k / 2}, t::u8()), sw2({mx_scale_bytes(n, k, Q4_SCALE_SWIZZLED)}, t::u8());
+  REQUIRE(MXFP4_quantize(w1.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+  REQUIRE(MXFP4_quantize(w1.t(), q1.t(), sw1.t(), Q4_SCALE_SWIZZLED, nullptr) == Q4_OK);
+  REQUIRE(MXFP4_quantize(w2.t(), q2.t(), sw2.t(), Q4_SCALE_SWIZZLED, nullptr) == Q4_OK);
+  Q4_weight_bundle lin1 = mx_packed(q1, s1, Q4_SCALE_LINEAR, n, k, &bias);
+  Q4_weight_bundle swz1 = mx_packed(q1, sw1, Q4_SCALE_SWIZZLED, n, k, &bias);
+  Q4_weight_bundle swz2 = mx_packed(q2, sw2, Q4_SCALE_SWIZZLED, n, k, &bias);
+  // The stateless CPU product on the same bytes.
+  Tensor ref1({m, n}, t::f32()), ref2({m, n}, t::f32());
+  REQUIRE(MXFP4_linear(x.t(), q1.t(), s1.t(), Q4_SCALE_LINEAR, bias.t(), ref1.t(), nullptr) == Q4_OK);
+  REQUIRE(MXFP4_linear(x.t(), q2.t(), sw2.t(), Q4_SCALE_SWIZZLED, bias.t(), ref2.t(), nullptr) == Q4_OK);
+  REQUIRE(!same_bytes(ref1, ref2));
+  for (int32_t um : {Q4_UM_DISABLED, Q4_UM_PREFER}) {
+    INFO("UM policy " << um);
+    Q4_session_config c = config(Q4_TARGET_CUDA, um);
+    Session s(&c);
+    Q4_linear *a = nullptr, *b = nullptr;
+    REQUIRE(Q4_linear_create(s.s, &lin1, &a) == Q4_OK);
+    REQUIRE(Q4_linear_create(s.s, &swz1, &b) == Q4_OK);
+    for (Q4_linear* l : {a, b}) {
+      const Q4_linear_info info = info_of(l);
+      CHECK(info.format == Q4_FORMAT_MXFP4);
+      CHECK(info.target == Q4_TARGET_CUDA);
+      CHECK(info.backend == Q4_BACKEND_NVFP4_KERNEL);
+      CHECK(info.fell_back == 0);
+      CHECK(info.scale_layout == Q4_SCALE_LINEAR);  // swizzled scales are unswizzled at prepare
+      CHECK(info.weight_bytes == n * k / 2 + n * (k / 32) + n * 4);
+      CHECK(info.weight_version == 1);
+    }
+    const int64_t runs = counters().runs;
+    Tensor ya({m, n}, t::f32()), yb({m, n}, t::f32());
+    REQUIRE(Q4_linear_forward(a, x.t(), ya.t()) == Q4_OK);
+    REQUIRE(Q4_linear_forward(b, x.t(), yb.t()) == Q4_OK);
+    CHECK(counters().runs == runs + 2);  // one plugin MXFP4 linear per forward
+    CHECK(same_bytes(ya, yb));
+    check_close(ya, ref1);
+    // Device tensors read in place.
+    DevTensor dx({m, k}, false, kDLCUDA), dy({m, n}, false, kDLCUDA);
+    dx.upload(x);
+    REQUIRE(Q4_linear_forward(b, &dx.dl, &dy.dl) == Q4_OK);
+    CHECK(same_bytes(dy.download(), ya));
+    // update_weight: another weight (swizzled scales), then a float source,
+    // each followed by the next forward; the session diagnostics say mxfp4.
+    REQUIRE(Q4_linear_update_weight(a, &swz2) == Q4_OK);
+    REQUIRE(Q4_linear_forward(a, x.t(), ya.t()) == Q4_OK);
+    check_close(ya, ref2);
+    CHECK(info_of(a).weight_version == 2);
+    Q4_weight_bundle f2 = float_bundle(w2, Q4_FORMAT_MXFP4, &bias);
+    REQUIRE(Q4_linear_update_weight(b, &f2) == Q4_OK);  // OCP quantization: the bytes of q2 / sw2
+    REQUIRE(Q4_linear_forward(b, &dx.dl, &dy.dl) == Q4_OK);
+    check_close(dy.download(), ref2);
+    CHECK(info_of(b).weight_version == 2);
+    CHECK(info_of(b).weight_bytes == n * k / 2 + n * (k / 32) + n * 4);
+    // Validation is kept: a NaN scale byte (row 2, block 1) or another
+    // format is refused, and the linear keeps its weight.
+    Tensor bad({n, k / 32}, t::u8());
+    std::memcpy(bad.data(), s1.data(), s1.bytes);
+    bad.data()[2 * (k / 32) + 1] = 0xFF;
+    Q4_weight_bundle nan_b = mx_packed(q1, bad, Q4_SCALE_LINEAR, n, k, &bias);
+    CHECK(Q4_linear_update_weight(a, &nan_b) == Q4_ERR_INVALID_ARGUMENT);
+    CHECK(last_error().find("row 2, block 1") != std::string::npos);
+    Q4_weight_bundle nv = float_bundle(w1, Q4_FORMAT_NVFP4, &bias);
+    CHECK(Q4_linear_update_weight(a, &nv) == Q4_ERR_INVALID_ARGUMENT);
+    CHECK(info_of(a).weight_version == 2);
+    REQUIRE(Q4_linear_forward(a, x.t(), ya.t()) == Q4_OK);
+    check_close(ya, ref2);
+    const nlohmann::json sj = s.diagnostics(), lj = diagnostics_of(a);
+    CHECK(sj["format"] == "mxfp4");
+    CHECK(lj["format"] == "mxfp4");
+    CHECK(lj["target"] == "cuda");
+    CHECK(lj["scaleLayout"] == "linear");
+    CHECK(lj["fallbackReason"] == "");
+    CHECK(sj["fallbackReason"] == "");
+    REQUIRE(Q4_linear_destroy(a) == Q4_OK);
+    REQUIRE(Q4_linear_destroy(b) == Q4_OK);
+    CHECK(s.stats().live_bytes == 0);
+    CHECK(s.stats().managed_bytes == 0);
   }
 }
 

@@ -108,9 +108,9 @@ Q4_API int32_t NVFP4_swizzled_scale_size(int64_t rows, int64_t k, int64_t* bytes
  * Scales are kDLUInt/8 or kDLFloat8_e8m0fnu/8, in layout scale_layout:
  * rows*K/32 bytes linear, or roundup(rows,128)*roundup(K/32,4) swizzled
  * (cuBLASLt VEC32_UE8M0, zero padding). Packed data and float tensors as for
- * NVFP4. CPU only for now: kDLCUDA tensors are Q4_ERR_UNSUPPORTED, and so
- * are the products under compute_path KernelOnly or a kernel backend (they
- * run dequantize-then-fp32-GEMM, exact in the weight, see docs/api.md). */
+ * NVFP4. kDLCUDA tensors run on the CUDA plugin (docs/cuda.md); on the CPU
+ * the products run on the E2M1 (NVFP4) kernels through the weight's exact
+ * NVFP4 form, else dequantize-then-fp32-GEMM (docs/api.md). */
 /* ------------------------------------------------------------------------ */
 
 /* x [..., K] float -> qdata (rows*K/2 bytes) + E8M0 scales, the OCP rule:

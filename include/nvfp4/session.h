@@ -97,8 +97,9 @@ Q4_API int32_t Q4_session_set_stream(Q4_session* session, void* stream);
 typedef struct Q4_weight_bundle {
   uint32_t struct_size;
   int32_t format;         /* Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, or
-                             Q4_FORMAT_MXFP4 (CPU sessions: fp32 decode
-                             + GEMM, see docs/api.md)                  */
+                             Q4_FORMAT_MXFP4 (CPU: the E2M1 kernels;
+                             CUDA: the plugin's MXFP4 linear; see
+                             docs/api.md)                              */
   int32_t source;         /* Q4_WEIGHT_PACKED or Q4_WEIGHT_FLOAT        */
   int32_t scale_layout;   /* NVFP4/MXFP4 packed: layout of `scale`      */
   const DLTensor* weight; /* packed bytes, or float [N, K]              */

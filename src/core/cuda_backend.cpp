@@ -161,6 +161,14 @@ void run_call(nvfp4_cuda_op& c, const char* input_name) {
   }
 }
 
+// A product's route other than the requested one (KernelOrFallback), for
+// the caller's record (`why` may be null).
+void report_fallback(const nvfp4_cuda_op& c, std::string* why) {
+  if (c.used_fallback != 0 && why != nullptr) {
+    *why = c.fallback_reason[0] != '\0' ? c.fallback_reason : "the CUDA plugin took another route";
+  }
+}
+
 }  // namespace
 
 void run(const core::Nvfp4QuantizeDesc& d) {
@@ -260,10 +268,7 @@ void run(const core::ProductDesc& d, std::string* fallback_reason) {
     set_nf4_stats(c, d.nf.state);
   }
   run_call(c, "x");
-  if (c.used_fallback != 0 && fallback_reason != nullptr) {
-    *fallback_reason =
-        c.fallback_reason[0] != '\0' ? c.fallback_reason : "the CUDA plugin took another route";
-  }
+  report_fallback(c, fallback_reason);
 }
 
 void run(const core::Mxfp4QuantizeDesc& d) {
@@ -300,7 +305,7 @@ int64_t elem_bytes(const TensorRef& t) {
 
 }  // namespace
 
-void run(const core::Mxfp4ProductDesc& d) {
+void run(const core::Mxfp4ProductDesc& d, std::string* fallback_reason) {
   if (d.out.numel == 0) return;
   nvfp4_cuda_op c = new_call(d.w4a4 ? NVFP4_CUDA_OP_MXFP4_SCALED_MM : NVFP4_CUDA_OP_MXFP4_LINEAR, d.ctx);
   c.m = d.m;
@@ -324,6 +329,7 @@ void run(const core::Mxfp4ProductDesc& d) {
   c.s = d.w.s.data;
   c.scale_layout = d.w.layout;
   run_call(c, "x");
+  report_fallback(c, fallback_reason);
 }
 
 void run(const core::Mxfp4ExpertsDesc& d) {

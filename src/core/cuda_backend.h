@@ -34,10 +34,11 @@ void run(const core::Nvfp4DequantizeDesc& d);
 void run(const core::Nf4QuantizeDesc& d);
 void run(const core::Nf4DequantizeDesc& d);
 // MXFP4 (plugin ops NVFP4_CUDA_OP_MXFP4_*); experts run one plugin linear
-// per group on the expert's bytes in place.
+// per group on the expert's bytes in place. A product reports a route other
+// than the requested one as the ProductDesc overload does.
 void run(const core::Mxfp4QuantizeDesc& d);
 void run(const core::Mxfp4DequantizeDesc& d);
-void run(const core::Mxfp4ProductDesc& d);
+void run(const core::Mxfp4ProductDesc& d, std::string* fallback_reason = nullptr);
 void run(const core::Mxfp4ExpertsDesc& d);
 // A product; when the plugin took another route than the requested one
 // (KernelOrFallback), *fallback_reason (when given) receives why.

@@ -19,6 +19,7 @@
 #include "formats/mxfp4.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
+#include "kernels/portable.h"
 
 namespace q4::core {
 namespace {
@@ -43,6 +44,29 @@ void require_host(const TensorRef& t) {
          "is CUDA device memory; weight bundles are read on the host (pass host, pinned or managed memory; a "
          "CUDA session copies the prepared weight to its device)");
   }
+}
+
+// The raw MXFP4 form of a CUDA session's linear (PreparedWeight::
+// e8m0_scales): the plugin's MXFP4 linear dequantizes on the device, so the
+// host keeps the codes and the E8M0 scales, the scales unswizzled into the
+// linear layout (the only one a prepared weight has). `op` is validated.
+void prepare_mxfp4_raw(PreparedWeight& p, const Mxfp4Operand& op, const Counters& c, CpuPath path) {
+  const int64_t n = op.rows, k = op.k, cols = k / fmt::kMxBlock;
+  p.format = Q4_FORMAT_MXFP4;
+  p.n = n;
+  p.k = k;
+  p.path = path;  // what each forward asks the plugin for
+  p.e8m0_scales = true;
+  uint8_t* q = allocate(p, c, n * (k / 2));
+  std::memcpy(q, op.q.data, static_cast<size_t>(n * (k / 2)));
+  uint8_t* s = allocate(p, c, n * cols);
+  if (op.layout == Q4_SCALE_SWIZZLED) {
+    kern::unswizzle_scales(op.s.data, n, cols, s);
+  } else {
+    std::memcpy(s, op.s.data, static_cast<size_t>(n * cols));
+  }
+  p.q = q;
+  p.s = s;
 }
 
 // Quantize a float [N, K] weight into the prepared form.
@@ -74,11 +98,25 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
     p.q = q;
     p.s = s;
   } else if (b.format == Q4_FORMAT_MXFP4) {
-    // Quantized into scratch, kept in the ready form only (the NVFP4 form
-    // of the E2M1 kernels, or the fp32 decode).
+    // On the CPU: quantized into scratch, kept in the ready form only (the
+    // NVFP4 form of the E2M1 kernels, or the fp32 decode). On CUDA: the raw
+    // form, quantized in place (linear scales, never a NaN byte).
     if (k % fmt::kMxBlock != 0) {
       fail(Q4_ERR_SHAPE, "weight->weight",
            "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
+    }
+    if (st.on_cuda()) {
+      uint8_t* q = allocate(p, c, n * (k / 2));
+      uint8_t* s = allocate(p, c, n * (k / fmt::kMxBlock));
+      int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / fmt::kMxBlock};
+      DLTensor tq = bytes_view(q, qs, 2, DLDataType{kDLUInt, 8, 1});
+      DLTensor ts = bytes_view(s, ss, 2, DLDataType{kDLUInt, 8, 1});
+      mxfp4_quantize(b.weight, &tq, &ts, Q4_SCALE_LINEAR, &o);
+      p.q = q;
+      p.s = s;
+      p.path = path;
+      p.e8m0_scales = true;
+      return;
     }
     std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * (k / fmt::kMxBlock)));
     int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / fmt::kMxBlock};
@@ -139,7 +177,8 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     prepare_nvfp4(p, op, true, c);
   } else if (b.format == Q4_FORMAT_MXFP4) {
     // As MXFP4_linear validates it; the ready form is the NVFP4 form (codes
-    // copied, E4M3 scales) or the fp32 decode (the packed bytes not kept).
+    // copied, E4M3 scales) or the fp32 decode (the packed bytes not kept),
+    // on CUDA the raw form.
     if (k % fmt::kMxBlock != 0) {
       fail(Q4_ERR_SHAPE, "weight->in_features",
            "K = " + std::to_string(k) + " must be a multiple of 32 (MXFP4 block size)");
@@ -161,6 +200,10 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.rows = n;
     op.k = k;
     require_finite_e8m0(op);
+    if (st.on_cuda()) {
+      prepare_mxfp4_raw(p, op, c, path);
+      return;
+    }
     *why = prepare_mxfp4(p, op, st.ops.num_threads, c, path, true, st.ops.compute_path, "weight->scale");
   } else {
     require_nbytes(q, (numel + 1) / 2, "ceil(N*K/2) packed bytes");
@@ -190,6 +233,7 @@ std::shared_ptr<PreparedWeight> upload(const PreparedWeight& h, const SessionSet
   d->g = h.g;
   d->blocksize = h.blocksize;
   d->block_shift = h.block_shift;
+  d->e8m0_scales = h.e8m0_scales;
   std::memcpy(d->lut, h.lut, sizeof d->lut);
   d->on_device = true;
   d->managed = st.managed;
@@ -206,6 +250,9 @@ std::shared_ptr<PreparedWeight> upload(const PreparedWeight& h, const SessionSet
   if (h.format == Q4_FORMAT_NVFP4) {
     d->q = put(h.q, h.n * h.k / 2);
     d->s = put(h.s, h.n * (h.k / 16));
+  } else if (h.format == Q4_FORMAT_MXFP4) {  // the raw form (e8m0_scales): a CUDA session's only one
+    d->q = put(h.q, h.n * h.k / 2);
+    d->s = put(h.s, h.n * (h.k / fmt::kMxBlock));
   } else {
     const int64_t numel = h.n * h.k;
     d->q = put(h.q, (numel + 1) / 2);
@@ -245,7 +292,7 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   }
   // On CUDA the plugin dequantizes itself (the compute path goes with each
   // call); the fp32 weight is a CPU form.
-  if (p->format != Q4_FORMAT_MXFP4) {  // (MXFP4 is prepared for its path, or its fallback)
+  if (p->format != Q4_FORMAT_MXFP4) {  // (MXFP4 is prepared for its path, its fallback, or raw)
     if (path == CpuPath::DequantMatmul && !st.on_cuda()) prepare_dequant(*p, st.ops.num_threads, c);
     p->path = path;
   }
@@ -264,21 +311,12 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
 
 namespace {
 
-// MXFP4 linears run on the CPU (the E2M1 kernels or dequant-matmul, as
-// MXFP4_linear); the CUDA plugin has no MXFP4 kernels yet.
-CpuPath mxfp4_linear_path(const SessionSettings& st) {
-  if (st.on_cuda()) {
-    fail(Q4_ERR_UNSUPPORTED, "weight->format",
-         "MXFP4 linears run on the CPU only for now (the CUDA plugin has no MXFP4 kernels); use a CPU "
-         "session");
-  }
-  return mxfp4_cpu_path(st.ops);
-}
-
 // A linear's record of the fallback of its current weight (MXFP4 outside
-// the E2M1 kernels' window): empty `why` = the requested path runs.
+// the E2M1 kernels' window): empty `why` = the requested path runs. A CUDA
+// linear's weight has no such fallback (the plugin dequantizes the raw
+// form); its record is the forwards' (forward_cuda).
 void note_prepared(Q4_linear* l, const std::string& why) {
-  if (l->format != Q4_FORMAT_MXFP4 || l->path != CpuPath::Kernel) return;
+  if (l->format != Q4_FORMAT_MXFP4 || l->path != CpuPath::Kernel || l->settings.on_cuda()) return;
   {
     std::lock_guard<std::mutex> lock(l->info_mutex);
     l->fallback_reason = why;
@@ -300,7 +338,10 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   const int32_t format = asked == Q4_FORMAT_NF4 || asked == Q4_FORMAT_MXFP4 ? asked : Q4_FORMAT_NVFP4;
   CpuPath path = CpuPath::DequantMatmul;
   if (format == Q4_FORMAT_MXFP4) {
-    path = mxfp4_linear_path(s->settings);
+    // The E2M1 kernels' option rules on every target (MXFP4_linear's): on
+    // the CPU the NVFP4 form or the fp32 decode, on CUDA the raw form
+    // through the plugin's MXFP4 linear.
+    path = mxfp4_cpu_path(s->settings.ops);
   } else {
     path = choose_cpu_path(s->settings.ops, format);  // forced wrong kernel -> error
     check_math_mode(s->settings.ops, path);
@@ -352,6 +393,29 @@ bool needs_staging(const Q4_linear& l, const TensorRef& t) {
   }
 }
 
+// The plugin's MXFP4 linear on a raw MXFP4 weight (codes and linear E8M0
+// scales on the device) for a forward's descriptor (x, out and bias
+// already placed). A forced dequant-matmul path goes as DequantMatmulOnly,
+// as cuda::run does for NVFP4 and NF4.
+Mxfp4ProductDesc mxfp4_product(const ProductDesc& d, const PreparedWeight& w) {
+  Mxfp4ProductDesc md;
+  md.ctx = d.ctx;
+  if (d.path == CpuPath::DequantMatmul) md.ctx.opts.compute_path = Q4_PATH_DEQUANT_MATMUL_ONLY;
+  md.m = d.m;
+  md.n = d.n;
+  md.k = d.k;
+  md.x = d.x;
+  md.out = d.out;
+  md.bias = d.bias;
+  md.alpha = 1.0f;
+  md.w.q.data = const_cast<uint8_t*>(w.q);
+  md.w.s.data = const_cast<uint8_t*>(w.s);
+  md.w.layout = Q4_SCALE_LINEAR;
+  md.w.rows = w.n;
+  md.w.k = w.k;
+  return md;
+}
+
 // A forward on the session's CUDA device: the weight's device pointers,
 // the activations and outputs in place where the device reads them, else
 // through device memory (counted in implicit_copies).
@@ -373,28 +437,32 @@ void forward_cuda(Q4_linear* l, ProductDesc& d, const PreparedWeight& w) {
     os = std::make_unique<Buffer>(nullptr, d.out.nbytes, Memory::Device, st.device);
     d.out.data = os->data();
   }
-  if (w.format == Q4_FORMAT_NVFP4) {
-    d.nv.q.data = const_cast<uint8_t*>(w.q);
-    d.nv.s.data = const_cast<uint8_t*>(w.s);
-    d.nv.layout = Q4_SCALE_LINEAR;
-    d.nv.rows = w.n;
-    d.nv.k = w.k;
-    d.nv.g = w.g;
-  } else {
-    d.nf.q.data = const_cast<uint8_t*>(w.q);
-    d.nf.numel = w.n * w.k;
-    d.nf.state.absmax.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.absmax));
-    d.nf.state.has_quant_map = true;
-    d.nf.state.quant_map.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.quant_map));
-    d.nf.state.stats.blocksize = w.blocksize;
-  }
   if (w.bias != nullptr) {
     d.bias.present = true;
     d.bias.ref.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.bias));
     d.bias.ref.type = ElemType::F32;
   }
   std::string why;
-  cuda::run(d, &why);
+  if (w.format == Q4_FORMAT_MXFP4) {
+    cuda::run(mxfp4_product(d, w), &why);
+  } else {
+    if (w.format == Q4_FORMAT_NVFP4) {
+      d.nv.q.data = const_cast<uint8_t*>(w.q);
+      d.nv.s.data = const_cast<uint8_t*>(w.s);
+      d.nv.layout = Q4_SCALE_LINEAR;
+      d.nv.rows = w.n;
+      d.nv.k = w.k;
+      d.nv.g = w.g;
+    } else {
+      d.nf.q.data = const_cast<uint8_t*>(w.q);
+      d.nf.numel = w.n * w.k;
+      d.nf.state.absmax.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.absmax));
+      d.nf.state.has_quant_map = true;
+      d.nf.state.quant_map.data = reinterpret_cast<uint8_t*>(const_cast<float*>(w.quant_map));
+      d.nf.state.stats.blocksize = w.blocksize;
+    }
+    cuda::run(d, &why);
+  }
   // Results in memory the host reads: complete before returning.
   if (os || d.out.device.device_type != kDLCUDA) cuda::synchronize(st.device, d.ctx.opts.stream);
   if (os) {

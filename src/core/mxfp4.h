@@ -44,8 +44,8 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
                           const std::shared_ptr<SessionCounters>& counters, CpuPath path, bool copy,
                           int32_t compute_path, const char* name);
 
-// The operations, after validation (host only: a descriptor placed on a
-// CUDA device is Q4_ERR_UNSUPPORTED until the plugin has MXFP4 kernels).
+// The operations, after validation: on the CPU, or (a descriptor placed on
+// a CUDA device) through the plugin's MXFP4 ops (cuda_backend.h).
 void run_mxfp4(const Mxfp4QuantizeDesc& d);
 void run_mxfp4(const Mxfp4DequantizeDesc& d);
 void run_mxfp4(const Mxfp4ProductDesc& d);

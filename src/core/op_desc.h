@@ -111,8 +111,9 @@ struct Mxfp4DequantizeDesc {
 
 // MXFP4 products: out[M, N] = alpha * act[M, K] . W[N, K]^T (+ bias[N]);
 // act is the float tensor x (linear) or the MXFP4 operand a (scaled_mm).
-// They run on the CPU by dequantize-then-fp32-GEMM only (path is always
-// DequantMatmul; validation refuses what would need a kernel).
+// On the CPU they run on the E2M1 kernels through the weight's exact NVFP4
+// form (or dequantize-then-fp32-GEMM); placed on a CUDA device, through the
+// plugin's MXFP4 ops.
 struct Mxfp4ProductDesc {
   OpContext ctx;
   bool w4a4 = false;

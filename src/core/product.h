@@ -24,7 +24,7 @@ struct PreparedWeight {
   int64_t n = 0, k = 0;
   CpuPath path = CpuPath::Kernel;
   const uint8_t* q = nullptr;      // packed codes
-  const uint8_t* s = nullptr;      // NVFP4 E4M3 scales, linear [N, K/16]
+  const uint8_t* s = nullptr;      // NVFP4 E4M3 scales, linear [N, K/16] (see e8m0_scales)
   float g = 1.0f;                  // NVFP4 global scale
   const float* absmax = nullptr;   // NF4 fp32 absmax per block
   float lut[16] = {};              // NF4 code values
@@ -39,6 +39,12 @@ struct PreparedWeight {
   bool managed = false;
   int32_t device = 0;
   const float* quant_map = nullptr;  // NF4 on a device: the 16 code values
+  // MXFP4 in its raw form (a linear of a CUDA session, whose plugin runs
+  // its own MXFP4 linear on it): q = the packed codes [N, K/2] as given, s
+  // = the E8M0 scales in the linear layout [N, K/32] (swizzled bundles are
+  // unswizzled on the host), g unused. False: an MXFP4 weight is in a CPU
+  // ready form (the NVFP4 form, s = E4M3 [N, K/16] under g, or dequant).
+  bool e8m0_scales = false;
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;
