@@ -233,6 +233,52 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
   }
 }
 
+TEST_CASE("every ISA variant: quantize at the E2M1 rounding boundaries equals the scalar table", "[kernels]") {
+  // Elements at t * d and a few ulps around it for every E2M1 threshold t
+  // (the ties 0.25, 0.75, ..., 5), both signs, zeros and tiny values, under
+  // global scales that take the division-free path of the AVX-512 encoder
+  // and scales outside its window (d < 2^-90, d > 2^90: IEEE division).
+  const float thresholds[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
+  const int64_t k = 256;
+  std::vector<float> xs;
+  for (uint32_t lead = 0x38; lead < 0x7f; lead += 5) {  // E4M3 scale codes of the blocks
+    for (float t : thresholds) {
+      std::vector<float> blk(16, 0.0f);
+      blk[0] = 6.0f * q4::fmt::e4m3_decode(lead);  // block amax: scale code `lead` at g = 1
+      const float d = q4::fmt::e4m3_decode(lead);
+      const float c = t * d;
+      int j = 1;
+      for (int ulps = -3; ulps <= 3 && j < 16; ++ulps, ++j) {
+        float v = c;
+        for (int u = 0; u < std::abs(ulps); ++u) v = std::nextafter(v, ulps < 0 ? 0.0f : 1e30f);
+        blk[static_cast<size_t>(j)] = (ulps % 2 == 0) ? v : -v;
+      }
+      blk[14] = -0.0f;
+      blk[15] = 1e-42f;
+      xs.insert(xs.end(), blk.begin(), blk.end());
+    }
+  }
+  while (xs.size() % k != 0) xs.push_back(0.5f);
+  const int64_t rows = static_cast<int64_t>(xs.size()) / k;
+  Tensor x({rows, k}, t::f32());
+  for (size_t i = 0; i < xs.size(); ++i) x.set(static_cast<int64_t>(i), xs[i]);
+  for (float g : {1.0f, 0.7f, 1.3f / 1024.0f, 3e-30f, 1e33f}) {
+    Tensor q0({rows, k / 2}, t::u8()), s0({rows, k / 16}, t::u8());
+    {
+      IsaGuard scalar(Q4_ISA_SCALAR);
+      REQUIRE(NVFP4_quantize(x.t(), q0.t(), s0.t(), 0, g, nullptr, nullptr) == Q4_OK);
+    }
+    for (int32_t isa : available_isas()) {
+      IsaGuard guard(isa);
+      INFO("isa " << Q4_isa_name(isa) << " g " << g);
+      Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
+      REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, nullptr) == Q4_OK);
+      CHECK(same_bytes(q, q0));
+      CHECK(same_bytes(s, s0));
+    }
+  }
+}
+
 TEST_CASE("fp16/bf16 activations in the GEMV path: same result as their fp32 values", "[kernels]") {
   // The GEMV kernels convert fp16/bf16 in registers; the products must be
   // bit-identical to those of the fp32 values of the same activations, on

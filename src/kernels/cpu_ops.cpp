@@ -599,13 +599,18 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
     std::vector<float> buf;
     const float* xt = f32_task_rows(kt, x, r0, r1, k, buf);
-    if (kt.absmax_bits(xt, (r1 - r0) * k) >= kNonFiniteBits) {
+    const bool finite =
+        kt.nvfp4_quantize_checked != nullptr
+            ? kt.nvfp4_quantize_checked(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16))
+            : kt.absmax_bits(xt, (r1 - r0) * k) < kNonFiniteBits;
+    if (!finite) {
       int64_t cur = bad_task.load(std::memory_order_relaxed);
       while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
       }
       return;
     }
-    kt.nvfp4_quantize(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16));
+    if (kt.nvfp4_quantize_checked == nullptr)
+      kt.nvfp4_quantize(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16));
   });
   const int64_t bad = bad_task.load();
   if (bad != std::numeric_limits<int64_t>::max()) return first_non_finite(x, bad * rows_per * k, n);

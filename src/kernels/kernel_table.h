@@ -102,6 +102,12 @@ struct KernelTable {
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
+  // Optional (null: absmax_bits, then nvfp4_quantize): the same
+  // quantization of possibly non-finite input with the finite check fused
+  // into the block maxima; false when some x is NaN or Inf (q and s are
+  // then partly written: the drivers quantize into staging).
+  bool (*nvfp4_quantize_checked)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                                 uint8_t* s) = nullptr;
   // max |x_i| (finite input).
   float (*amax)(const float* x, int64_t n) = nullptr;
   // The largest |x_i| bit pattern (sign cleared, compared as an unsigned

@@ -386,23 +386,86 @@ inline void encode_block(__m512 v, float d, uint8_t* dst) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(packed16, packed16));
 }
 
+// The division-free element encoder (the constants live in registers for a
+// whole loop). One block: q0 = |x| y with y = RN(1/d), the exact remainder
+// |x| - q0 d, and one correction q0 + r y, which is the correctly rounded
+// |x| / d (Markstein's theorem: y within half an ulp of 1/d, q0 within one
+// ulp of |x|/d, no underflow of the remainder where the code depends on
+// it: the caller runs it only for d in [2^-90, 2^90] and block amax <= d
+// 2^100). Verified exhaustively for every x with x/d in [1/8, 16) (outside
+// it the code is 0 or 7 whatever the last bit) and every E4M3 scale under
+// several global scales. The E2M1 rounding of q (fmt::e2m1_encode: nearest,
+// ties to even, saturating at 6) is a table lookup: q clamped to [1/8, 32),
+// its exponent's low 3 bits and the top two mantissa bits (the kept bit and
+// the rounding bit) index 32 entries, two tables for whether any lower bit
+// (sticky) is set. The sign is the input's (d > 0), -0 included.
+struct RcpEncoder {
+  __m512i t0lo, t0hi, t1lo, t1hi;              // magnitude code by index, sticky clear / set
+  __m512i lo = _mm512_set1_epi32(0x3e000000);  // 1/8
+  __m512i hi = _mm512_set1_epi32(0x41ffffff);  // just below 32
+  __m512i sticky = _mm512_set1_epi32(0x1fffff);
+  __m512i sign_bit = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+
+  RcpEncoder() {
+    alignas(64) int32_t t[2][32];
+    for (int32_t sbit = 0; sbit < 2; ++sbit) {
+      for (uint32_t v = 0; v < 32; ++v) {
+        // u >> 21 = 4 e + 2 L + R for biased exponents e in [124, 131]
+        // (496 .. 527): index v is (u >> 21) mod 32.
+        const uint32_t top = 496u + ((v - 16u) & 31u);
+        const uint32_t u = (top << 21) | static_cast<uint32_t>(sbit);
+        float qv;
+        std::memcpy(&qv, &u, 4);
+        t[sbit][v] = static_cast<int32_t>(fmt::e2m1_encode(qv) & 7u);
+      }
+    }
+    t0lo = _mm512_load_si512(t[0]);
+    t0hi = _mm512_load_si512(t[0] + 16);
+    t1lo = _mm512_load_si512(t[1]);
+    t1hi = _mm512_load_si512(t[1] + 16);
+  }
+
+  void block(const float* x, __m512 d, __m512 y, uint8_t* dst) const {
+    const __m512i v = _mm512_loadu_si512(x);
+    const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
+    const __m512 q0 = _mm512_mul_ps(ax, y);
+    const __m512 q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0);
+    const __m512i u = _mm512_min_epu32(_mm512_max_epu32(_mm512_castps_si512(q), lo), hi);
+    const __m512i idx = _mm512_srli_epi32(u, 21);  // low 5 bits index the tables
+    const __m512i c0 = _mm512_permutex2var_epi32(t0lo, idx, t0hi);
+    const __m512i c1 = _mm512_permutex2var_epi32(t1lo, idx, t1hi);
+    const __m512i mag = _mm512_mask_mov_epi32(c0, _mm512_test_epi32_mask(u, sticky), c1);
+    // code = mag | (sign >> 28): bit 3 of the sign shifted down (0xF8: a | (b & 8)).
+    const __m512i code = _mm512_ternarylogic_epi32(mag, _mm512_srli_epi32(v, 28), _mm512_set1_epi32(8), 0xf8);
+    // Element 2j in the low nibble: qword j holds elements 2j and 2j+1.
+    const __m512i pairs = _mm512_or_si512(code, _mm512_srli_epi64(code, 28));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi64_epi8(pairs));
+  }
+};
+
+// max of |x| bit patterns as unsigned integers: the float order for
+// non-negative values, and a NaN or Inf (>= 0x7f800000) is never lost.
+inline __m512 max_bits(__m512 a, __m512 b) {
+  return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
 // The max-reduction network of block_amax16: 16 vectors -> one vector whose
 // lanes hold the 16 maxima in a fixed (network) order.
 inline __m512 max_network16(__m512 (&v)[16]) {
   __m512 c[8], e[4], g[2];
   for (int64_t j = 0; j < 8; ++j) {  // 128-bit halves of pairs
-    c[j] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xee));
+    c[j] = max_bits(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0x44),
+                    _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], 0xee));
   }
   for (int64_t j = 0; j < 4; ++j) {
-    e[j] = _mm512_max_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xdd));
+    e[j] = max_bits(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
+                    _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xdd));
   }
   for (int64_t j = 0; j < 2; ++j) {  // within 128-bit lanes
-    g[j] = _mm512_max_ps(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0x44),
-                         _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0xee));
+    g[j] = max_bits(_mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0x44),
+                    _mm512_shuffle_ps(e[2 * j], e[2 * j + 1], 0xee));
   }
-  return _mm512_max_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xdd));
+  return max_bits(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xdd));
 }
 
 // The permutation that puts the network's output in block order, found by
@@ -418,7 +481,8 @@ inline __m512i max_network_order() {
 }
 
 // max |x| of each of 16 consecutive 16-element blocks, in block order (a
-// 15-max shuffle network instead of 16 horizontal reductions).
+// 15-max shuffle network instead of 16 horizontal reductions); a lane whose
+// bits are >= 0x7f800000 has a NaN or Inf in its block.
 inline __m512 block_amax16(const float* x, __m512 abs_mask) {
   static const __m512i order = max_network_order();
   __m512 v[16];
@@ -426,37 +490,87 @@ inline __m512 block_amax16(const float* x, __m512 abs_mask) {
   return _mm512_permutexvar_ps(order, max_network16(v));
 }
 
+// Scale codes of 16 consecutive blocks at x into s; their divisors d into
+// dv and, when the division-free element path may run for all of them
+// (returns true), y = RN(1/d) into yv.
+inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 gv, uint8_t* s, float* dv,
+                          float* yv, __mmask16* non_finite) {
+  const __m512 av = block_amax16(x, abs_mask);
+  *non_finite = _mm512_cmpge_epu32_mask(_mm512_castps_si512(av), _mm512_set1_epi32(0x7f800000));
+  __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
+  // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+  const __mmask16 nonzero = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ);
+  code = _mm512_mask_mov_epi32(code, nonzero & _mm512_testn_epi32_mask(code, code), _mm512_set1_epi32(1));
+  const __m512 dvec = _mm512_mul_ps(e4m3_decode16(code), gv);
+  _mm512_store_ps(dv, dvec);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm512_cvtepi32_epi8(code));
+  const __mmask16 in_range =
+      _mm512_cmp_ps_mask(dvec, _mm512_set1_ps(0x1p-90f), _CMP_GE_OQ) &
+      _mm512_cmp_ps_mask(dvec, _mm512_set1_ps(0x1p90f), _CMP_LE_OQ) &
+      _mm512_cmp_ps_mask(av, _mm512_mul_ps(dvec, _mm512_set1_ps(0x1p100f)), _CMP_LE_OQ);
+  _mm512_store_ps(yv, _mm512_div_ps(_mm512_set1_ps(1.0f), dvec));
+  return (nonzero & ~in_range) == 0;  // zero blocks (d = 0) are written as zeros either way
+}
+
 // Bit-exact NVFP4 quantization. Block scales are computed 16 blocks at a
 // time in vectors with the same integer E4M3 rounding as the codec; the
-// element division is IEEE (correctly rounded) like the reference; the
-// E2M1 rounding is the same comparisons as fmt::e2m1_encode.
-void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+// element quotients x / d are the correctly rounded ones of the reference
+// (division-free where encode_block_rcp's conditions hold, else IEEE
+// division); the E2M1 rounding is fmt::e2m1_encode's. Two passes over up
+// to kGroups x 16 blocks (in L1/L2): all scales, then all elements, so that
+// the long latency chain of a scale group (max network, division, E4M3
+// encode) never stalls the element work behind it.
+// KernelTable::nvfp4_quantize_checked: the finite check rides on the block
+// maxima (integer max of the |x| bits); false as soon as a group of 16
+// blocks holds a NaN or Inf (q and s then partly written).
+bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  constexpr int64_t kGroups = 32;
   const int64_t nblocks = rows * (k / 16);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512 six_g = _mm512_set1_ps(fmt::kE2M1Max * g);
   const __m512 gv = _mm512_set1_ps(g);
+  alignas(64) float dv[kGroups * 16];
+  alignas(64) float yv[kGroups * 16];
+  bool rcp[kGroups];
+  static const RcpEncoder table;
+  const RcpEncoder enc = table;
   int64_t b0 = 0;
-  for (; b0 + 16 <= nblocks; b0 += 16) {
-    const __m512 av = block_amax16(x + b0 * 16, abs_mask);
-    __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
-    // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
-    const __mmask16 bump =
-        _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ) & _mm512_testn_epi32_mask(code, code);
-    code = _mm512_mask_mov_epi32(code, bump, _mm512_set1_epi32(1));
-    alignas(64) float dv[16];
-    _mm512_store_ps(dv, _mm512_mul_ps(e4m3_decode16(code), gv));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(s + b0), _mm512_cvtepi32_epi8(code));
-    for (int i = 0; i < 16; ++i) {
-      uint8_t* dst = q + (b0 + i) * 8;
-      if (dv[i] == 0.0f) {
-        std::memset(dst, 0, 8);
-      } else {
-        encode_block(_mm512_loadu_ps(x + (b0 + i) * 16), dv[i], dst);
+  while (b0 + 16 <= nblocks) {
+    const int64_t groups = std::min(kGroups, (nblocks - b0) / 16);
+    for (int64_t j = 0; j < groups; ++j) {
+      const int64_t b = b0 + 16 * j;
+      __mmask16 bad = 0;
+      rcp[j] = scale_group16(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad);
+      if (bad != 0) return false;
+    }
+    for (int64_t j = 0; j < groups; ++j) {
+      const int64_t g0 = 16 * j;
+      if (rcp[j]) {
+        for (int64_t i = g0; i < g0 + 16; ++i) {
+          uint8_t* dst = q + (b0 + i) * 8;
+          if (dv[i] == 0.0f) {
+            std::memset(dst, 0, 8);
+          } else {
+            enc.block(x + (b0 + i) * 16, _mm512_set1_ps(dv[i]), _mm512_set1_ps(yv[i]), dst);
+          }
+        }
+        continue;
+      }
+      for (int64_t i = g0; i < g0 + 16; ++i) {
+        uint8_t* dst = q + (b0 + i) * 8;
+        if (dv[i] == 0.0f) {
+          std::memset(dst, 0, 8);
+        } else {
+          encode_block(_mm512_loadu_ps(x + (b0 + i) * 16), dv[i], dst);
+        }
       }
     }
+    b0 += groups * 16;
   }
   for (int64_t b = b0; b < nblocks; ++b) {  // tail blocks: the scalar codec
-    const float bmax = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + b * 16), abs_mask));
+    const __m512i bits = _mm512_and_si512(_mm512_loadu_si512(x + b * 16), _mm512_set1_epi32(0x7fffffff));
+    if (_mm512_reduce_max_epu32(bits) >= 0x7f800000u) return false;
+    const float bmax = _mm512_reduce_max_ps(_mm512_castsi512_ps(bits));
     const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
     const float d = fmt::nvfp4_block_divisor(code, g);
     s[b] = static_cast<uint8_t>(code);
@@ -466,6 +580,12 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
       encode_block(_mm512_loadu_ps(x + b * 16), d, q + b * 8);
     }
   }
+  return true;
+}
+
+// KernelTable::nvfp4_quantize (finite input).
+void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  nvfp4_quantize_checked(x, rows, k, g, q, s);
 }
 
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
@@ -540,6 +660,7 @@ const KernelTable& avx512_table() {
     f.nf4_panel = nf4_panel;
     f.gemm_micro = gemm_micro;
     f.nvfp4_quantize = nvfp4_quantize;
+    f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
