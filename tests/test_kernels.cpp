@@ -233,7 +233,8 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
   }
 }
 
-TEST_CASE("every ISA variant: quantize at the E2M1 rounding boundaries equals the scalar table", "[kernels]") {
+TEST_CASE("every ISA variant: quantize at the E2M1 rounding boundaries equals the scalar table",
+          "[kernels]") {
   // Elements at t * d and a few ulps around it for every E2M1 threshold t
   // (the ties 0.25, 0.75, ..., 5), both signs, zeros and tiny values, under
   // global scales that take the division-free path of the AVX-512 encoder
