@@ -283,7 +283,7 @@ struct I8zNf4 {
         continue;
       }
       const __m512i idx = _mm512_srl_epi32(
-          _mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int32_t>(c * 128 + 16 * q))), sh);
+          _mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int32_t>(c * 128 + int64_t{16} * q))), sh);
       sc[q] = _mm512_i32gather_ps(idx, base, 4);
     }
   }
