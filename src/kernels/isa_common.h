@@ -85,6 +85,23 @@ inline void gemv_even_odd(ActRows x, int64_t ldx, int32_t m, int64_t k, Split&& 
   with_rows<kGemvMaxRows>(m, [&](auto mm) { body(mm, xe, xo, ld); });
 }
 
+// The fp32 scales of an integer NF4 panel (KernelTable::i8_pack_nf4): the
+// absmax of the block holding each 16 elements of rows [n0, n0+rows) x
+// blocks [b0, b0+nb); rows >= `rows`: 0.
+inline void i8_nf4_panel_scales(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                                float* ws) {
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r) {
+      ws[b * 16 + r] = r < rows ? w.absmax[((n0 + r) * w.k + (b0 + b) * 16) >> w.block_shift] : 0.0f;
+    }
+  }
+}
+
+// The bytes an integer NF4 panel reads for rows past N: code 7 (0.0 in the
+// NF4 table; with scale 0 the value does not matter, they are not stored).
+alignas(16) inline constexpr uint8_t kI8Nf4PadRow[16] = {0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77,
+                                                         0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77};
+
 // The benchmark probe of KernelTable::fma_probe for a vector type described
 // by V: V::Reg, V::kLanes, V::set1(float), V::fma(a, b, c) = a*b + c,
 // V::add(a, b), V::sum(Reg) -> float. 12 independent chains.

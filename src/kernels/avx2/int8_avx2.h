@@ -33,7 +33,7 @@ struct E4m3Table2 {
 // of block d/2 (32 bytes: half of a step's 64).
 // kEvenLow: the even elements are the low nibbles (NVFP4), else the high
 // ones (NF4).
-template <bool kEvenLow = true>
+template <bool kEvenLow>
 inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, uint8_t* out) {
   __m256i z[4];
   for (int g = 0; g < 4; ++g) {
@@ -61,22 +61,30 @@ inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, 
   }
 }
 
+// The codes of a 16-row panel as two 8-row halves (rows >= `rows` read
+// `pad`), two blocks at a time; `lut` maps nibbles to biased int8 values.
+template <bool kEvenLow>
+void i8_pack_codes_avx2(const uint8_t* q, int64_t k, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                        const uint8_t* lut16, const uint8_t* pad, uint8_t* wq) {
+  const __m128i l128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lut16));
+  const __m256i lut = _mm256_inserti128_si256(_mm256_castsi128_si256(l128), l128, 1);
+  const int64_t rb = k / 2;
+  const uint8_t* src[16];
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool two = b + 2 <= nb;
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? q + (n0 + r) * rb + (b0 + b) * 8 : pad;
+    i8_pack_avx2_half<kEvenLow>(src, two, lut, wq + b * 256);
+    i8_pack_avx2_half<kEvenLow>(src + 8, two, lut, wq + b * 256 + 32);
+  }
+}
+
 void i8_pack_nvfp4_avx2(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
                         float* ws) {
   alignas(16) static const uint8_t zeros[16] = {};
   static const E4m3Table2 dec;
-  alignas(16) int8_t lv[16];
-  for (uint32_t c = 0; c < 16; ++c) lv[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
-  const __m128i l128 = _mm_load_si128(reinterpret_cast<const __m128i*>(lv));
-  const __m256i lut = _mm256_inserti128_si256(_mm256_castsi128_si256(l128), l128, 1);
-  const int64_t rb = w.k / 2;
-  const uint8_t* src[16];
-  for (int64_t b = 0; b < nb; b += 2) {
-    const bool two = b + 2 <= nb;
-    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
-    i8_pack_avx2_half(src, two, lut, wq + b * 256);
-    i8_pack_avx2_half(src + 8, two, lut, wq + b * 256 + 32);
-  }
+  alignas(16) uint8_t lv[16];
+  for (uint32_t c = 0; c < 16; ++c) lv[c] = static_cast<uint8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
+  i8_pack_codes_avx2<true>(w.q, w.k, n0, rows, b0, nb, lv, zeros, wq);
   const int64_t kb = w.k / 16;
   for (int64_t b = 0; b < nb; ++b) {
     for (int32_t r = 0; r < kI8PanelNr; ++r)
@@ -85,26 +93,11 @@ void i8_pack_nvfp4_avx2(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0
 }
 
 // NF4 panel (KernelTable::i8_pack_nf4): the NF4 nibble order, `code` as
-// the table, ws = the absmax of the block holding each 16 elements; rows
-// >= `rows` read bytes 0x77 with scale 0 (contribute nothing, not stored).
+// the table.
 void i8_pack_nf4_avx2(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
                       int64_t nb, uint8_t* wq, float* ws) {
-  alignas(16) static const uint8_t pad[16] = {0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77,
-                                              0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77};
-  const __m128i l128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(code));
-  const __m256i lut = _mm256_inserti128_si256(_mm256_castsi128_si256(l128), l128, 1);
-  const int64_t rb = w.k / 2;
-  const uint8_t* src[16];
-  for (int64_t b = 0; b < nb; b += 2) {
-    const bool two = b + 2 <= nb;
-    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : pad;
-    i8_pack_avx2_half<false>(src, two, lut, wq + b * 256);
-    i8_pack_avx2_half<false>(src + 8, two, lut, wq + b * 256 + 32);
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int32_t r = 0; r < kI8PanelNr; ++r)
-      ws[b * 16 + r] = r < rows ? w.absmax[((n0 + r) * w.k + (b0 + b) * 16) >> w.block_shift] : 0.0f;
-  }
+  i8_pack_codes_avx2<false>(w.q, w.k, n0, rows, b0, nb, code, kI8Nf4PadRow, wq);
+  i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
 template <int MR>

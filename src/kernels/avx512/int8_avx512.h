@@ -87,43 +87,33 @@ inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut,
   }
 }
 
+// The codes of a 16-row panel (rows >= `rows` read `pad`), two blocks at a
+// time; `lut` maps nibbles to the biased int8 values.
+template <bool kEvenLow>
+inline void i8_pack_codes_avx512(const uint8_t* q, int64_t k, int64_t n0, int32_t rows, int64_t b0,
+                                 int64_t nb, __m512i lut, const uint8_t* pad, uint8_t* wq) {
+  const int64_t rb = k / 2;
+  const uint8_t* src[16];
+  for (int64_t b = 0; b < nb; b += 2) {
+    for (int r = 0; r < 16; ++r) src[r] = r < rows ? q + (n0 + r) * rb + (b0 + b) * 8 : pad;
+    i8_pack_two_blocks<kEvenLow>(src, b + 2 <= nb, lut, wq + b * 256);
+  }
+}
+
 inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
                                  uint8_t* wq, float* ws) {
   alignas(16) static const uint8_t zeros[16] = {};
-  const __m512i lut = i8_biased_lut512();
-  const int64_t rb = w.k / 2;
-  const uint8_t* src[16];
-  int64_t b = 0;
-  for (; b < nb; b += 2) {
-    const bool two = b + 2 <= nb;
-    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
-    i8_pack_two_blocks<true>(src, two, lut, wq + b * 256);
-  }
+  i8_pack_codes_avx512<true>(w.q, w.k, n0, rows, b0, nb, i8_biased_lut512(), zeros, wq);
   i8_pack_scales(w, n0, rows, b0, nb, ws);
 }
 
 // NF4 panel (KernelTable::i8_pack_nf4): the same transpose with the NF4
-// nibble order and `code` (the biased int8 code values) as the table; ws =
-// the absmax of the block holding each 16 elements. Rows >= `rows` read
-// bytes 0x77 (code 7 = 0.0, biased kI8Nf4Bias) with scale 0, the portable
-// packer's bytes.
+// nibble order and `code` (the biased int8 code values) as the table.
 inline void i8_pack_nf4_avx512(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
                                int64_t nb, uint8_t* wq, float* ws) {
-  alignas(16) static const uint8_t zeros[16] = {0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77,
-                                                0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77, 0x77};
   const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code)));
-  const int64_t rb = w.k / 2;
-  const uint8_t* src[16];
-  for (int64_t b = 0; b < nb; b += 2) {
-    const bool two = b + 2 <= nb;
-    for (int r = 0; r < 16; ++r) src[r] = r < rows ? w.q + (n0 + r) * rb + (b0 + b) * 8 : zeros;
-    i8_pack_two_blocks<false>(src, two, lut, wq + b * 256);
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int32_t r = 0; r < kI8PanelNr; ++r) {
-      ws[b * 16 + r] = r < rows ? w.absmax[((n0 + r) * w.k + (b0 + b) * 16) >> w.block_shift] : 0.0f;
-    }
-  }
+  i8_pack_codes_avx512<false>(w.q, w.k, n0, rows, b0, nb, lut, kI8Nf4PadRow, wq);
+  i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
 template <int MR, bool kVnni>

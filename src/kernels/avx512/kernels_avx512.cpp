@@ -364,30 +364,8 @@ inline __m512i e4m3_encode16_nonneg(__m512 v) {
   return _mm512_mask_blend_epi32(is_inf, code, _mm512_set1_epi32(0x7e));
 }
 
-// Codes of one 16-element block (x / d already known > 0) packed into 8 bytes.
-inline void encode_block(__m512 v, float d, uint8_t* dst) {
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512 yv = _mm512_div_ps(v, _mm512_set1_ps(d));  // IEEE division, as the reference
-  const __m512 ay = _mm512_and_ps(yv, abs_mask);
-  __m512i mag = _mm512_setzero_si512();
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.25f), _CMP_GT_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.75f), _CMP_GE_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.25f), _CMP_GT_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.75f), _CMP_GE_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(2.5f), _CMP_GT_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(3.5f), _CMP_GE_OQ), mag, one);
-  mag = _mm512_mask_add_epi32(mag, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(5.0f), _CMP_GT_OQ), mag, one);
-  const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(yv), 31);
-  const __m512i codes = _mm512_or_si512(mag, _mm512_slli_epi32(sign, 3));
-  const __m128i b8 = _mm512_cvtepi32_epi8(codes);  // 16 codes, one per byte
-  const __m128i packed16 = _mm_or_si128(_mm_and_si128(b8, _mm_set1_epi16(0x000f)),
-                                        _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi16(0x00f0)));
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packus_epi16(packed16, packed16));
-}
-
-// The division-free element encoder (the constants live in registers for a
-// whole loop). One block: q0 = |x| y with y = RN(1/d), the exact remainder
+// The element encoder (the constants live in registers for a whole loop).
+// block(), division-free: q0 = |x| y with y = RN(1/d), the exact remainder
 // |x| - q0 d, and one correction q0 + r y, which is the correctly rounded
 // |x| / d (Markstein's theorem: y within half an ulp of 1/d, q0 within one
 // ulp of |x|/d, no underflow of the remainder where the code depends on
@@ -399,14 +377,14 @@ inline void encode_block(__m512 v, float d, uint8_t* dst) {
 // its exponent's low 3 bits and the top two mantissa bits (the kept bit and
 // the rounding bit) index 32 entries, two tables for whether any lower bit
 // (sticky) is set. The sign is the input's (d > 0), -0 included.
-struct RcpEncoder {
+struct E2m1Encoder {
   __m512i t0lo, t0hi, t1lo, t1hi;              // magnitude code by index, sticky clear / set
   __m512i lo = _mm512_set1_epi32(0x3e000000);  // 1/8
   __m512i hi = _mm512_set1_epi32(0x41ffffff);  // just below 32
   __m512i sticky = _mm512_set1_epi32(0x1fffff);
   __m512i sign_bit = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
 
-  RcpEncoder() {
+  E2m1Encoder() {
     alignas(64) int32_t t[2][32];
     for (int32_t sbit = 0; sbit < 2; ++sbit) {
       for (uint32_t v = 0; v < 32; ++v) {
@@ -425,11 +403,23 @@ struct RcpEncoder {
     t1hi = _mm512_load_si512(t[1] + 16);
   }
 
+  // One block, division-free (the window above).
   void block(const float* x, __m512 d, __m512 y, uint8_t* dst) const {
     const __m512i v = _mm512_loadu_si512(x);
     const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
     const __m512 q0 = _mm512_mul_ps(ax, y);
-    const __m512 q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0);
+    store(v, _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0), dst);
+  }
+
+  // One block with the IEEE division (d > 0, any magnitude).
+  void block_div(const float* x, float d, uint8_t* dst) const {
+    const __m512i v = _mm512_loadu_si512(x);
+    const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
+    store(v, _mm512_div_ps(ax, _mm512_set1_ps(d)), dst);
+  }
+
+  // The 8 code bytes of the block v given q = |v| / d correctly rounded.
+  void store(__m512i v, __m512 q, uint8_t* dst) const {
     const __m512i u = _mm512_min_epu32(_mm512_max_epu32(_mm512_castps_si512(q), lo), hi);
     const __m512i idx = _mm512_srli_epi32(u, 21);  // low 5 bits index the tables
     const __m512i c0 = _mm512_permutex2var_epi32(t0lo, idx, t0hi);
@@ -515,7 +505,7 @@ inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 
 // Bit-exact NVFP4 quantization. Block scales are computed 16 blocks at a
 // time in vectors with the same integer E4M3 rounding as the codec; the
 // element quotients x / d are the correctly rounded ones of the reference
-// (division-free where encode_block_rcp's conditions hold, else IEEE
+// (division-free where E2m1Encoder::block's conditions hold, else IEEE
 // division); the E2M1 rounding is fmt::e2m1_encode's. Two passes over up
 // to kGroups x 16 blocks (in L1/L2): all scales, then all elements, so that
 // the long latency chain of a scale group (max network, division, E4M3
@@ -532,8 +522,8 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
   alignas(64) float dv[kGroups * 16];
   alignas(64) float yv[kGroups * 16];
   bool rcp[kGroups];
-  static const RcpEncoder table;
-  const RcpEncoder enc = table;
+  static const E2m1Encoder table;
+  const E2m1Encoder enc = table;
   int64_t b0 = 0;
   while (b0 + 16 <= nblocks) {
     const int64_t groups = std::min(kGroups, (nblocks - b0) / 16);
@@ -561,7 +551,7 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
         if (dv[i] == 0.0f) {
           std::memset(dst, 0, 8);
         } else {
-          encode_block(_mm512_loadu_ps(x + (b0 + i) * 16), dv[i], dst);
+          enc.block_div(x + (b0 + i) * 16, dv[i], dst);
         }
       }
     }
@@ -577,7 +567,7 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     if (d == 0.0f) {
       std::memset(q + b * 8, 0, 8);
     } else {
-      encode_block(_mm512_loadu_ps(x + b * 16), d, q + b * 8);
+      enc.block_div(x + b * 16, d, q + b * 8);
     }
   }
   return true;
