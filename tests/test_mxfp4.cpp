@@ -666,7 +666,7 @@ struct MxSession {
 
 Q4_weight_bundle mx_bundle(const DLTensor* weight, const DLTensor* scale, int64_t n, int64_t k,
                            const DLTensor* bias) {
-  Q4_weight_bundle b;
+  Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);
   b.format = Q4_FORMAT_MXFP4;
   b.source = Q4_WEIGHT_PACKED;
@@ -755,7 +755,7 @@ TEST_CASE("MXFP4 linears: bad bundles and settings MXFP4 cannot run are refused"
   b.scale_layout = Q4_SCALE_SWIZZLED;
   CHECK(Q4_linear_create(ses.s, &b, &lin) == Q4_ERR_SHAPE);
   CHECK(named("weight->scale"));
-  Q4_session_config cfg;
+  Q4_session_config cfg{};
   Q4_session_config_init(&cfg);
   cfg.compute_path = Q4_PATH_KERNEL_ONLY;
   MxSession kernel_only(&cfg);
@@ -1023,7 +1023,7 @@ TEST_CASE("MXFP4_linear_experts and MXFP4 linears run the E2M1 kernels (bits of 
   }
   // A linear of the whole stack as one [E*N, K] weight, fast math: the bits
   // of MXFP4_linear fast.
-  Q4_session_config cfg;
+  Q4_session_config cfg{};
   Q4_session_config_init(&cfg);
   cfg.math_mode = Q4_MATH_FAST;
   MxSession ses(&cfg);
