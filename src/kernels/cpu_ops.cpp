@@ -117,11 +117,14 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
     const int64_t n0 = t * nr;
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
     PanelBuffer panel = make_panel(kc * nr);
-    for (int64_t i0 = 0; i0 < m; i0 += mc) {
-      const int64_t i1 = std::min(m, i0 + mc);
-      for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        const int64_t kcur = std::min(kc, k - k0);
-        pack(n0, rows, k0, kcur, panel.get());
+    // Each kc slice of the panel is decoded once and runs every row of X
+    // (in passes of mc rows): the decode is paid once per weight, not once
+    // per mc rows. Every output still adds its kc slices in ascending k0.
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+      const int64_t kcur = std::min(kc, k - k0);
+      pack(n0, rows, k0, kcur, panel.get());
+      for (int64_t i0 = 0; i0 < m; i0 += mc) {
+        const int64_t i1 = std::min(m, i0 + mc);
         for (int64_t i = i0; i < i1; i += kt.micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.micro_mr, i1 - i));
           kt.gemm_micro(x + i * ldx + k0, ldx, mr, panel.get(), kcur, y + i * n + n0, n, rows, k0 > 0);
@@ -173,11 +176,14 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
     const int64_t chunk = std::min(kb, kI8ChunkBlocks);
     std::vector<uint8_t> wq(static_cast<size_t>(chunk * 256));
     std::vector<float> ws(static_cast<size_t>(chunk * kI8PanelNr));
-    for (int64_t i0 = 0; i0 < m; i0 += kI8RowBlock) {
-      const int64_t i1 = std::min(m, i0 + kI8RowBlock);
-      for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
-        const int64_t nb = std::min(chunk, kb - b0);
-        pack(n0, rows, b0, nb, wq.data(), ws.data());
+    // Each chunk of the panel is packed once and runs every row of X (in
+    // passes of kI8RowBlock rows); every output adds its chunks in
+    // ascending b0 whatever the order of the passes.
+    for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
+      const int64_t nb = std::min(chunk, kb - b0);
+      pack(n0, rows, b0, nb, wq.data(), ws.data());
+      for (int64_t i0 = 0; i0 < m; i0 += kI8RowBlock) {
+        const int64_t i1 = std::min(m, i0 + kI8RowBlock);
         for (int64_t i = i0; i < i1; i += kt.i8_micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.i8_micro_mr, i1 - i));
           kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
@@ -185,9 +191,9 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
                       rows, b0 > 0);
         }
       }
-      for (int64_t i = i0; i < i1; ++i) {
-        for (int32_t r = 0; r < rows; ++r) y[i * n + n0 + r] *= post;
-      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int32_t r = 0; r < rows; ++r) y[i * n + n0 + r] *= post;
     }
   });
 }
