@@ -66,18 +66,25 @@ void sb_micro(const void* x, int64_t ldx, int64_t xoff, const float* wbuf, int64
   using Reg = typename V::Reg;
   constexpr int L = V::kLanes;
   Reg a[MI][R];
+#pragma GCC unroll 16
   for (int i = 0; i < MI; ++i) {
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) a[i][r] = first ? V::zero() : V::load(acc + (int64_t{i} * R + r) * L);
   }
   for (int64_t kk = 0; kk < kc; kk += L) {
     Reg wv[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) wv[r] = V::load(wbuf + r * ldw + kk);
+#pragma GCC unroll 16
     for (int i = 0; i < MI; ++i) {
       const Reg xv = V::template load_act<T>(x, xoff + i * ldx + kk);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) a[i][r] = V::fma(xv, wv[r], a[i][r]);
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < MI; ++i) {
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) V::store(acc + (int64_t{i} * R + r) * L, a[i][r]);
   }
 }

@@ -105,7 +105,9 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
                                int64_t ldxs, const uint8_t* wq, const float* ws, int64_t nb, float* y,
                                int64_t ldy, int32_t nr, bool accumulate) {
   __m256 acc[MR][2];
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
     for (int64_t h = 0; h < 2; ++h) {
       if (accumulate) {
         alignas(32) float tmp[8] = {};
@@ -120,10 +122,13 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wq + b * 256;
     __m256i d[MR][2];
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
+#pragma GCC unroll 4
     for (int64_t t = 0; t < 4; ++t) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+#pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         int32_t x4;
         std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
@@ -133,12 +138,14 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
       }
     }
     const __m256 ws0 = _mm256_loadu_ps(ws + b * 16), ws1 = _mm256_loadu_ps(ws + b * 16 + 8);
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const __m256 xsv = _mm256_set1_ps(xs[i * ldxs + b]);
       acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][0]), _mm256_mul_ps(xsv, ws0), acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[i][1]), _mm256_mul_ps(xsv, ws1), acc[i][1]);
     }
   }
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     if (nr == 16) {
       _mm256_storeu_ps(y + i * ldy, acc[i][0]);
