@@ -343,48 +343,222 @@ void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_
   });
 }
 
-// Bit-exact NVFP4 quantization (see the AVX-512 variant).
-void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
-  const int64_t nblocks = rows * (k / 16);
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+// ---- NVFP4 quantization (bit-exact; the scheme of the AVX-512 variant) ----
+
+// a >u b for 32-bit lanes.
+inline __m256i cmpgt_epu32(__m256i a, __m256i b) {
+  const __m256i bias = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+  return _mm256_cmpgt_epi32(_mm256_xor_si256(a, bias), _mm256_xor_si256(b, bias));
+}
+
+// E4M3 encoding of 8 non-negative values (finite or +Inf; no NaN), the
+// same integer round-to-nearest-even as fmt::e4m3_encode, saturating at 448.
+inline __m256i e4m3_encode8_nonneg(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
   const __m256i one = _mm256_set1_epi32(1);
-  auto count = [&](__m256 ay, float t, int pred) {
-    const __m256 c = pred == _CMP_GT_OQ ? _mm256_cmp_ps(ay, _mm256_set1_ps(t), _CMP_GT_OQ)
-                                        : _mm256_cmp_ps(ay, _mm256_set1_ps(t), _CMP_GE_OQ);
-    return _mm256_and_si256(_mm256_castps_si256(c), one);
+  const __m256i exp = _mm256_srli_epi32(u, 23);
+  const __m256i man = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffff));
+  // Normal E4M3 (biased fp32 exponent >= 121): keep 3 mantissa bits.
+  const __m256i full = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(exp, _mm256_set1_epi32(120)), 3),
+                                       _mm256_srli_epi32(man, 20));
+  const __m256i rem_n = _mm256_and_si256(man, _mm256_set1_epi32(0xfffff));
+  const __m256i half_n = _mm256_set1_epi32(0x80000);
+  const __m256i odd_n = _mm256_cmpeq_epi32(_mm256_and_si256(full, one), one);
+  const __m256i up_n = _mm256_or_si256(_mm256_cmpgt_epi32(rem_n, half_n),
+                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem_n, half_n), odd_n));
+  const __m256i code_n = _mm256_min_epu32(_mm256_sub_epi32(full, up_n), _mm256_set1_epi32(0x7e));
+  // Subnormal E4M3: sig * 2^(e - 150) in units of 2^-9, shift = 141 - e.
+  const __m256i has_exp = _mm256_cmpgt_epi32(exp, _mm256_setzero_si256());
+  const __m256i sig = _mm256_or_si256(man, _mm256_and_si256(has_exp, _mm256_set1_epi32(0x800000)));
+  const __m256i e = _mm256_max_epu32(exp, one);
+  const __m256i shift = _mm256_sub_epi32(_mm256_set1_epi32(141), e);
+  const __m256i kept = _mm256_srlv_epi32(sig, shift);  // 0 for shift >= 32
+  const __m256i rem_s = _mm256_and_si256(sig, _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one));
+  const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
+  const __m256i in_range = _mm256_cmpgt_epi32(_mm256_set1_epi32(33), shift);
+  const __m256i odd_s = _mm256_cmpeq_epi32(_mm256_and_si256(kept, one), one);
+  const __m256i up_s = _mm256_and_si256(
+      in_range,
+      _mm256_or_si256(cmpgt_epu32(rem_s, half), _mm256_and_si256(_mm256_cmpeq_epi32(rem_s, half), odd_s)));
+  const __m256i code_s = _mm256_sub_epi32(kept, up_s);
+  const __m256i normal = _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(120));
+  return _mm256_blendv_epi8(code_s, code_n, normal);
+}
+
+// max |x| bits of each of 8 consecutive 16-element blocks, in block order
+// (a max network instead of 8 horizontal reductions); a lane >= 0x7f800000
+// has a NaN or Inf in its block. |x| bits compare as signed integers.
+inline __m256i block_amax8(const float* x) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i v[8];
+  for (int64_t i = 0; i < 8; ++i) {
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * 16)), abs_mask);
+    const __m256i b =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * 16 + 8)), abs_mask);
+    v[i] = _mm256_max_epi32(a, b);
+  }
+  auto shuf = [](__m256i a, __m256i b, int imm) {
+    return imm == 0x88
+               ? _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88))
+               : _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0xdd));
   };
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const __m256 v0 = _mm256_loadu_ps(x + b * 16);
-    const __m256 v1 = _mm256_loadu_ps(x + b * 16 + 8);
-    const __m256 am = _mm256_max_ps(_mm256_and_ps(v0, abs_mask), _mm256_and_ps(v1, abs_mask));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float bmax = _mm_cvtss_f32(m4);
-    const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
+  __m256i m[4];
+  for (int64_t j = 0; j < 4; ++j)
+    m[j] = _mm256_max_epi32(shuf(v[2 * j], v[2 * j + 1], 0x88), shuf(v[2 * j], v[2 * j + 1], 0xdd));
+  // m[j], per 128-bit lane: pair maxima of blocks 2j (lanes 0-1), 2j+1 (2-3).
+  const __m256i a = _mm256_max_epi32(shuf(m[0], m[1], 0x88), shuf(m[0], m[1], 0xdd));  // blocks 0-3, per lane
+  const __m256i b = _mm256_max_epi32(shuf(m[2], m[3], 0x88), shuf(m[2], m[3], 0xdd));  // blocks 4-7, per lane
+  return _mm256_max_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Scale codes of 8 consecutive blocks at x into s, their divisors d into
+// dv and y = RN(1/d) into yv; returns whether the division-free element
+// path may run for all of them (d in [2^-90, 2^90], amax <= d 2^100).
+// *non_finite: some block holds a NaN or Inf.
+inline bool scale_group8(const float* x, __m256 six_g, __m256 gv, uint8_t* s, float* dv, float* yv,
+                         bool* non_finite) {
+  const __m256i bits = block_amax8(x);
+  *non_finite =
+      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_set1_epi32(0x7f7fffff)))) != 0;
+  const __m256 av = _mm256_castsi256_ps(bits);
+  __m256i code = e4m3_encode8_nonneg(_mm256_div_ps(av, six_g));
+  // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+  const __m256i nonzero = _mm256_castps_si256(_mm256_cmp_ps(av, _mm256_setzero_ps(), _CMP_GT_OQ));
+  const __m256i fix = _mm256_and_si256(nonzero, _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
+  code = _mm256_sub_epi32(code, fix);  // 0 -> 1 where fix
+  const __m256 dvec = _mm256_mul_ps(e4m3_decode8(code), gv);
+  _mm256_store_ps(dv, dvec);
+  const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(s), _mm_packus_epi16(c16, c16));
+  const __m256 ok =
+      _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(dvec, _mm256_set1_ps(0x1p-90f), _CMP_GE_OQ),
+                                  _mm256_cmp_ps(dvec, _mm256_set1_ps(0x1p90f), _CMP_LE_OQ)),
+                    _mm256_cmp_ps(av, _mm256_mul_ps(dvec, _mm256_set1_ps(0x1p100f)), _CMP_LE_OQ));
+  _mm256_store_ps(yv, _mm256_div_ps(_mm256_set1_ps(1.0f), dvec));
+  // Zero blocks (d = 0) are written as zeros either way.
+  return (_mm256_movemask_ps(_mm256_castsi256_ps(nonzero)) & ~_mm256_movemask_ps(ok)) == 0;
+}
+
+// The E2M1 codes of one block given its 16 correctly rounded quotients
+// |x| / d (two vectors) and the input bits (for the signs), packed into 8
+// bytes (element 2j in the low nibble of byte j).
+struct E2m1Encoder8 {
+  __m256 t[7] = {_mm256_set1_ps(0.25f), _mm256_set1_ps(0.75f), _mm256_set1_ps(1.25f), _mm256_set1_ps(1.75f),
+                 _mm256_set1_ps(2.5f),  _mm256_set1_ps(3.5f),  _mm256_set1_ps(5.0f)};
+  __m256i eight = _mm256_set1_epi32(8);
+  __m256i pack = _mm256_setr_epi8(0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                  -1, -1, 0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1);
+
+  // fmt::e2m1_encode's magnitude (nearest, ties to even, saturating at 6)
+  // as the count of thresholds passed: > at odd codes' midpoints below,
+  // >= where the tie goes up to an even code.
+  __m256i codes(__m256 q, __m256i v) const {
+    __m256i mag = _mm256_castps_si256(_mm256_cmp_ps(q, t[0], _CMP_GT_OQ));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[1], _CMP_GE_OQ)));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[2], _CMP_GT_OQ)));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[3], _CMP_GE_OQ)));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[4], _CMP_GT_OQ)));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[5], _CMP_GE_OQ)));
+    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[6], _CMP_GT_OQ)));
+    // mag holds -count; code = count | (sign bit >> 28 & 8).
+    return _mm256_or_si256(_mm256_sub_epi32(_mm256_setzero_si256(), mag),
+                           _mm256_and_si256(_mm256_srli_epi32(v, 28), eight));
+  }
+
+  void store(__m256i c0, __m256i c1, uint8_t* dst) const {
+    // dword j: code j | code 8+j << 8; qword j then holds bytes j and 4+j
+    // of the output in its low 16 bits.
+    const __m256i both = _mm256_or_si256(c0, _mm256_slli_epi32(c1, 8));
+    const __m256i pairs = _mm256_or_si256(both, _mm256_srli_epi64(both, 28));
+    const __m256i sel = _mm256_shuffle_epi8(pairs, pack);
+    const __m128i out = _mm_or_si128(_mm256_castsi256_si128(sel), _mm256_extracti128_si256(sel, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), out);
+  }
+
+  // One block, division-free (the window of scale_group8).
+  void block(const float* x, __m256 d, __m256 y, uint8_t* dst) const {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i c[2];
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
+      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
+      const __m256 q0 = _mm256_mul_ps(ax, y);
+      c[h] = codes(_mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0), v);
+    }
+    store(c[0], c[1], dst);
+  }
+
+  // One block with the IEEE division (d > 0, any magnitude).
+  void block_div(const float* x, float d, uint8_t* dst) const {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i c[2];
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
+      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
+      c[h] = codes(_mm256_div_ps(ax, _mm256_set1_ps(d)), v);
+    }
+    store(c[0], c[1], dst);
+  }
+};
+
+// Bit-exact NVFP4 quantization with the finite check fused into the block
+// maxima (KernelTable::nvfp4_quantize_checked; false at the first group of
+// 8 blocks holding a NaN or Inf, q and s then partly written). Two passes
+// over up to kGroups x 8 blocks (in L1/L2): all scales, then all elements.
+bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  constexpr int64_t kGroups = 64;
+  const int64_t nblocks = rows * (k / 16);
+  const __m256 six_g = _mm256_set1_ps(fmt::kE2M1Max * g);
+  const __m256 gv = _mm256_set1_ps(g);
+  alignas(32) float dv[kGroups * 8];
+  alignas(32) float yv[kGroups * 8];
+  bool rcp[kGroups];
+  const E2m1Encoder8 enc;
+  int64_t b0 = 0;
+  while (b0 + 8 <= nblocks) {
+    const int64_t groups = std::min(kGroups, (nblocks - b0) / 8);
+    for (int64_t j = 0; j < groups; ++j) {
+      const int64_t b = b0 + 8 * j;
+      bool bad = false;
+      rcp[j] = scale_group8(x + b * 16, six_g, gv, s + b, dv + 8 * j, yv + 8 * j, &bad);
+      if (bad) return false;
+    }
+    for (int64_t i = 0; i < groups * 8; ++i) {
+      uint8_t* dst = q + (b0 + i) * 8;
+      if (dv[i] == 0.0f) {
+        std::memset(dst, 0, 8);
+      } else if (rcp[i / 8]) {
+        enc.block(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
+      } else {
+        enc.block_div(x + (b0 + i) * 16, dv[i], dst);
+      }
+    }
+    b0 += groups * 8;
+  }
+  for (int64_t b = b0; b < nblocks; ++b) {  // tail blocks: the scalar codec for the scale
+    uint32_t bits = 0;
+    for (int64_t e = 0; e < 16; ++e) {
+      uint32_t u;
+      std::memcpy(&u, x + b * 16 + e, 4);
+      bits = std::max(bits, u & 0x7fffffffu);
+    }
+    if (bits >= 0x7f800000u) return false;
+    const uint32_t code = fmt::nvfp4_block_scale_code(fmt::bits_f32(bits), g);
     const float d = fmt::nvfp4_block_divisor(code, g);
     s[b] = static_cast<uint8_t>(code);
     if (d == 0.0f) {
       std::memset(q + b * 8, 0, 8);
-      continue;
+    } else {
+      enc.block_div(x + b * 16, d, q + b * 8);
     }
-    alignas(32) int32_t codes[16];
-    for (int64_t half = 0; half < 2; ++half) {
-      const __m256 yv = _mm256_div_ps(half ? v1 : v0, _mm256_set1_ps(d));
-      const __m256 ay = _mm256_and_ps(yv, abs_mask);
-      __m256i mag = count(ay, 0.25f, _CMP_GT_OQ);
-      mag = _mm256_add_epi32(mag, count(ay, 0.75f, _CMP_GE_OQ));
-      mag = _mm256_add_epi32(mag, count(ay, 1.25f, _CMP_GT_OQ));
-      mag = _mm256_add_epi32(mag, count(ay, 1.75f, _CMP_GE_OQ));
-      mag = _mm256_add_epi32(mag, count(ay, 2.5f, _CMP_GT_OQ));
-      mag = _mm256_add_epi32(mag, count(ay, 3.5f, _CMP_GE_OQ));
-      mag = _mm256_add_epi32(mag, count(ay, 5.0f, _CMP_GT_OQ));
-      const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(yv), 31), 3);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(codes + 8 * half), _mm256_or_si256(mag, sign));
-    }
-    for (int64_t j = 0; j < 8; ++j)
-      q[b * 8 + j] = static_cast<uint8_t>(codes[2 * j] | (codes[2 * j + 1] << 4));
   }
+  return true;
+}
+
+// KernelTable::nvfp4_quantize (finite input).
+void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  nvfp4_quantize_checked(x, rows, k, g, q, s);
 }
 
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
@@ -470,6 +644,7 @@ const KernelTable& avx2_table() {
     f.nvfp4_panel = nvfp4_panel;
     f.nf4_panel = nf4_panel;
     f.nvfp4_quantize = nvfp4_quantize;
+    f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
