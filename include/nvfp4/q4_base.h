@@ -129,7 +129,7 @@ Q4_API int32_t Q4_abi_version(void);
 #define Q4_ISA_SCALAR 0
 #define Q4_ISA_AVX2 1        /* AVX2 + FMA + F16C                           */
 #define Q4_ISA_AVX512 2      /* AVX-512 F/BW/VL/DQ                          */
-#define Q4_ISA_AVX512_VNNI 3 /* + VNNI + VBMI (+ BF16 used when present)    */
+#define Q4_ISA_AVX512_VNNI 3 /* + VNNI (vpdpbusd on zmm)                   */
 #define Q4_ISA_AVX_VNNI 4    /* AVX2 level + VEX AVX-VNNI (vpdpbusd on ymm)  */
 #define Q4_ISA_NEON 16       /* aarch64 Advanced SIMD                        */
 #define Q4_ISA_NEON_DOTPROD 17

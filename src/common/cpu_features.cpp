@@ -118,7 +118,7 @@ CpuInfo detect() {
 constexpr uint64_t kAvx2Bits = Q4_CPU_AVX | Q4_CPU_AVX2 | Q4_CPU_FMA | Q4_CPU_F16C | Q4_CPU_OS_AVX;
 constexpr uint64_t kAvx512Bits =
     kAvx2Bits | Q4_CPU_AVX512F | Q4_CPU_AVX512BW | Q4_CPU_AVX512VL | Q4_CPU_AVX512DQ | Q4_CPU_OS_AVX512;
-constexpr uint64_t kAvx512VnniBits = kAvx512Bits | Q4_CPU_AVX512VNNI | Q4_CPU_AVX512VBMI;
+constexpr uint64_t kAvx512VnniBits = kAvx512Bits | Q4_CPU_AVX512VNNI;
 
 int32_t initial_cap() {
   const char* env = std::getenv("Q4_FORCE_ISA");

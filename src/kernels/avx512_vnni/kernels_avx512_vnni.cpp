@@ -1,6 +1,7 @@
-// AVX-512 VNNI (+ VBMI) level: the AVX-512 table with the integer block
+// AVX-512 VNNI level: the AVX-512 table with the integer block
 // dot products on vpdpbusd. Compiled with its own flags; only called after
-// CPUID + XGETBV confirmed AVX-512 F/BW/VL/DQ + VNNI + VBMI.
+// CPUID + XGETBV confirmed AVX-512 F/BW/VL/DQ + VNNI (no VBMI needed:
+// Cascade Lake has VNNI without it).
 #include <immintrin.h>
 
 #include "kernels/avx512/int8_avx512.h"
