@@ -627,11 +627,13 @@ enum Kind : int {
   kNvfp4Small,
   kNf4Small,
   kActToF32,
+  kI8QuantizeAct,
   kKinds
 };
-const char* const kKindName[kKinds] = {"nvfp4_gemv", "nf4_gemv",    "nvfp4_panel",    "nf4_panel",
-                                       "f32_panel",  "gemm_micro",  "nvfp4_quantize", "nvfp4_dequantize",
-                                       "amax",       "nvfp4_small", "nf4_small",      "act_to_f32"};
+const char* const kKindName[kKinds] = {"nvfp4_gemv",     "nf4_gemv",    "nvfp4_panel",    "nf4_panel",
+                                       "f32_panel",      "gemm_micro",  "nvfp4_quantize", "nvfp4_dequantize",
+                                       "amax",           "nvfp4_small", "nf4_small",      "act_to_f32",
+                                       "i8_quantize_act"};
 
 // (isa, kind) pairs whose comparison ran.
 using Coverage = std::set<std::pair<int32_t, int>>;
@@ -1007,6 +1009,39 @@ void check_small(const kern::KernelTable& t, Coverage& cov) {
   cov.insert({t.isa, kNf4Small});
 }
 
+// Fast-mode activation quantization: every byte, scale and correction
+// equal to the portable function's, on blocks that exercise each branch
+// (zero, NaN/Inf, subnormal, huge, exact .5 quotients, clamps).
+void check_i8_quantize_act(const kern::KernelTable& t, Coverage& cov) {
+  const int64_t m = 3, k = 16 * 41, ldx = k + 7, ldxq = k + 5, ldxs = k / 16 + 3;
+  std::vector<float> x = randoms(static_cast<size_t>(m * ldx), 77, 5.0f);
+  auto block = [&](int64_t i, int64_t b) { return x.data() + i * ldx + b * 16; };
+  std::fill(block(0, 1), block(0, 1) + 16, 0.0f);  // all zero
+  std::fill(block(1, 1), block(1, 1) + 16, -0.0f);
+  block(0, 2)[3] = std::numeric_limits<float>::quiet_NaN();
+  block(0, 3)[15] = std::numeric_limits<float>::infinity();
+  block(1, 3)[0] = -std::numeric_limits<float>::infinity();
+  for (int e = 0; e < 16; ++e) block(0, 4)[e] = static_cast<float>(e - 8) * 1e-40f;  // subnormal
+  for (int e = 0; e < 16; ++e) block(0, 5)[e] = static_cast<float>(e - 7) * 3e37f;   // huge
+  for (int e = 0; e < 16; ++e)
+    block(0, 6)[e] = static_cast<float>(2 * e - 15) * 0.5f * (127.0f / 7.5f) / 127.0f;
+  for (int e = 0; e < 16; ++e)
+    block(1, 6)[e] = (e % 2 ? 1.0f : -1.0f) * (static_cast<float>(e) + 0.5f);  // .5 quotients
+  block(2, 7)[9] = 1e-45f;                                                     // the smallest subnormal alone
+  for (int32_t bias : {kern::kI8WeightBias, kern::kI8Nf4Bias}) {
+    std::vector<int8_t> q0(static_cast<size_t>(m * ldxq), 5), q1 = q0;
+    std::vector<float> s0(static_cast<size_t>(m * ldxs), 9.0f), s1 = s0;
+    std::vector<int32_t> c0(static_cast<size_t>(m * ldxs), 11), c1 = c0;
+    kern::i8_activations_quantize(x.data(), ldx, m, k, q0.data(), ldxq, s0.data(), c0.data(), ldxs, bias);
+    t.i8_quantize_act(x.data(), ldx, m, k, q1.data(), ldxq, s1.data(), c1.data(), ldxs, bias);
+    INFO("i8_quantize_act bias " << bias);
+    CHECK(q0 == q1);
+    CHECK(std::memcmp(s0.data(), s1.data(), s0.size() * 4) == 0);
+    CHECK(c0 == c1);
+  }
+  cov.insert({t.isa, kI8QuantizeAct});
+}
+
 void check_table(const kern::KernelTable& t, Coverage& cov) {
   check_small(t, cov);
   check_nvfp4_gemv(t, cov);
@@ -1016,6 +1051,7 @@ void check_table(const kern::KernelTable& t, Coverage& cov) {
   check_quantize_dequantize(t, cov);
   check_amax(t, cov);
   check_act_to_f32(t, cov);
+  check_i8_quantize_act(t, cov);
 }
 
 void warn_skipped_tables() {
@@ -1078,7 +1114,8 @@ TEST_CASE("kernel tables: every (table, entry) pair runnable here was compared w
                                    t.amax != s.amax,
                                    t.nvfp4_small != s.nvfp4_small,
                                    t.nf4_small != s.nf4_small,
-                                   t.act_to_f32 != s.act_to_f32};
+                                   t.act_to_f32 != s.act_to_f32,
+                                   t.i8_quantize_act != s.i8_quantize_act};
     for (int kind = 0; kind < kKinds; ++kind) {
       if (distinct[kind]) own += std::string(own.empty() ? "" : ", ") + kKindName[kind];
     }

@@ -184,8 +184,9 @@ SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_
 // with the sign bit set (>= 0x80) is invalid input; Q4_ERR_INVALID_ARGUMENT
 // names o.s and the first offending (row, block). Scans the o.rows x K/16
 // logical scales (swizzled padding is not read); kDLCUDA scales are copied
-// to the host first through the plugin.
-void require_nonnegative_scales(const Nvfp4Operand& o);
+// to the host first through the plugin. Large tensors are scanned by up to
+// `threads` pool threads (0: the default count).
+void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads = 0);
 
 // The NaN rule of MXFP4 products: E8M0 byte 0xFF is NaN (OCP MX v1.0) and a
 // product refuses it with Q4_ERR_INVALID_ARGUMENT naming o.s and the first

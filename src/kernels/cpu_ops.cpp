@@ -225,8 +225,8 @@ void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k
       kt.act_to_f32(x.data, x.type, i * k, k, row.data());
       xi = row.data();
     }
-    i8_activations_quantize(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
-                            a.c.data() + i * a.lds, a.lds, bias);
+    kt.i8_quantize_act(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
+                       a.c.data() + i * a.lds, a.lds, bias);
   });
 }
 

@@ -157,6 +157,11 @@ struct KernelTable {
   void (*i8_gemv_nf4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                       int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1, float post,
                       float* y, int64_t ldy) = nullptr;
+  // Fast-mode activations: i8_activations_quantize (portable.h) with the
+  // same IEEE operations per element, so bit-identical on every table
+  // (null: the portable function).
+  void (*i8_quantize_act)(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
+                          float* xs, int32_t* xc, int64_t ldxs, int32_t bias) = nullptr;
   // The Q4_ISA_* of this table's fp32 kernels (what Q4_last_isa_used reports
   // when fast mode falls back to exact); -1: isa.
   int32_t exact_isa = -1;

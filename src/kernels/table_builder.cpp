@@ -112,6 +112,7 @@ KernelTable complete_table(KernelTable t) {
   if (t.i8_pack_nf4 == nullptr) t.i8_pack_nf4 = portable::i8_pack_nf4;
   if (t.exact_isa < 0) t.exact_isa = t.isa;
   if (t.i8_probe == nullptr) t.i8_probe = portable::i8_probe;
+  if (t.i8_quantize_act == nullptr) t.i8_quantize_act = i8_activations_quantize;
   if (t.i8_micro == nullptr) {
     t.i8_pack_nvfp4 = portable::i8_pack_nvfp4;
     t.i8_micro = portable::i8_micro;

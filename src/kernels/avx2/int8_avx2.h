@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
@@ -186,6 +187,69 @@ void i8_micro_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_
   with_rows<kI8MR2>(mr, [&](auto rows) {
     i8_micro_avx2_rows<decltype(rows)::value>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
   });
+}
+
+// KernelTable::i8_quantize_act: the operations of i8_activations_quantize
+// (portable_int8.cpp) on 8 lanes, two vectors a block in the kI8Perm order
+// (its first 8 entries permute elements 0..7, the last 8 elements 8..15):
+// IEEE division by the block scale, the same clamps, float add of +-0.5
+// and truncation, so every byte, scale and correction is the same.
+inline void i8_quantize_act_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
+                                 float* xs, int32_t* xc, int64_t ldxs, int32_t bias) {
+  const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf_bits = _mm256_set1_epi32(0x7f800000);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256 half = _mm256_set1_ps(0.5f), neg_half = _mm256_set1_ps(-0.5f);
+  const int64_t nb = k / 16;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + i * ldx + b * 16;
+      const __m256 v0 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xb), perm);
+      const __m256 v1 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xb + 8), perm);
+      const __m256i m0 = _mm256_and_si256(_mm256_castps_si256(v0), abs_mask);
+      const __m256i m1 = _mm256_and_si256(_mm256_castps_si256(v1), abs_mask);
+      int8_t* qb = xq + i * ldxq + b * 16;
+      float scale = std::numeric_limits<float>::quiet_NaN();
+      int32_t sum = 0;
+      // Finite: every magnitude below the Inf bits (signed compare of
+      // non-negative ints).
+      const __m256i nonfinite =
+          _mm256_or_si256(_mm256_cmpgt_epi32(m0, _mm256_sub_epi32(inf_bits, _mm256_set1_epi32(1))),
+                          _mm256_cmpgt_epi32(m1, _mm256_sub_epi32(inf_bits, _mm256_set1_epi32(1))));
+      std::memset(qb, 0, 16);
+      if (_mm256_testz_si256(nonfinite, nonfinite) != 0) {
+        // max |x| of the 16 (finite, so the integer max of the bits is the
+        // float max).
+        __m256i mx = _mm256_max_epi32(m0, m1);
+        __m128i h = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+        h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        scale = _mm_cvtss_f32(_mm_castsi128_ps(h)) / 127.0f;
+        if (scale > 0.0f) {
+          const __m256 sv = _mm256_set1_ps(scale);
+          __m256i code[2];
+          const __m256 vv[2] = {v0, v1};
+          for (int g = 0; g < 2; ++g) {
+            const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(vv[g], sv), lo), hi);
+            const __m256 r = _mm256_add_ps(
+                q, _mm256_blendv_ps(half, neg_half, _mm256_cmp_ps(q, _mm256_setzero_ps(), _CMP_LT_OQ)));
+            code[g] = _mm256_cvttps_epi32(r);
+          }
+          // int32 in [-127, 127] -> int8, in order.
+          const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(code[0], code[1]), 0xd8);
+          const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), bytes);
+          __m256i s8 = _mm256_add_epi32(code[0], code[1]);
+          __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+          sum = _mm_cvtsi128_si32(s4);
+        }
+      }
+      xs[i * ldxs + b] = scale;
+      xc[i * ldxs + b] = -bias * sum;
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "formats/codec.h"
@@ -415,6 +416,47 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i) {
       _mm512_mask_storeu_ps(y + i * ldy + (j0 - n0), km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
+    }
+  }
+}
+
+// KernelTable::i8_quantize_act: the operations of i8_activations_quantize
+// (portable_int8.cpp) on 16 lanes, one block per vector in the kI8Perm
+// order: IEEE division by the block scale, the same clamps, the same float
+// add of +-0.5 and truncation, so every byte, scale and correction is the
+// same.
+inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq,
+                                   int64_t ldxq, float* xs, int32_t* xc, int64_t ldxs, int32_t bias) {
+  const __m512i perm = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf_bits = _mm512_set1_epi32(0x7f800000);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512 half = _mm512_set1_ps(0.5f), neg_half = _mm512_set1_ps(-0.5f);
+  const int64_t nb = k / 16;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 v = _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + i * ldx + b * 16));
+      const __m512i mag = _mm512_and_si512(_mm512_castps_si512(v), abs_mask);
+      int8_t* qb = xq + i * ldxq + b * 16;
+      float scale = std::numeric_limits<float>::quiet_NaN();
+      int32_t sum = 0;
+      if (_mm512_cmplt_epi32_mask(mag, inf_bits) != 0xffff) {  // NaN or Inf: NaN scale, zero codes
+        std::memset(qb, 0, 16);
+      } else {
+        scale = _mm512_reduce_max_ps(_mm512_castsi512_ps(mag)) / 127.0f;
+        if (scale > 0.0f) {
+          const __m512 q = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, _mm512_set1_ps(scale)), lo), hi);
+          const __m512 r = _mm512_add_ps(
+              q,
+              _mm512_mask_blend_ps(_mm512_cmp_ps_mask(q, _mm512_setzero_ps(), _CMP_LT_OQ), half, neg_half));
+          const __m512i code = _mm512_cvttps_epi32(r);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(code));
+          sum = _mm512_reduce_add_epi32(code);
+        } else {
+          std::memset(qb, 0, 16);
+        }
+      }
+      xs[i * ldxs + b] = scale;
+      xc[i * ldxs + b] = -bias * sum;
     }
   }
 }
