@@ -715,7 +715,8 @@ size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_
 }
 
 void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
-  for (int64_t k : {16, 32, 48, 272, 528}) {
+  // (K % 128 == 0: the tables' whole-chunk GEMV paths.)
+  for (int64_t k : {16, 32, 48, 128, 272, 528, 640}) {
     const int64_t n = 19, n0 = 3, n1 = n;
     NvMatrix mat(n, k, static_cast<uint32_t>(k));
     for (int32_t m = 1; m <= kern::kGemvMaxRows; ++m) {
@@ -733,7 +734,7 @@ void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
 }
 
 void check_nf4_gemv(const kern::KernelTable& t, Coverage& cov) {
-  for (int64_t k : {32, 40, 64, 96, 544}) {
+  for (int64_t k : {32, 40, 64, 96, 128, 384, 544}) {
     for (int32_t shift : {5, 6, 8}) {
       const int64_t n = 13, n0 = 2, n1 = 11;
       Nf4Matrix mat(n, k, shift, static_cast<uint32_t>(k + shift));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "formats/codec.h"
 #include "kernels/avx512/int8_avx512.h"
@@ -177,8 +178,123 @@ void gemv_row_groups(int64_t n0, int64_t n1, float* y, Rows&& rows) {
   for (; j < n1; ++j) rows(std::integral_constant<int, 1>{}, j, y + (j - n0));
 }
 
+// ---- GEMV for M = 1 (kGemv128MaxRows) and K % 128 == 0 (decoding).
+// A 128-element chunk of a weight row is one 64-byte load: 16 dword lanes
+// of 8 codes. Shifting the dwords right by 4n puts code n of every lane in
+// its low 4 bits, which is all vpermps reads: one permute decodes 16
+// weights (element 8l + n of the chunk in lane l, NVFP4; 8l + (n ^ 1) for
+// NF4's high-nibble-first order), with no byte widening and no
+// deinterleaving. x is reordered to match once per call (x128_order). Per
+// lane and chunk, t = sum over n ascending of w * x (one product, then
+// FMAs) and acc = fma(t, block scale, acc); the lanes are reduced once at
+// the end. Lanes 2b and 2b+1 hold block b of the chunk (16 elements), so
+// the scale vector is the chunk's 8 block scales, each in two lanes. The
+// sequence depends on K only (not on the row grouping or the thread).
+constexpr int kGemv128MaxRows = 1;  // M = 2 measured no faster than the even/odd GEMV
+
+// out[i*k + c*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
+// converted on the way).
+void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
+  alignas(64) float tmp[128];
+  const __m512i base = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+  for (int32_t i = 0; i < m; ++i) {
+    for (int64_t c = 0; c < k; c += 128) {
+      const float* src = tmp;
+      if (x.type == FType::F32) {
+        src = static_cast<const float*>(x.data) + i * ldx + c;
+      } else {
+        for (int j = 0; j < 128; j += 16) {
+          const __m256i h = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x.data) + i * ldx + c + j));
+          _mm512_store_ps(tmp + j, x.type == FType::F16 ? _mm512_cvtph_ps(h)
+                                                        : _mm512_castsi512_ps(_mm512_slli_epi32(
+                                                              _mm512_cvtepu16_epi32(h), 16)));
+        }
+      }
+      for (int n = 0; n < 8; ++n) {
+        const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(n ^ flip));
+        _mm512_storeu_ps(out + i * k + c + 16 * n, _mm512_i32gather_ps(idx, src, 4));
+      }
+    }
+  }
+}
+
+// t = sum_n w_n * x_n for one chunk of one weight row (v: its 64 bytes).
+inline __m512 chunk_dot128(__m512i v, const __m512 (&xv)[8], __m512 lut) {
+  __m512 t = _mm512_mul_ps(_mm512_permutexvar_ps(v, lut), xv[0]);
+#pragma GCC unroll 8
+  for (int n = 1; n < 8; ++n) {
+    t = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4 * n), lut), xv[n], t);
+  }
+  return t;
+}
+
+// 8 E4M3 codes -> fp32 in lanes (2b, 2b+1), as e4m3_decode.
+inline __m512 e4m3_pairs8(const uint8_t* s8) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s8));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+  // All normal positive codes (0x08 .. 0x7e): the plain bit mapping.
+  if ((_mm_mask_cmplt_epu8_mask(0xff, b, _mm_set1_epi8(0x08)) |
+       _mm_mask_cmpgt_epu8_mask(0xff, b, _mm_set1_epi8(0x7e))) == 0) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(c, 20), _mm512_set1_epi32(120 << 23)));
+  }
+  return e4m3_decode16(c);
+}
+
+template <int M, int R, class Scale>
+void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, float post, float* y, int64_t ldy,
+                  __m512 lut, Scale&& scale) {
+  const int64_t rb = k / 2;
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < k / 128; ++c) {
+    __m512 xv[M][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) xv[i][n] = _mm512_loadu_ps(xo + i * k + c * 128 + 16 * n);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
+      const __m512 sc = scale(j0 + r, c);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(chunk_dot128(v, xv[i], lut), sc, acc[i][r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i][r]) * post;
+  }
+}
+
+// Rows [n0, n1): 4 at a time (x loaded once for them), then one by one.
+template <class Scale>
+void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1,
+             float post, float* y, int64_t ldy, __m512 lut, Scale&& scale) {
+  std::vector<float> xo(static_cast<size_t>(m * k));
+  x128_order(x, ldx, m, k, flip, xo.data());
+  with_rows<kGemv128MaxRows>(m, [&](auto mm) {
+    constexpr int M = decltype(mm)::value;
+    constexpr int R = M == 1 ? 4 : 2;
+    int64_t j = n0;
+    for (; j + R <= n1; j += R) gemv128_rows<M, R>(xo.data(), k, q, j, post, y + (j - n0), ldy, lut, scale);
+    for (; j < n1; ++j) gemv128_rows<M, 1>(xo.data(), k, q, j, post, y + (j - n0), ldy, lut, scale);
+  });
+}
+
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
+  if (m <= kGemv128MaxRows && w.k % 128 == 0) {
+    const int64_t kb = w.k / 16;
+    return gemv128(x, ldx, m, w.k, 0, w.q, n0, n1, w.g, y, ldy, e2m1_lut(),
+                   [&](int64_t j, int64_t c) { return e4m3_pairs8(w.s + j * kb + c * 8); });
+  }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
     gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
@@ -223,6 +339,21 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  if (m <= kGemv128MaxRows && w.k % 128 == 0) {
+    // The chunk's absmax values are contiguous: 128 >> shift of them (at
+    // least 1; blocksize >= 32 here), lane l takes (16 (l / 2)) >> shift.
+    const int32_t sh = w.block_shift;
+    const int64_t nv = std::max<int64_t>(1, 128 >> sh);
+    const __mmask16 lm = static_cast<__mmask16>((1u << nv) - 1u);
+    const __m512i idx =
+        _mm512_srl_epi32(_mm512_setr_epi32(0, 0, 16, 16, 32, 32, 48, 48, 64, 64, 80, 80, 96, 96, 112, 112),
+                         _mm_cvtsi32_si128(sh));
+    return gemv128(x, ldx, m, w.k, 1, w.q, n0, n1, 1.0f, y, ldy, _mm512_loadu_ps(w.lut),
+                   [&](int64_t j, int64_t c) {
+                     return _mm512_permutexvar_ps(
+                         idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((j * w.k + c * 128) >> sh)));
+                   });
+  }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
     gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
