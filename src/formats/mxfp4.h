@@ -100,4 +100,16 @@ Q4_HD int32_t mx_nv_scale_byte(uint32_t e, int32_t t) {
   return static_cast<int32_t>(e4m3_pow2_byte(p));
 }
 
+// mx_nv_scale_byte for the finite bytes (e != 0xFF) as plain selects, for
+// loops the compiler vectorizes: the E4M3 byte, or 0xFF outside the window.
+Q4_HD uint8_t mx_nv_scale_byte_u8(uint8_t e, int32_t t) {
+  const int32_t p = static_cast<int32_t>(e) - kE8M0Bias - t;
+  const auto normal = static_cast<uint8_t>((p + 7) << 3);  // 2^-6 .. 2^8: exponent field p + 7
+  return p >= -6 && p <= kNvPow2High ? normal
+         : p == -7                   ? uint8_t{0x04}
+         : p == -8                   ? uint8_t{0x02}
+         : p == kNvPow2Low           ? uint8_t{0x01}
+                                     : uint8_t{0xff};
+}
+
 }  // namespace q4::fmt
