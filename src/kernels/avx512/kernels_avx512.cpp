@@ -261,6 +261,9 @@ void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, floa
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
+      // 256 bytes ahead (measured from DRAM on a Cascade Lake: 1.2x; 1 KiB
+      // ahead is slower than none).
+      _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
       const __m512 sc = scale(j0 + r, c);
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(chunk_dot128(v, xv[i], lut), sc, acc[i][r]);
