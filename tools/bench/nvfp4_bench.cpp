@@ -350,6 +350,12 @@ using sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int
                           float*, int);
 
 sgemm_fn load_blas(std::string* name, int threads) {
+  // OpenBLAS's workers spin for 2^28 cycles (~0.1 s) after each call by
+  // default, taking the cores from the cases that follow an sgemm (the next
+  // shape's first rows measured up to 2x slow on 2 cores): let them sleep
+  // at once, unless the user set these.
+  ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   for (const char* lib :
        {"libopenblas.so.0", "libopenblas.so", "libblis.so.4", "libcblas.so.3", "libblas.so.3"}) {
     void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

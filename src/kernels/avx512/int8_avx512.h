@@ -197,23 +197,23 @@ inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
 // the lo/hi choices).
 inline void i8_transpose16x64(const __m512i (&z)[16], uint8_t* out) {
   __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
+  for (int64_t i = 0; i < 8; ++i) {
     a[i] = _mm512_unpacklo_epi8(z[2 * i], z[2 * i + 1]);
     a[8 + i] = _mm512_unpackhi_epi8(z[2 * i], z[2 * i + 1]);
   }
-  for (int g = 0; g < 16; g += 8) {
-    for (int i = 0; i < 4; ++i) {
+  for (int64_t g = 0; g < 16; g += 8) {
+    for (int64_t i = 0; i < 4; ++i) {
       b[g + i] = _mm512_unpacklo_epi16(a[g + 2 * i], a[g + 2 * i + 1]);
       b[g + 4 + i] = _mm512_unpackhi_epi16(a[g + 2 * i], a[g + 2 * i + 1]);
     }
   }
-  for (int g = 0; g < 16; g += 4) {
-    for (int i = 0; i < 2; ++i) {
+  for (int64_t g = 0; g < 16; g += 4) {
+    for (int64_t i = 0; i < 2; ++i) {
       a[g + i] = _mm512_unpacklo_epi32(b[g + 2 * i], b[g + 2 * i + 1]);
       a[g + 2 + i] = _mm512_unpackhi_epi32(b[g + 2 * i], b[g + 2 * i + 1]);
     }
   }
-  for (int g = 0; g < 16; g += 2) {
+  for (int64_t g = 0; g < 16; g += 2) {
     _mm512_storeu_si512(out + g * 64, _mm512_unpacklo_epi64(a[g], a[g + 1]));
     _mm512_storeu_si512(out + (g + 1) * 64, _mm512_unpackhi_epi64(a[g], a[g + 1]));
   }
@@ -359,7 +359,7 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
         __m512i C[M][2];
 #pragma GCC unroll 16
         for (int s = 0; s < 2; ++s) {
-          const int p = 2 * h + s;
+          const int64_t p = int64_t{2} * h + s;
           const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
           const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
           _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p] + c * 64 + kI8PrefetchBytes), _MM_HINT_T0);

@@ -213,7 +213,7 @@ void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* o
       }
       for (int n = 0; n < 8; ++n) {
         const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(n ^ flip));
-        _mm512_storeu_ps(out + i * k + c + 16 * n, _mm512_i32gather_ps(idx, src, 4));
+        _mm512_storeu_ps(out + i * k + c + int64_t{16} * n, _mm512_i32gather_ps(idx, src, 4));
       }
     }
   }
@@ -256,7 +256,7 @@ void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, floa
 #pragma GCC unroll 8
     for (int i = 0; i < M; ++i) {
 #pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) xv[i][n] = _mm512_loadu_ps(xo + i * k + c * 128 + 16 * n);
+      for (int n = 0; n < 8; ++n) xv[i][n] = _mm512_loadu_ps(xo + i * k + c * 128 + int64_t{16} * n);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
