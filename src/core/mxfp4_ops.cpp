@@ -73,10 +73,6 @@ std::string block_at(int64_t at, int64_t cols) {
   return "row " + std::to_string(at / cols) + ", block " + std::to_string(at % cols);
 }
 
-}  // namespace
-
-namespace {
-
 // out[2i] = out[2i+1] = the E4M3 byte of in[i] under t (n bytes); true
 // when some byte is outside the window (written as 0xFF). `normal`: the
 // caller knows every byte maps to a normal E4M3 (2^-6 .. 2^8), whose byte is

@@ -159,11 +159,7 @@ void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads) {
     for (; i < b1; ++i) any |= bytes[i];
     any_of[static_cast<size_t>(p)] = any;
   };
-  if (pieces > 1) {
-    parallel_for(pieces, threads, scan);
-  } else {
-    scan(0);
-  }
+  parallel_for(pieces, threads, scan);  // (one piece runs inline)
   uint64_t any = 0;
   for (uint64_t v : any_of) any |= v;
   if ((any & 0x8080808080808080ULL) == 0) return;

@@ -182,6 +182,13 @@ inline __m512 i8_e4m3_decode16(__m512i c) {
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
 }
 
+// 16 E4M3 codes known to be normal and positive (0x08 .. 0x7e; one per
+// dword, low byte) -> fp32: the plain bit mapping, exponent + 120 and the
+// mantissa in place (i8_e4m3_decode16 handles every code).
+inline __m512 i8_e4m3_normal16(__m512i c) {
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(c, 20), _mm512_set1_epi32(120 << 23)));
+}
+
 template <bool kVnni>
 inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
   if constexpr (kVnni) {
@@ -223,7 +230,6 @@ inline void i8_transpose16x64(const __m512i (&z)[16], uint8_t* out) {
 // int8 table and its bias, and the fp32 scale of each (row, block) for 16
 // rows and the 8 blocks of a 128-element chunk (sc[q] lane r = block q of
 // row r), set up once per group of 16 rows (begin).
-template <bool kVnni>
 struct I8zNvfp4 {
   static constexpr bool kEvenLow = true;  // element 2j in the low nibble
   const NvWeights& w;
@@ -256,11 +262,7 @@ struct I8zNvfp4 {
   __m512 scale(int64_t c, int q) const {
     const uint8_t* p = st.data() + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
     const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    if (normal) {  // the plain bit mapping: exponent + 120, mantissa in place
-      return _mm512_castsi512_ps(
-          _mm512_add_epi32(_mm512_slli_epi32(codes, 20), _mm512_set1_epi32(120 << 23)));
-    }
-    return i8_e4m3_decode16(codes);
+    return normal ? i8_e4m3_normal16(codes) : i8_e4m3_decode16(codes);
   }
 };
 
@@ -302,17 +304,17 @@ struct I8zNf4 {
   }
 };
 
-// GEMV straight from the 4-bit rows, 16 rows of W at a time, 128 elements
-// (8 blocks) per step: one 64-byte load per row, nibbles -> biased values
-// (vpshufb), two 4-byte dot products per lane give half-block sums (the
-// bias correction of each half is the accumulators' starting value), pairs
-// of rows are folded into (row, block) sums and an 8x8 qword transpose puts
-// the 16 rows of one block in the lanes of one vector; then the fixed fp32
-// sequence per lane (row), blocks ascending.
 // Software prefetch distance of the 16 weight rows (each row is its own
 // stream; measured on a Cascade Lake: 256 bytes ahead 1.2x the GEMV from L3,
 // 1 KiB or more slower than none).
 constexpr int64_t kI8PrefetchBytes = 256;
+
+// GEMV straight from the 4-bit rows, 16 rows of W at a time, 128 elements
+// (8 blocks) per step: one 64-byte load per row, nibbles -> biased values
+// (vpshufb), two 4-byte dot products per lane give half-block sums, pairs
+// of rows are folded into (row, block) sums and an 8x8 qword transpose puts
+// the 16 rows of one block in the lanes of one vector; then the bias
+// correction and the fixed fp32 sequence per lane (row), blocks ascending.
 
 template <int M, bool kVnni, class Fmt>
 void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, Fmt& f,
@@ -485,7 +487,7 @@ template <bool kVnni>
 void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
-  I8zNvfp4<kVnni> f(w);
+  I8zNvfp4 f(w);
   with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
     i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
   });

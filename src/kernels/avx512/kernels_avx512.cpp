@@ -24,20 +24,6 @@ inline __m512 e2m1_lut() {
                         -3.0f, -4.0f, -6.0f);
 }
 
-// 16 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
-inline __m512 e4m3_decode16(__m512i c) {
-  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi32(0x7f));
-  const __m512i normal_bits = _mm512_add_epi32(_mm512_slli_epi32(mag, 20), _mm512_set1_epi32(120 << 23));
-  const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, _mm512_set1_epi32(7))),
-                                   _mm512_set1_ps(1.0f / 512.0f));
-  const __mmask16 is_sub = _mm512_testn_epi32_mask(c, _mm512_set1_epi32(0x78));
-  const __mmask16 is_nan = _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f));
-  __m512 v = _mm512_mask_blend_ps(is_sub, _mm512_castsi512_ps(normal_bits), sub);
-  v = _mm512_mask_blend_ps(is_nan, v, _mm512_set1_ps(fmt::bits_f32(0x7fc00000u)));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
-}
-
 // Index vectors that spread block scales 2p, 2p+1 over lanes 0-7 / 8-15.
 inline __m512i pair_index(int p) {
   return _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1,
@@ -114,8 +100,8 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
   for (; b0 + 16 <= nblocks; b0 += 16) {
     __m512 sv[R];
     for (int r = 0; r < R; ++r) {
-      sv[r] =
-          e4m3_decode16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
+      sv[r] = i8_e4m3_decode16(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
     }
     // Scale lanes of pair p: pair_index(p), stepped by 2 per pair (one add,
     // not a vector built from scalars on every step).
@@ -144,7 +130,7 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
     const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1u);
     __m512 sv[R];
     for (int r = 0; r < R; ++r) {
-      sv[r] = e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s[r] + b0)));
+      sv[r] = i8_e4m3_decode16(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(smask, s[r] + b0)));
     }
     for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
       const int64_t e = (b0 + 2 * p) * 8;
@@ -178,7 +164,8 @@ void gemv_row_groups(int64_t n0, int64_t n1, float* y, Rows&& rows) {
   for (; j < n1; ++j) rows(std::integral_constant<int, 1>{}, j, y + (j - n0));
 }
 
-// ---- GEMV for M = 1 (kGemv128MaxRows) and K % 128 == 0 (decoding).
+// ---- GEMV for M = 1 and K % 128 == 0 (decoding; at M = 2 this scheme
+// measured no faster than the even/odd GEMV, which keeps M >= 2).
 // A 128-element chunk of a weight row is one 64-byte load: 16 dword lanes
 // of 8 codes. Shifting the dwords right by 4n puts code n of every lane in
 // its low 4 bits, which is all vpermps reads: one permute decodes 16
@@ -190,8 +177,6 @@ void gemv_row_groups(int64_t n0, int64_t n1, float* y, Rows&& rows) {
 // the end. Lanes 2b and 2b+1 hold block b of the chunk (16 elements), so
 // the scale vector is the chunk's 8 block scales, each in two lanes. The
 // sequence depends on K only (not on the row grouping or the thread).
-constexpr int kGemv128MaxRows = 1;  // M = 2 measured no faster than the even/odd GEMV
-
 // out[i*k + c*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
 // converted on the way).
 void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
@@ -236,66 +221,52 @@ inline __m512 e4m3_pairs8(const uint8_t* s8) {
   // All normal positive codes (0x08 .. 0x7e): the plain bit mapping.
   if ((_mm_mask_cmplt_epu8_mask(0xff, b, _mm_set1_epi8(0x08)) |
        _mm_mask_cmpgt_epu8_mask(0xff, b, _mm_set1_epi8(0x7e))) == 0) {
-    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(c, 20), _mm512_set1_epi32(120 << 23)));
+    return i8_e4m3_normal16(c);
   }
-  return e4m3_decode16(c);
+  return i8_e4m3_decode16(c);
 }
 
-template <int M, int R, class Scale>
-void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, float post, float* y, int64_t ldy,
-                  __m512 lut, Scale&& scale) {
+template <int R, class Scale>
+void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, float post, float* y, __m512 lut,
+                  Scale&& scale) {
   const int64_t rb = k / 2;
-  __m512 acc[M][R];
+  __m512 acc[R];
 #pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
-  }
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < k / 128; ++c) {
-    __m512 xv[M][8];
+    __m512 xv[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) xv[i][n] = _mm512_loadu_ps(xo + i * k + c * 128 + int64_t{16} * n);
-    }
+    for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xo + c * 128 + int64_t{16} * n);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
       // 256 bytes ahead (measured from DRAM on a Cascade Lake: 1.2x; 1 KiB
       // ahead is slower than none).
       _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
-      const __m512 sc = scale(j0 + r, c);
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(chunk_dot128(v, xv[i], lut), sc, acc[i][r]);
+      acc[r] = _mm512_fmadd_ps(chunk_dot128(v, xv, lut), scale(j0 + r, c), acc[r]);
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i][r]) * post;
-  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) * post;
 }
 
-// Rows [n0, n1): 4 at a time (x loaded once for them), then one by one.
+// Rows [n0, n1) of x (one row): 4 at a time (x loaded once for them), then
+// one by one.
 template <class Scale>
-void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1,
-             float post, float* y, int64_t ldy, __m512 lut, Scale&& scale) {
-  std::vector<float> xo(static_cast<size_t>(m * k));
-  x128_order(x, ldx, m, k, flip, xo.data());
-  with_rows<kGemv128MaxRows>(m, [&](auto mm) {
-    constexpr int M = decltype(mm)::value;
-    constexpr int R = M == 1 ? 4 : 2;
-    int64_t j = n0;
-    for (; j + R <= n1; j += R) gemv128_rows<M, R>(xo.data(), k, q, j, post, y + (j - n0), ldy, lut, scale);
-    for (; j < n1; ++j) gemv128_rows<M, 1>(xo.data(), k, q, j, post, y + (j - n0), ldy, lut, scale);
-  });
+void gemv128(ActRows x, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1, float post, float* y,
+             __m512 lut, Scale&& scale) {
+  std::vector<float> xo(static_cast<size_t>(k));
+  x128_order(x, k, 1, k, flip, xo.data());
+  int64_t j = n0;
+  for (; j + 4 <= n1; j += 4) gemv128_rows<4>(xo.data(), k, q, j, post, y + (j - n0), lut, scale);
+  for (; j < n1; ++j) gemv128_rows<1>(xo.data(), k, q, j, post, y + (j - n0), lut, scale);
 }
 
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
-  if (m <= kGemv128MaxRows && w.k % 128 == 0) {
+  if (m == 1 && w.k % 128 == 0) {
     const int64_t kb = w.k / 16;
-    return gemv128(x, ldx, m, w.k, 0, w.q, n0, n1, w.g, y, ldy, e2m1_lut(),
+    return gemv128(x, w.k, 0, w.q, n0, n1, w.g, y, e2m1_lut(),
                    [&](int64_t j, int64_t c) { return e4m3_pairs8(w.s + j * kb + c * 8); });
   }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
@@ -342,7 +313,7 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  if (m <= kGemv128MaxRows && w.k % 128 == 0) {
+  if (m == 1 && w.k % 128 == 0) {
     // The chunk's absmax values are contiguous: 128 >> shift of them (at
     // least 1; blocksize >= 32 here), lane l takes (16 (l / 2)) >> shift.
     const int32_t sh = w.block_shift;
@@ -351,11 +322,9 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
     const __m512i idx =
         _mm512_srl_epi32(_mm512_setr_epi32(0, 0, 16, 16, 32, 32, 48, 48, 64, 64, 80, 80, 96, 96, 112, 112),
                          _mm_cvtsi32_si128(sh));
-    return gemv128(x, ldx, m, w.k, 1, w.q, n0, n1, 1.0f, y, ldy, _mm512_loadu_ps(w.lut),
-                   [&](int64_t j, int64_t c) {
-                     return _mm512_permutexvar_ps(
-                         idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((j * w.k + c * 128) >> sh)));
-                   });
+    return gemv128(x, w.k, 1, w.q, n0, n1, 1.0f, y, _mm512_loadu_ps(w.lut), [&](int64_t j, int64_t c) {
+      return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((j * w.k + c * 128) >> sh)));
+    });
   }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
@@ -625,7 +594,7 @@ inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 
   // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
   const __mmask16 nonzero = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ);
   code = _mm512_mask_mov_epi32(code, nonzero & _mm512_testn_epi32_mask(code, code), _mm512_set1_epi32(1));
-  const __m512 dvec = _mm512_mul_ps(e4m3_decode16(code), gv);
+  const __m512 dvec = _mm512_mul_ps(i8_e4m3_decode16(code), gv);
   _mm512_store_ps(dv, dvec);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm512_cvtepi32_epi8(code));
   const __mmask16 in_range =
