@@ -1250,7 +1250,10 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           {2, 16, 128},
                           {3, 100, 2048},
                           {4, 50, 384},
-                          {1, 1, 256}};
+                          {1, 1, 256},
+                          // 4 < m <= 8, k % 128 == 0: the GEMV in passes of <= 4 rows over 64-row blocks
+                          {8, 70, 1024},
+                          {6, 130, 256}};
   int native = 0;
   for (int32_t isa : runnable) {
     const kern::KernelTable& kt = kern::table_for(isa);
@@ -1488,7 +1491,10 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
                           {2, 13, 896, 256},
                           {3, 21, 384, 256},
                           {9, 35, 640, 256},
-                          {24, 40, 512, 64}};
+                          {24, 40, 512, 64},
+                          // 4 < m <= 8, k % 128 == 0: the GEMV in passes of <= 4 rows over 64-row blocks
+                          {8, 70, 1024, 64},
+                          {7, 130, 384, 128}};
   const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
   for (const Shape& sh : shapes) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;
