@@ -158,19 +158,17 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // integer GEMV for rows i0 .. i0+m-1 of x (nullptr-able: `use_gemv`),
 // pack(n0, rows, b0, nb, wq, ws) its panel packer for the weight format.
 //
-// Up to kI8GemvSplitMaxRows rows run the GEMV in passes of at most
-// kI8GemvMaxRows rows over each kI8GemvSplitRows rows of W (in L2 for the
-// second pass): at M = 8 two passes of 4 rows measured faster than packing
-// the panels. GEMV and panels compute the same fixed sequence, so the bits
-// do not depend on the path.
-constexpr int64_t kI8GemvSplitMaxRows = 2 * kI8GemvMaxRows;
+// Up to KernelTable::i8_gemv_split_max_m rows run the GEMV in passes of at
+// most kI8GemvMaxRows rows over each kI8GemvSplitRows rows of W (in L2 for
+// the next pass). GEMV and panels compute the same fixed sequence, so the
+// bits do not depend on the path.
 constexpr int64_t kI8GemvSplitRows = 64;
 
 template <class Gemv, class Pack>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
                 float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack) {
   const int64_t kb = k / 16;
-  if (m <= kI8GemvSplitMaxRows && use_gemv && k % 128 == 0) {
+  if (m <= std::max(kI8GemvMaxRows, kt.i8_gemv_split_max_m) && use_gemv && k % 128 == 0) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);

@@ -172,6 +172,12 @@ struct KernelTable {
   // and above kI8GemvMaxRows rows only with its own i8_pack_nf4
   // (i8_nf4_panel_native; the scalar table: every m).
   int32_t i8_fast_max_m = 0;
+  // The integer products run the integer GEMV entries (where the table has
+  // them and k % 128 == 0) up to this many rows of x, in passes of at most
+  // kI8GemvMaxRows rows, and the packed panels above. Set by the tables
+  // whose GEMV measured faster that way (AVX-512: at M = 5-8 1.1-1.8x; the
+  // AVX2 GEMV measured 0.75-0.9x of its panels there).
+  int32_t i8_gemv_split_max_m = 4;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).
