@@ -97,8 +97,10 @@ constexpr int64_t gemv_kblock() {
 }
 
 // The lane accumulators of one row group over one K block: `mem` (R x M x
-// 16 floats, row-major by (r, i)) holds them between blocks; first: start
-// from zero; last: reduce into y[i*ldy + r] * post instead of storing.
+// 16 floats, row-major by (r, i)) holds them between blocks (read only when
+// not first, written only when not last: null when one block covers K);
+// first: start from zero; last: reduce into y[i*ldy + r] * post instead of
+// storing.
 template <int M, int R>
 struct GemvAcc {
   __m512 a[M][R];
@@ -205,29 +207,27 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
 }
 
 // Rows [n0, n1) of K elements in groups of R, the remainder one row at a
-// time: rows(rr, j, k0, k1, mem, yj) over K blocks (gemv_kblock) for
-// blocks of kGemvBlockRows rows, or over all of K in one call when one
-// block covers it (mem unused then).
+// time: rows(rr, j, k0, k1, mem, yj). When one K block covers K, each
+// group runs over all of K in one call (mem null: the accumulators never
+// leave registers); otherwise K blocks (gemv_kblock) for blocks of
+// kGemvBlockRows rows, mem the group's part of the accumulator buffer.
 template <int M, class Rows>
 void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
   constexpr int R = gemv_row_group<M>();
-  const int64_t kb = int64_t{4} * M * k > kGemvBlockAbove ? gemv_kblock<M>() : k;
+  const bool blocked = int64_t{4} * M * k > kGemvBlockAbove;
+  const int64_t kb = blocked ? gemv_kblock<M>() : k;
+  const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
   alignas(64) float mem[kGemvBlockRows * M * 16];
-  const int64_t block_rows = kb >= k ? n1 - n0 : kGemvBlockRows;
+  auto group_mem = [&](int64_t j, int64_t jb) { return blocked ? mem + (j - jb) * M * 16 : nullptr; };
   for (int64_t jb = n0; jb < n1; jb += block_rows) {
     const int64_t je = std::min(n1, jb + block_rows);
     int64_t k0 = 0;
     do {  // (K = 0: one call, which writes zeros)
       const int64_t k1 = std::min(k, k0 + kb);
       int64_t j = jb;
-      for (; j + R <= je; j += R) {
-        rows(std::integral_constant<int, R>{}, j, k0, k1, mem + (j - jb) % kGemvBlockRows * M * 16,
-             y + (j - n0));
-      }
-      for (; j < je; ++j) {
-        rows(std::integral_constant<int, 1>{}, j, k0, k1, mem + (j - jb) % kGemvBlockRows * M * 16,
-             y + (j - n0));
-      }
+      for (; j + R <= je; j += R)
+        rows(std::integral_constant<int, R>{}, j, k0, k1, group_mem(j, jb), y + (j - n0));
+      for (; j < je; ++j) rows(std::integral_constant<int, 1>{}, j, k0, k1, group_mem(j, jb), y + (j - n0));
       k0 = k1;
     } while (k0 < k);
   }
