@@ -729,8 +729,18 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
       rcp[j] = scale_group16(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad);
       if (bad != 0) return false;
     }
+    // While the elements are coded from L1/L2, the next groups' blocks are
+    // prefetched, one line per block: without it, DRAM idles through this
+    // pass (the hardware prefetcher runs only a little ahead of the loads).
+    // Measured on a Cascade Lake, 11008x4096 fp32 in the library's 64 KiB
+    // tasks, alternating call by call: two threads 1.11-1.18x, one 1.11x.
+    const int64_t next0 = b0 + groups * 16;
+    const int64_t ahead = std::min(groups * 16, nblocks - next0);
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t g0 = 16 * j;
+      for (int64_t i = g0; i < std::min(g0 + 16, ahead); ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
+      }
       if (rcp[j]) {
         for (int64_t i = g0; i < g0 + 16; ++i) {
           uint8_t* dst = q + (b0 + i) * 8;
