@@ -741,6 +741,13 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
       for (int64_t i = g0; i < std::min(g0 + 16, ahead); ++i) {
         _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
       }
+      if (rcp[j] && _mm512_cmpeq_ps_mask(_mm512_load_ps(dv + g0), _mm512_setzero_ps()) == 0) {
+        // No zero block: no test per block (its scales broadcast from memory).
+        for (int64_t i = g0; i < g0 + 16; ++i) {
+          enc.block(x + (b0 + i) * 16, _mm512_set1_ps(dv[i]), _mm512_set1_ps(yv[i]), q + (b0 + i) * 8);
+        }
+        continue;
+      }
       if (rcp[j]) {
         for (int64_t i = g0; i < g0 + 16; ++i) {
           uint8_t* dst = q + (b0 + i) * 8;
