@@ -75,6 +75,9 @@ struct I8yNvfp4 {
   I8yNvfp4(const NvWeights& wt) : w(wt), kb(wt.k / 16) {}  // NOLINT(google-explicit-constructor)
   static constexpr bool kEvenLow = true;                   // element 2j in the low nibble
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    return nvfp4_scale_span(w, r0, n, bytes);
+  }
   // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane].
   void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
     const __m256i idx = _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rr)),
@@ -92,6 +95,9 @@ struct I8yNf4 {
   I8yNf4(const Nf4Weights& wt) : w(wt) {}  // NOLINT(google-explicit-constructor)
   static constexpr bool kEvenLow = false;  // element 2j in the high nibble
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    return nf4_scale_span(w, r0, n, bytes);
+  }
   void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
     // Element offsets of the rows relative to A = (j0 K) rounded down to a
     // block: absmax index = (offset + 64c + 16q) >> shift from absmax + A/bs.
@@ -142,9 +148,22 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
       rr[r] = std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
       rp[r] = f.row(j0 + rr[r]);
     }
+    // The next group's scales and row starts (NextGroupPrefetch), and each
+    // row kRowPrefetchBytes ahead once per 64 bytes (every other chunk).
+    // Measured on a Cascade Lake with this table forced, from DRAM, two
+    // threads, alternating call by call: NVFP4 and NF4 M = 1 1.04-1.14x,
+    // M = 4 1.15-1.18x.
+    const int64_t next_rows = std::min<int64_t>(8, n1 - j0 - 8);
+    int64_t next_bytes = 0;
+    const char* next_scales = next_rows > 0 ? f.scale_span(j0 + 8, next_rows, &next_bytes) : nullptr;
+    NextGroupPrefetch next(next_scales, next_bytes, f.row(0), k / 2, j0 + 8, next_rows, chunks);
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {
+      next.step();
+      if (c % 2 == 0) {
+        for (const uint8_t* row : rp) __builtin_prefetch(row + c * 32 + kRowPrefetchBytes, 0, 3);
+      }
       __m256i C[M][4];
       for (int64_t p = 0; p < 4; ++p) {
         const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[2 * p] + c * 32));

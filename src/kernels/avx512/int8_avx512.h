@@ -226,70 +226,6 @@ inline void i8_transpose16x64(const __m512i (&z)[16], uint8_t* out) {
   }
 }
 
-// The scales of weight rows [r0, r0 + n), one contiguous span (*bytes).
-inline const char* nvfp4_scale_span(const NvWeights& w, int64_t r0, int64_t n, int64_t* bytes) {
-  *bytes = n * (w.k / 16);
-  return reinterpret_cast<const char*>(w.s + r0 * (w.k / 16));
-}
-inline const char* nf4_scale_span(const Nf4Weights& w, int64_t r0, int64_t n, int64_t* bytes) {
-  const int64_t b0 = (r0 * w.k) >> w.block_shift;
-  const int64_t b1 = n > 0 ? (((r0 + n) * w.k - 1) >> w.block_shift) + 1 : b0;
-  *bytes = (b1 - b0) * static_cast<int64_t>(sizeof(float));
-  return reinterpret_cast<const char*>(w.absmax + b0);
-}
-
-// Software prefetch distance of the 16 weight rows (each row is its own
-// stream; measured on a Cascade Lake: 256 bytes ahead 1.2x the GEMV from L3,
-// 1 KiB or more slower than none).
-constexpr int64_t kI8PrefetchBytes = 256;
-
-// The cache lines the GEMV's next group of rows starts on, prefetched a few
-// per chunk while the current group runs: its scales (a new page that the
-// hardware prefetcher has not seen; without this, the group's first scale
-// loads wait on DRAM, 64 lines at K = 4096) and the first kI8PrefetchBytes
-// of each of its weight rows (the software prefetch of the main loop starts
-// that far ahead). Measured on a Cascade Lake, weights rotated through
-// 80 MiB, alternating call by call (min and median of 150-300 calls), one
-// and two threads: NVFP4 and NF4 M = 1 1.0-1.1x, M = 2 1.03-1.07x, M = 4
-// 1.05-1.09x.
-class NextGroupPrefetch {
- public:
-  // Rows [next, next + rows) of q (rb bytes each; nothing when rows <= 0),
-  // their scales at `scales` (`scale_bytes`), spread over `chunks` steps.
-  // Addresses are kept as integers: the line holding a span's first byte
-  // may start before the array.
-  NextGroupPrefetch(const char* scales, int64_t scale_bytes, const uint8_t* q, int64_t rb, int64_t next,
-                    int64_t rows, int64_t chunks)
-      : rb_(rb) {
-    if (rows <= 0) return;
-    const uintptr_t s0 = reinterpret_cast<uintptr_t>(scales);
-    scales_ = s0 / 64 * 64;
-    scale_lines_ = static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
-    rows_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);
-    total_ = scale_lines_ + rows * kRowLines;
-    per_chunk_ = (total_ + chunks - 1) / std::max<int64_t>(chunks, 1);
-  }
-  // Called once per chunk of the current group.
-  void step() {
-    for (int64_t e = 0; e < per_chunk_ && done_ < total_; ++e, ++done_) {
-      uintptr_t a;
-      if (done_ < scale_lines_) {
-        a = scales_ + static_cast<uintptr_t>(done_ * 64);
-      } else {
-        const int64_t l = done_ - scale_lines_;
-        a = rows_ + static_cast<uintptr_t>(l / kRowLines * rb_ + l % kRowLines * 64);
-      }
-      _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);  // NOLINT(performance-no-int-to-ptr)
-    }
-  }
-
- private:
-  static constexpr int64_t kRowLines = kI8PrefetchBytes / 64;
-  uintptr_t scales_ = 0, rows_ = 0;
-  int64_t rb_;
-  int64_t scale_lines_ = 0, total_ = 0, per_chunk_ = 0, done_ = 0;
-};
-
 // The two weight formats of the integer GEMV: nibble order, the biased
 // int8 table and its bias, and the fp32 scale of each (row, block) for 16
 // rows and the 8 blocks of a 128-element chunk (sc[q] lane r = block q of
@@ -434,8 +370,9 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
           const int64_t p = int64_t{2} * h + s;
           const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
           const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
-          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p] + c * 64 + kI8PrefetchBytes), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p + 1] + c * 64 + kI8PrefetchBytes), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p] + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p + 1] + c * 64 + kRowPrefetchBytes),
+                       _MM_HINT_T0);
           const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
           const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
           const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
