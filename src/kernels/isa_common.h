@@ -56,15 +56,17 @@ constexpr int64_t kRowPrefetchBytes = 256;
 // 1.0-1.1x, M = 2 1.03-1.07x, M = 4 1.05-1.09x; exact M = 1 1.07-1.14x.
 class NextGroupPrefetch {
  public:
-  // Rows [next, next + rows) of q (rb bytes each; nothing when rows <= 0),
-  // their scales at `scales` (`scale_bytes`), spread over `steps` calls of
-  // step(). Addresses are kept as integers: the line holding a span's first
-  // byte may start before the array.
-  NextGroupPrefetch(const char* scales, int64_t scale_bytes, const uint8_t* q, int64_t rb, int64_t next,
-                    int64_t rows, int64_t steps)
+  // Rows [next, next + rows) of q (rb bytes each; nothing when rows <= 0)
+  // and their scales, span(next, rows, &bytes) (nvfp4_scale_span,
+  // nf4_scale_span; not called when rows <= 0), spread over `steps` calls
+  // of step(). Addresses are kept as integers: the line holding a span's
+  // first byte may start before the array.
+  template <class Span>
+  NextGroupPrefetch(Span&& span, const uint8_t* q, int64_t rb, int64_t next, int64_t rows, int64_t steps)
       : rb_(rb) {
     if (rows <= 0) return;
-    const uintptr_t s0 = reinterpret_cast<uintptr_t>(scales);
+    int64_t scale_bytes = 0;
+    const uintptr_t s0 = reinterpret_cast<uintptr_t>(span(next, rows, &scale_bytes));
     scales_ = s0 / 64 * 64;
     scale_lines_ = static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
     rows_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);

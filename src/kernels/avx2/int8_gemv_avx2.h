@@ -153,10 +153,8 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     // Measured on a Cascade Lake with this table forced, from DRAM, two
     // threads, alternating call by call: NVFP4 and NF4 M = 1 1.04-1.14x,
     // M = 4 1.15-1.18x.
-    const int64_t next_rows = std::min<int64_t>(8, n1 - j0 - 8);
-    int64_t next_bytes = 0;
-    const char* next_scales = next_rows > 0 ? f.scale_span(j0 + 8, next_rows, &next_bytes) : nullptr;
-    NextGroupPrefetch next(next_scales, next_bytes, f.row(0), k / 2, j0 + 8, next_rows, chunks);
+    NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
+                           f.row(0), k / 2, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks);
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c) {

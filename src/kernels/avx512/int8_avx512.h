@@ -338,10 +338,8 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
       rp[r] = q + row[r] * rb;
     }
     f.begin(row);
-    const int64_t next_rows = std::min<int64_t>(16, n1 - j0 - 16);
-    int64_t next_bytes = 0;
-    const char* next_scales = next_rows > 0 ? f.scale_span(j0 + 16, next_rows, &next_bytes) : nullptr;
-    NextGroupPrefetch next(next_scales, next_bytes, q, rb, j0 + 16, next_rows, chunks);
+    NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
+                           q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
     __m512 acc[M];
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();

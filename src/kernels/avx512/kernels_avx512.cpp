@@ -337,17 +337,11 @@ void gemv128(ActRows x, int64_t k, int flip, const uint8_t* q, int64_t n0, int64
   const int64_t rb = k / 2, chunks = k / 128;
   int64_t j = n0;
   for (; j + 4 <= n1; j += 4) {
-    const int64_t nr = std::min<int64_t>(4, n1 - j - 4);
-    int64_t bytes = 0;
-    const char* sc = nr > 0 ? span(j + 4, nr, &bytes) : nullptr;
-    NextGroupPrefetch next(sc, bytes, q, rb, j + 4, nr, chunks);
+    NextGroupPrefetch next(span, q, rb, j + 4, std::min<int64_t>(4, n1 - j - 4), chunks);
     gemv128_rows<4>(xo.data(), k, q, j, post, y + (j - n0), lut, scale, next);
   }
   for (; j < n1; ++j) {
-    const int64_t nr = std::min<int64_t>(1, n1 - j - 1);
-    int64_t bytes = 0;
-    const char* sc = nr > 0 ? span(j + 1, nr, &bytes) : nullptr;
-    NextGroupPrefetch next(sc, bytes, q, rb, j + 1, nr, chunks);
+    NextGroupPrefetch next(span, q, rb, j + 1, std::min<int64_t>(1, n1 - j - 1), chunks);
     gemv128_rows<1>(xo.data(), k, q, j, post, y + (j - n0), lut, scale, next);
   }
 }
