@@ -207,6 +207,50 @@ __global__ void finite_scan_kernel(const void* x, int32_t type, int64_t n, unsig
   }
 }
 
+// The lowest byte offset matching the scan's predicate: 16 bytes a load
+// where the pointer allows (cudaMalloc'ed tensors: always), reduced per
+// warp, one atomic per warp that found one.
+template <int kMode>
+__device__ __forceinline__ bool byte_matches(unsigned b) {
+  return kMode == NVFP4_CUDA_SCAN_SIGN_BIT ? (b & 0x80u) != 0 : b == 0xFFu;
+}
+
+template <int kMode>
+__global__ void scan_bytes_kernel(const uint8_t* p, int64_t n, unsigned long long* first) {
+  unsigned long long found = kNoBadIndex;
+  const int64_t head = (16 - (reinterpret_cast<uintptr_t>(p) & 15)) & 15;  // bytes before a 16-byte boundary
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (int64_t i = tid; i < head && i < n; i += stride) {
+    if (byte_matches<kMode>(p[i]) && found == kNoBadIndex) found = static_cast<unsigned long long>(i);
+  }
+  const int64_t body = n > head ? (n - head) / 16 : 0;
+  const auto* v16 = reinterpret_cast<const uint4*>(p + head);
+  for (int64_t j = tid; j < body && found == kNoBadIndex; j += stride) {
+    const uint4 v = v16[j];
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    bool any = false;
+    for (unsigned x : w) {
+      any |= kMode == NVFP4_CUDA_SCAN_SIGN_BIT ? (x & 0x80808080u) != 0 : __vcmpeq4(x, 0xFFFFFFFFu) != 0;
+    }
+    if (!any) continue;
+    for (int b = 0; b < 16; ++b) {
+      if (byte_matches<kMode>((w[b / 4] >> (8 * (b % 4))) & 0xFFu)) {
+        found = static_cast<unsigned long long>(head + j * 16 + b);
+        break;
+      }
+    }
+  }
+  for (int64_t i = head + body * 16 + tid; i < n; i += stride) {
+    if (byte_matches<kMode>(p[i]) && found == kNoBadIndex) found = static_cast<unsigned long long>(i);
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const unsigned long long other = __shfl_down_sync(0xffffffffu, found, off);
+    found = other < found ? other : found;
+  }
+  if ((threadIdx.x % 32) == 0 && found != kNoBadIndex) atomicMin(first, found);
+}
+
 __global__ void to_f32_kernel(const void* x, int32_t type, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -257,6 +301,33 @@ int32_t finite_scan(const void* x, int32_t type, int64_t n, int32_t sm_count, cu
   Q4_CK(cudaStreamSynchronize(stream));
   if (host_bad != kNoBadIndex) *bad_index = static_cast<int64_t>(host_bad);
   if (amax != nullptr) std::memcpy(amax, &host_amax, 4);
+  return Q4_OK;
+}
+
+int32_t scan_bytes(nvfp4_cuda_op& op) {
+  if (op.blocksize != NVFP4_CUDA_SCAN_SIGN_BIT && op.blocksize != NVFP4_CUDA_SCAN_FF) {
+    return fail(Q4_ERR_INVALID_ARGUMENT, "scan_bytes: unknown predicate " + std::to_string(op.blocksize));
+  }
+  if (op.n <= 0) return Q4_OK;
+  DeviceLease lease;
+  Q4_TRY(lease.acquire(op.device));
+  cudaStream_t stream = as_stream(op.stream);
+  DeviceBuffer red;
+  Q4_TRY(alloc(red, 8, stream));
+  auto* first = red.as<unsigned long long>();
+  Q4_CK(cudaMemsetAsync(first, 0xff, 8, stream));  // all ones: none found
+  const q4::cuda::Launch l = q4::cuda::elementwise_launch((op.n + 15) / 16, lease.state().sm_count);
+  const auto* p = static_cast<const uint8_t*>(op.q);
+  if (op.blocksize == NVFP4_CUDA_SCAN_SIGN_BIT) {
+    scan_bytes_kernel<NVFP4_CUDA_SCAN_SIGN_BIT><<<l.blocks, l.threads, 0, stream>>>(p, op.n, first);
+  } else {
+    scan_bytes_kernel<NVFP4_CUDA_SCAN_FF><<<l.blocks, l.threads, 0, stream>>>(p, op.n, first);
+  }
+  Q4_CK(cudaGetLastError());
+  unsigned long long host_first = 0;
+  Q4_CK(cudaMemcpyAsync(&host_first, first, 8, cudaMemcpyDeviceToHost, stream));
+  Q4_CK(cudaStreamSynchronize(stream));
+  op.bad_index = host_first == kNoBadIndex ? -1 : static_cast<int64_t>(host_first);
   return Q4_OK;
 }
 

@@ -21,5 +21,6 @@ int32_t mxfp4_quantize(nvfp4_cuda_op& op);    // cuda/mxfp4_kernels.cu
 int32_t mxfp4_dequantize(nvfp4_cuda_op& op);  // cuda/mxfp4_kernels.cu
 int32_t mxfp4_linear(nvfp4_cuda_op& op);      // cuda/mxfp4_kernels.cu
 int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op);   // cuda/mxfp4_kernels.cu
+int32_t scan_bytes(nvfp4_cuda_op& op);        // cuda/common.cu
 
 }  // namespace q4::cuda_plugin

@@ -176,6 +176,8 @@ int32_t run_op(nvfp4_cuda_op& op) {
       return mxfp4_linear(op);
     case NVFP4_CUDA_OP_MXFP4_SCALED_MM:
       return mxfp4_scaled_mm(op);
+    case NVFP4_CUDA_OP_SCAN_BYTES:
+      return scan_bytes(op);
     default:
       return fail(Q4_ERR_UNSUPPORTED, "unknown plugin operation " + std::to_string(op.op));
   }

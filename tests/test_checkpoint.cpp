@@ -169,7 +169,7 @@ TEST_CASE("linears load from each family with its global-scale convention", "[ch
   Family fams[] = {{"l.weight", "l.weight_scale", "l.weight_scale_2", &gs},
                    {"l.weight_packed", "l.weight_scale", "l.weight_global_scale", &inv}};
   Q4_session* session = nullptr;
-  REQUIRE(Q4_session_create(nullptr, &session) == Q4_OK);
+  REQUIRE(Q4_session_create(t::cpu_session(), &session) == Q4_OK);
   for (const Family& fam : fams) {
     Q4_checkpoint_writer* wr = nullptr;
     REQUIRE(Q4_checkpoint_writer_create(&wr) == Q4_OK);

@@ -1384,6 +1384,7 @@ TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-i
 TEST_CASE("linear diagnostics tell which math ran (mathModeUsed, mathFallbackReason)", "[kernels][int8]") {
   Q4_session_config c{};
   Q4_session_config_init(&c);
+  c.target = Q4_TARGET_CPU;  // the CPU's integer kernels (a CUDA session computes exact only)
   c.math_mode = Q4_MATH_FAST;
   Q4_session* s = nullptr;
   REQUIRE(Q4_session_create(&c, &s) == Q4_OK);

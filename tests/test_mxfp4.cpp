@@ -661,7 +661,9 @@ namespace {
 
 struct MxSession {
   Q4_session* s = nullptr;
-  explicit MxSession(const Q4_session_config* c = nullptr) { REQUIRE(Q4_session_create(c, &s) == Q4_OK); }
+  explicit MxSession(const Q4_session_config* c = t::cpu_session()) {
+    REQUIRE(Q4_session_create(c, &s) == Q4_OK);
+  }
   ~MxSession() { Q4_session_destroy(s); }
 };
 
@@ -758,6 +760,7 @@ TEST_CASE("MXFP4 linears: bad bundles and settings MXFP4 cannot run are refused"
   CHECK(named("weight->scale"));
   Q4_session_config cfg{};
   Q4_session_config_init(&cfg);
+  cfg.target = Q4_TARGET_CPU;
   cfg.compute_path = Q4_PATH_KERNEL_ONLY;
   MxSession kernel_only(&cfg);
   b = mx_bundle(q.t(), s.t(), n, k, nullptr);
@@ -773,6 +776,7 @@ TEST_CASE("MXFP4 linears: bad bundles and settings MXFP4 cannot run are refused"
   CHECK(lin == nullptr);
   s.data()[3] = 127;
   Q4_session_config_init(&cfg);
+  cfg.target = Q4_TARGET_CPU;
   cfg.backend = Q4_BACKEND_NF4_KERNEL;
   MxSession nf4(&cfg);
   CHECK(Q4_linear_create(nf4.s, &b, &lin) == Q4_ERR_UNSUPPORTED);
@@ -1026,6 +1030,7 @@ TEST_CASE("MXFP4_linear_experts and MXFP4 linears run the E2M1 kernels (bits of 
   // of MXFP4_linear fast.
   Q4_session_config cfg{};
   Q4_session_config_init(&cfg);
+  cfg.target = Q4_TARGET_CPU;
   cfg.math_mode = Q4_MATH_FAST;
   MxSession ses(&cfg);
   Q4_weight_bundle b = mx_bundle(w.q.t(), w.s.t(), e_count * n, k, nullptr);

@@ -166,4 +166,19 @@ inline int64_t swizzled_bytes(int64_t rows, int64_t k) {
   return b;
 }
 
+// The session configuration of the CPU tests: target CPU, so that each test
+// means the same on a machine with a GPU, where Q4_TARGET_AUTO would put the
+// session on CUDA (tests/test_gpu.cpp and tests/python/test_cuda_torch.py
+// check CUDA sessions).
+inline Q4_session_config cpu_session_config() {
+  Q4_session_config c{};
+  Q4_session_config_init(&c);
+  c.target = Q4_TARGET_CPU;
+  return c;
+}
+inline const Q4_session_config* cpu_session() {
+  static const Q4_session_config c = cpu_session_config();
+  return &c;
+}
+
 }  // namespace t

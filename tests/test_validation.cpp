@@ -413,7 +413,7 @@ TEST_CASE("empty tensors with huge leading dimensions return at once", "[validat
   CHECK(NVFP4_quantize(&x, &q, &s, Q4_SCALE_SWIZZLED, 0.0f, &g, nullptr) == Q4_OK);  // fuzz: swizzle timeout
   CHECK(NVFP4_dequantize(&q, &s, Q4_SCALE_LINEAR, 1.0f, &x, nullptr) == Q4_OK);
   Q4_session* session = nullptr;
-  REQUIRE(Q4_session_create(nullptr, &session) == Q4_OK);
+  REQUIRE(Q4_session_create(t::cpu_session(), &session) == Q4_OK);
   Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);
   b.source = Q4_WEIGHT_FLOAT;
@@ -460,7 +460,7 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
                  Q4_ERR_INVALID_ARGUMENT, "NVFP4_dequantize", "scale [2, 1] (flat index 5)");
   // Linears check packed weights once, at prepare time.
   Q4_session* sess = nullptr;
-  REQUIRE(Q4_session_create(nullptr, &sess) == Q4_OK);
+  REQUIRE(Q4_session_create(t::cpu_session(), &sess) == Q4_OK);
   Q4_weight_bundle pb{};
   Q4_weight_bundle_init(&pb);
   pb.format = Q4_FORMAT_NVFP4;

@@ -566,6 +566,23 @@ void advise_weight(void* ptr, size_t bytes, int32_t device, void* stream) {
   if (device_caps(p, device).prefetch) check_status(p.api.prefetch(ptr, bytes, device, stream), p);
 }
 
+int64_t scan_device_bytes(const void* ptr, int64_t bytes, int32_t device, void* stream, int32_t mode) {
+  const PluginState& p = loaded_api();
+  nvfp4_cuda_op c{};
+  c.struct_size = sizeof c;
+  c.op = NVFP4_CUDA_OP_SCAN_BYTES;
+  c.device = device;
+  c.stream = stream;
+  c.q = const_cast<void*>(ptr);
+  c.n = bytes;
+  c.blocksize = mode;
+  c.bad_index = -1;
+  const int32_t rc = p.api.run(&c);
+  if (rc == Q4_ERR_UNSUPPORTED) return kScanUnsupported;
+  check_status(rc, p);
+  return c.bad_index;
+}
+
 int32_t pointer_kind(const void* ptr) {
   const PluginState& p = plugin();
   if (!p.loaded || ptr == nullptr) return NVFP4_CUDA_MEM_UNREGISTERED;

@@ -77,5 +77,12 @@ void copy(void* dst, const void* src, size_t bytes);
 void advise_weight(void* p, size_t bytes, int32_t device, void* stream);
 // NVFP4_CUDA_MEM_* of p (UNREGISTERED without a plugin).
 int32_t pointer_kind(const void* p);
+// The lowest offset in `bytes` bytes of device memory at p whose byte
+// matches NVFP4_CUDA_SCAN_* `mode`, scanned on `device` in `stream` (which
+// it synchronizes); -1 when none does; kScanUnsupported when the plugin
+// cannot scan (the caller then reads the bytes on the host). Throws on a
+// CUDA error.
+constexpr int64_t kScanUnsupported = -2;
+int64_t scan_device_bytes(const void* p, int64_t bytes, int32_t device, void* stream, int32_t mode);
 
 }  // namespace q4::cuda

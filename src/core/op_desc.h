@@ -183,10 +183,12 @@ SwizzleDesc validate_swizzle(const DLTensor* linear_t, const DLTensor* swizzled_
 // The sign rule of NVFP4 block scales (docs/formats.md, E4M3): a scale byte
 // with the sign bit set (>= 0x80) is invalid input; Q4_ERR_INVALID_ARGUMENT
 // names o.s and the first offending (row, block). Scans the o.rows x K/16
-// logical scales (swizzled padding is not read); kDLCUDA scales are copied
-// to the host first through the plugin. Large tensors are scanned by up to
-// `threads` pool threads (0: the default count).
-void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads = 0);
+// logical scales (swizzled padding is not read). kDLCUDA scales are first
+// scanned on their device in `stream` (one kernel and a stream
+// synchronization, no copy); only a hit there (or a plugin without the
+// scan) copies them to the host for the exact scan. Large host tensors are
+// scanned by up to `threads` pool threads (0: the default count).
+void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads = 0, void* stream = nullptr);
 
 // The NaN rule of MXFP4 products: E8M0 byte 0xFF is NaN (OCP MX v1.0) and a
 // product refuses it with Q4_ERR_INVALID_ARGUMENT naming o.s and the first
@@ -195,7 +197,9 @@ void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads = 0);
 // `expert_bytes` bytes each for o.rows / experts rows of K/32 blocks
 // (experts = 1: the whole tensor). One memchr over the bytes when none is
 // NaN (swizzled padding included: a hit there sends the call to the exact
-// logical scan, which skips it); kDLCUDA scales are copied first.
-void require_finite_e8m0(const Mxfp4Operand& o, int64_t experts = 1, int64_t expert_bytes = 0);
+// logical scan, which skips it); kDLCUDA scales are scanned on their device
+// first, as above.
+void require_finite_e8m0(const Mxfp4Operand& o, void* stream = nullptr, int64_t experts = 1,
+                         int64_t expert_bytes = 0);
 
 }  // namespace q4::core

@@ -48,6 +48,27 @@ void place_call(OpContext& ctx, std::initializer_list<const TensorRef*> ts) {
            "(kDLCUDAManaged) or pinned (kDLCUDAHost) memory, or copy it");
     }
   }
+  // A GPU kernel reading pageable host memory it cannot reach faults, and
+  // the fault poisons the CUDA context of the whole process: refuse such a
+  // tensor here (one cudaPointerGetAttributes per tensor). Not on devices
+  // that read pageable memory (ATS/HMM, as the GB10), not without a device
+  // (the route answers NOT_AVAILABLE), and not for a call that moves no
+  // data: the first tensor listed is the one whose emptiness makes the call
+  // a no-op (its output, or x for quantize), e.g. an M = 0 product.
+  const TensorRef* first = *ts.begin();
+  if (first != nullptr && first->nbytes > 0 && cuda::cuda_state() == Q4_CUDA_READY &&
+      !cuda::reads_host_memory(device)) {
+    for (const TensorRef* t : ts) {
+      if (t == nullptr || t->data == nullptr || t->nbytes == 0) continue;
+      if (cuda::pointer_kind(t->data) == NVFP4_CUDA_MEM_UNREGISTERED) {
+        fail(Q4_ERR_DEVICE, t->name,
+             "is labelled " + std::string(t->device.device_type == kDLCUDA ? "kDLCUDA" : "as CUDA-visible") +
+                 " but its data is ordinary host memory, which CUDA device " + std::to_string(device) +
+                 " cannot read (cudaPointerGetAttributes: unregistered); pass device, managed or pinned "
+                 "memory");
+      }
+    }
+  }
   ctx.place = Place::Device;
   ctx.device = device;
 }
@@ -117,6 +138,15 @@ const uint8_t* host_scale_bytes(const TensorRef& s, std::vector<uint8_t>& staged
   return staged.data();
 }
 
+// Whether a kDLCUDA scale tensor has no byte matching `mode`, scanned
+// where it is (one small kernel, no copy). A match, or a plugin that cannot
+// scan, sends the caller to the exact scan on the host, which skips the
+// padding of the swizzled layout and names the scale.
+bool device_bytes_clean(const TensorRef& s, void* stream, int32_t mode) {
+  if (s.device.device_type != kDLCUDA) return false;
+  return cuda::scan_device_bytes(s.data, s.nbytes, s.device.device_id, stream, mode) == -1;
+}
+
 // The first logical scale (row-major over rows x cols) whose byte satisfies
 // bad(byte), read through the layout (swizzled padding is never read), as
 // r * cols + c; -1 when none does.
@@ -133,9 +163,10 @@ int64_t first_bad_scale(const uint8_t* bytes, int32_t layout, int64_t rows, int6
 
 }  // namespace
 
-void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads) {
+void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads, void* stream) {
   const int64_t cols = o.k / 16;
   if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0) return;
+  if (device_bytes_clean(o.s, stream, NVFP4_CUDA_SCAN_SIGN_BIT)) return;
   std::vector<uint8_t> staged;
   const uint8_t* bytes = host_scale_bytes(o.s, staged);
   // The common case first: one pass of 8-byte ORs over every byte of the
@@ -176,9 +207,10 @@ void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads) {
            ", whose sign bit is set (docs/formats.md, E4M3)");
 }
 
-void require_finite_e8m0(const Mxfp4Operand& o, int64_t experts, int64_t expert_bytes) {
+void require_finite_e8m0(const Mxfp4Operand& o, void* stream, int64_t experts, int64_t expert_bytes) {
   const int64_t cols = o.k / fmt::kMxBlock;
   if (o.rows <= 0 || cols <= 0 || o.s.nbytes <= 0 || experts <= 0) return;
+  if (device_bytes_clean(o.s, stream, NVFP4_CUDA_SCAN_FF)) return;
   std::vector<uint8_t> staged;
   const uint8_t* bytes = host_scale_bytes(o.s, staged);
   if (std::memchr(bytes, static_cast<int>(fmt::kE8M0NaN), static_cast<size_t>(o.s.nbytes)) == nullptr) return;
@@ -233,7 +265,7 @@ Nvfp4DequantizeDesc validate_nvfp4_dequantize(const DLTensor* q_t, const DLTenso
   d.src = nvfp4_operand(q_t, s_t, "qdata", "scale", layout, rows, k, g);
   place_call(d.ctx, {&d.out, &d.src.q, &d.src.s});
   require_no_overlap(d.out, {&d.src.q, &d.src.s});
-  if (scales_checked(d.ctx)) require_nonnegative_scales(d.src, d.ctx.opts.num_threads);
+  if (scales_checked(d.ctx)) require_nonnegative_scales(d.src, d.ctx.opts.num_threads, d.ctx.opts.stream);
   return d;
 }
 
@@ -265,7 +297,7 @@ ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, con
   place_call(d.ctx, {&d.x, &d.out, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   if (d.m > 0 && scales_checked(d.ctx))
-    require_nonnegative_scales(d.nv, d.ctx.opts.num_threads);  // M = 0 reads no weight
+    require_nonnegative_scales(d.nv, d.ctx.opts.num_threads, d.ctx.opts.stream);  // M = 0 reads no weight
   return d;
 }
 
@@ -322,8 +354,8 @@ ProductDesc validate_nvfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* as_t,
   place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   if (d.m > 0 && d.n > 0 && scales_checked(d.ctx)) {  // an empty product reads no operand
-    require_nonnegative_scales(d.a, d.ctx.opts.num_threads);
-    require_nonnegative_scales(d.nv, d.ctx.opts.num_threads);
+    require_nonnegative_scales(d.a, d.ctx.opts.num_threads, d.ctx.opts.stream);
+    require_nonnegative_scales(d.nv, d.ctx.opts.num_threads, d.ctx.opts.stream);
   }
   return d;
 }
@@ -542,7 +574,7 @@ Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
-  if (d.m > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w);  // M = 0 reads no weight
+  if (d.m > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w, d.ctx.opts.stream);  // M = 0 reads no weight
   return d;
 }
 
@@ -574,8 +606,8 @@ Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* 
   place_call(d.ctx, {&d.out, &d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   if (d.m > 0 && d.n > 0 && scales_checked(d.ctx)) {  // an empty product reads no operand
-    require_finite_e8m0(d.a);
-    require_finite_e8m0(d.w);
+    require_finite_e8m0(d.a, d.ctx.opts.stream);
+    require_finite_e8m0(d.w, d.ctx.opts.stream);
   }
   return d;
 }
@@ -676,7 +708,8 @@ Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTens
   }
   place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
-  if (d.t > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w, d.experts, d.expert_scale_bytes);
+  if (d.t > 0 && scales_checked(d.ctx))
+    require_finite_e8m0(d.w, d.ctx.opts.stream, d.experts, d.expert_scale_bytes);
   return d;
 }
 

@@ -67,6 +67,14 @@ typedef struct nvfp4_cuda_probe {
 #define NVFP4_CUDA_OP_MXFP4_DEQUANTIZE 9 /* q, s -> out[m,k]                                 */
 #define NVFP4_CUDA_OP_MXFP4_LINEAR 10    /* out[m,n] = x[m,k] . dequant(q,s)[n,k]^T + bias   */
 #define NVFP4_CUDA_OP_MXFP4_SCALED_MM 11 /* out[m,n] = alpha * A(a_q,a_s) . B(q,s)^T + bias  */
+/* Scale bytes checked where they are: q = n bytes of device memory;
+ * blocksize = NVFP4_CUDA_SCAN_*; bad_index = the lowest byte offset that
+ * matches, or -1. Synchronizes the stream. (Added in ABI 3 without a bump:
+ * an older plugin answers Q4_ERR_UNSUPPORTED and the core reads the bytes
+ * on the host instead.) */
+#define NVFP4_CUDA_OP_SCAN_BYTES 12
+#define NVFP4_CUDA_SCAN_SIGN_BIT 0 /* byte & 0x80: a negative E4M3 scale (or NaN 0xFF) */
+#define NVFP4_CUDA_SCAN_FF 1       /* byte == 0xFF: an E8M0 NaN scale                  */
 
 /* One call of the plugin: everything an operation needs, validated by the
  * core before it gets here (shapes agree, sizes fit, no aliasing, all

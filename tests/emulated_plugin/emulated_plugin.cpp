@@ -344,6 +344,24 @@ int32_t run_op(nvfp4_cuda_op& op) {
     const int32_t rc = accessible(e.p, e.name);
     if (rc != Q4_OK) return rc;
   }
+  if (op.op == NVFP4_CUDA_OP_SCAN_BYTES) {  // the device-side scale check
+    if (op.blocksize != NVFP4_CUDA_SCAN_SIGN_BIT && op.blocksize != NVFP4_CUDA_SCAN_FF) {
+      return fail(Q4_ERR_INVALID_ARGUMENT, "scan_bytes: unknown predicate");
+    }
+    {
+      State& s = state();
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.counters.scans += 1;
+    }
+    const auto* p = static_cast<const uint8_t*>(op.q);
+    for (int64_t i = 0; i < op.n; ++i) {
+      if (op.blocksize == NVFP4_CUDA_SCAN_SIGN_BIT ? (p[i] & 0x80u) != 0 : p[i] == 0xFFu) {
+        op.bad_index = i;
+        break;
+      }
+    }
+    return Q4_OK;
+  }
   const bool product = op.op == NVFP4_CUDA_OP_NVFP4_LINEAR || op.op == NVFP4_CUDA_OP_NVFP4_SCALED_MM ||
                        op.op == NVFP4_CUDA_OP_NF4_LINEAR || op.op == NVFP4_CUDA_OP_MXFP4_LINEAR ||
                        op.op == NVFP4_CUDA_OP_MXFP4_SCALED_MM;

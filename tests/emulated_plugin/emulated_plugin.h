@@ -32,6 +32,7 @@ typedef struct nvfp4_emu_counters {
   int64_t refused_pointers; /* host pointers caught where device memory was required */
   /* The stream (as an integer) of the last run and of the last synchronize. */
   uint64_t last_run_stream, last_sync_stream;
+  int64_t scans; /* NVFP4_CUDA_OP_SCAN_BYTES runs (not counted in runs) */
 } nvfp4_emu_counters;
 
 typedef void (*nvfp4_emu_counters_fn)(nvfp4_emu_counters* out);
