@@ -1,11 +1,13 @@
 // MXFP4 on CUDA: quantize and dequantize through the shared host+device
 // codec (formats/mxfp4.h, so the bytes equal the CPU's), the weight-only
-// linear as dequantize + cuBLASLt fp32 GEMM in column tiles
-// (dequant_then_gemm), and scaled_mm routed by q4::cuda::mxfp4_scaled_mm_route
+// linear as the block GEMV for up to kGemvMaxRows rows of x, else dequantize
+// + cuBLASLt fp32 GEMM in column tiles (dequant_then_gemm), and scaled_mm
+// routed by q4::cuda::mxfp4_scaled_mm_route
 // (src/plugin/lt_mxfp4.h): the block-scaled cuBLASLt GEMM with VEC32_UE8M0
 // scales (CUDA_R_4F_E2M1 operands, LtElem::kFp4E2M1Mx) on compute
-// capability 10.x-12.x, else (or when cuBLASLt has no algorithm) both
-// operands dequantized + the fp32 GEMM, reported as a fallback (KernelOnly:
+// capability 10.x-12.x, else (or when cuBLASLt has no algorithm) A
+// dequantized + the block GEMV for few rows, both operands dequantized +
+// the fp32 GEMM for more, reported as a fallback (KernelOnly:
 // Q4_ERR_UNSUPPORTED with the reason).
 #include <cstdio>
 #include <string>
@@ -102,9 +104,9 @@ int32_t mxfp4_dequantize(nvfp4_cuda_op& op) {
                     op.m, op.k, op.out, op.out_type, as_stream(op.stream));
 }
 
-// Float activations x MXFP4 weight: W dequantized to fp32 a tile of rows at
-// a time, one cuBLASLt fp32 GEMM per tile (the plugin's path for this op,
-// not a fallback).
+// Float activations x MXFP4 weight: the block GEMV for few rows; else W
+// dequantized to fp32 a tile of rows at a time, one cuBLASLt fp32 GEMM per
+// tile (the plugin's paths for this op, not fallbacks).
 int32_t mxfp4_linear(nvfp4_cuda_op& op) {
   DeviceLease lease;
   Q4_TRY(lease.acquire(op.device));
@@ -113,6 +115,10 @@ int32_t mxfp4_linear(nvfp4_cuda_op& op) {
   if (op.m == 0 || op.n == 0) return Q4_OK;
   const auto* wq = static_cast<const uint8_t*>(op.q);
   const auto* ws = static_cast<const uint8_t*>(op.s);
+  if (op.m <= kGemvMaxRows && op.compute_path != Q4_PATH_DEQUANT_MATMUL_ONLY && block_gemv_fits(wq)) {
+    return block_gemv<Mxfp4Blocks>(op.m, op.x, op.x_type, op.k, wq, ws, op.scale_layout, 1.0f, 1.0f, op.n,
+                                   op.bias, op.bias_type, op.out, op.out_type, stream);
+  }
   return dequant_then_gemm(ds, op, stream, [&](float* w32, int64_t row0, int64_t rows) {
     return dequantize(wq, ws, op.scale_layout, row0, rows, op.k, w32, NVFP4_CUDA_F32, stream);
   });
@@ -149,6 +155,19 @@ int32_t mxfp4_scaled_mm(nvfp4_cuda_op& op) {
                        q4::cuda::LtElem::kFp4E2M1Mx));
   }
   float epilogue_alpha = 1.0f;  // the block-scaled GEMM applied alpha
+  if (!done && !dequant_only && op.compute_path != Q4_PATH_KERNEL_ONLY && m <= kGemvMaxRows &&
+      block_gemv_fits(bq)) {
+    // Few rows: A dequantized, then the block GEMV on B with alpha in its
+    // epilogue; B is never expanded.
+    DeviceBuffer a32;
+    Q4_TRY(alloc(a32, static_cast<size_t>(m * k) * 4, stream));
+    Q4_TRY(dequantize(aq, as, layout, 0, m, k, a32.p, NVFP4_CUDA_F32, stream));
+    op.used_fallback = 1;
+    std::snprintf(op.fallback_reason, sizeof op.fallback_reason, "%s; ran dequantize(A) + the GEMV kernel",
+                  why.c_str());
+    return block_gemv<Mxfp4Blocks>(m, a32.p, NVFP4_CUDA_F32, k, bq, bs, layout, 1.0f, op.alpha, n, op.bias,
+                                   op.bias_type, op.out, op.out_type, stream);
+  }
   if (!done) {
     if (!dequant_only && op.compute_path == Q4_PATH_KERNEL_ONLY) return fail(Q4_ERR_UNSUPPORTED, why);
     DeviceBuffer a32, b32;

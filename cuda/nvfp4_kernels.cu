@@ -1,6 +1,7 @@
 // NVFP4 on CUDA: quantize, dequantize, weight-only linear (GEMV for small M,
 // dequantize + cuBLASLt fp32 GEMM otherwise) and W4A4 scaled_mm (cuBLASLt
-// block-scaled FP4, with the dequantize + GEMM fallback).
+// block-scaled FP4; where it cannot run, A dequantized + the block GEMV for
+// few rows, both operands dequantized + the fp32 GEMM for more).
 #include <cstdio>
 
 #include "common.cuh"
@@ -139,7 +140,11 @@ int32_t nvfp4_linear(nvfp4_cuda_op& op) {
   const auto* ws = static_cast<const uint8_t*>(op.s);
   if (m == 0 || n == 0) return Q4_OK;
   if (m <= kGemvMaxRows && op.compute_path != Q4_PATH_DEQUANT_MATMUL_ONLY) {
-    const q4::cuda::Launch l = q4::cuda::gemv_launch(n);
+    if (block_gemv_fits(wq)) {  // a 32-bit word of codes per lane and step
+      return block_gemv<Nvfp4Blocks>(m, op.x, op.x_type, k, wq, ws, op.scale_layout, op.global_scale, 1.0f, n,
+                                     op.bias, op.bias_type, op.out, op.out_type, stream);
+    }
+    const q4::cuda::Launch l = q4::cuda::gemv_launch(n);  // a weight view not 4-byte aligned
     return gemv_dispatch(m, [&](auto mm) {
       nvfp4_gemv_kernel<decltype(mm)::value>
           <<<l.blocks, l.threads, 0, stream>>>(op.x, op.x_type, k, wq, ws, op.scale_layout, op.global_scale,
@@ -185,6 +190,19 @@ int32_t nvfp4_scaled_mm(nvfp4_cuda_op& op) {
   if (p.valid && !dequant_only)
     Q4_TRY(lt_gemm_fp4(ds, p, layout, aq, a_sw, bq, b_sw, op.alpha, y32.as<float>(), stream, &done, &why));
   float epilogue_alpha = 1.0f;
+  if (!done && op.compute_path != Q4_PATH_KERNEL_ONLY && !dequant_only && m <= kGemvMaxRows &&
+      block_gemv_fits(bq)) {
+    // Few rows: A dequantized (block scales only), then the block GEMV on B
+    // with alpha in its epilogue; B is never expanded.
+    DeviceBuffer a32;
+    Q4_TRY(alloc(a32, static_cast<size_t>(m * k) * 4, stream));
+    Q4_TRY(dequantize(aq, as, layout, 1.0f, 0, m, k, a32.p, NVFP4_CUDA_F32, stream));
+    op.used_fallback = 1;
+    std::snprintf(op.fallback_reason, sizeof op.fallback_reason, "%s; ran dequantize(A) + the GEMV kernel",
+                  why.c_str());
+    return block_gemv<Nvfp4Blocks>(m, a32.p, NVFP4_CUDA_F32, k, bq, bs, layout, 1.0f, op.alpha, n, op.bias,
+                                   op.bias_type, op.out, op.out_type, stream);
+  }
   if (!done) {
     if (op.compute_path == Q4_PATH_KERNEL_ONLY) return fail(Q4_ERR_UNSUPPORTED, why);
     DeviceBuffer a32, b32;
