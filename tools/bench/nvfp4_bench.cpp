@@ -9,14 +9,17 @@
 // has (vpdpbusd with AVX512-VNNI, else vpmaddubsw + vpmaddwd + vpaddd), and
 // OpenBLAS cblas_sgemm (dlopen; OpenBLAS preferred over a reference BLAS).
 // GEMV (M <= 8) rotates distinct weight copies over a working set larger
-// than the L3 (--working-set MB, default 96), so it reads from DRAM; one
-// hot case per format shows the L3 figure.
+// than the L3 (--working-set MB; default the larger of 96 MiB and twice the
+// L3 the OS reports, so a 300 MiB L3 is not mistaken for DRAM), so it reads
+// from DRAM; one hot case per format shows the L3 figure. The DRAM probe
+// streams the larger of 512 MiB and four times the L3.
 //
 //   nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB]
 //               [--only gemv|gemm|products|quant|f32|l3] [--max-case-seconds S]
 //               [--fast-max-m M] [--ms M,...] [--shapes NxK,...]
 //   nvfp4-bench --tune-matmul [--dim N] [--runs R]
 #include <dlfcn.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -50,7 +53,7 @@ struct Options {
   bool quick = false;
   int threads = 0;
   int reps = 5;
-  int64_t working_set_mb = 96;
+  int64_t working_set_mb = 0;  // 0: max(96 MiB, 2 x L3)
   double max_case_seconds = 3.0;
   int64_t fast_max_m = 512;
   std::vector<int64_t> ms;                          // --ms: the M values (default: the full or quick list)
@@ -390,6 +393,33 @@ json result(const std::string& name, const std::string& format, const std::strin
   return r;
 }
 
+// The L3 size the OS reports (bytes; 0 when it reports none, e.g. under
+// qemu-user): sysconf, else the sysfs cache description of CPU 0.
+int64_t l3_bytes() {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v > 0) return v;
+#endif
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::FILE* lf = std::fopen((dir + "level").c_str(), "r");
+    if (lf == nullptr) continue;
+    int level = 0;
+    const bool ok = std::fscanf(lf, "%d", &level) == 1;
+    std::fclose(lf);
+    if (!ok || level != 3) continue;
+    std::FILE* sf = std::fopen((dir + "size").c_str(), "r");
+    if (sf == nullptr) return 0;
+    long long size = 0;
+    char unit = 0;
+    const int got = std::fscanf(sf, "%lld%c", &size, &unit);
+    std::fclose(sf);
+    if (got < 1) return 0;
+    return size * (unit == 'K' ? 1024LL : unit == 'M' ? 1048576LL : 1LL);
+  }
+  return 0;
+}
+
 int run_tuner(const Options& o) {
   Q4_tune_result r{};
   r.struct_size = sizeof r;
@@ -441,53 +471,93 @@ int run_cuda(const Options& o) {
   out["native_load_state"] = caps.native_load_state;
   const int reps = o.quick ? 3 : o.reps;
   const DLDataType f32{kDLFloat, 32, 1}, u8{kDLUInt, 8, 1};
-  auto timed = [&](const std::function<void()>& fn) {
-    return median_ms(reps, [&](int) {
-      fn();
-      Q4_cuda_synchronize(0, nullptr);
-    });
-  };
   json results = json::array();
-  const int64_t n = 4096, k = 4096;
-  Nvfp4Weight w = make_nvfp4(n, k, 1);
-  Nf4Weight nf = make_nf4(n, k, 2);
-  int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
-  DeviceCopy dq(w.q.data(), qs, 2, u8), ds(w.s.data(), ss, 2, u8), dnq(nf.q.data(), nq, 1, u8),
-      dna(nf.absmax.data(), na, 1, f32);
-  for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}, int64_t{512}}) {
-    std::vector<float> x = random_vec(m * k, 3, 1.0f), y(static_cast<size_t>(m * n));
-    int64_t xs[2] = {m, k}, ys[2] = {m, n};
-    DeviceCopy dx(x.data(), xs, 2, f32), dy(y.data(), ys, 2, f32);
-    const double flops = 2.0 * static_cast<double>(m * n * k);
-    const double wbytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
-    double ms =
-        timed([&] { NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr); });
-    results.push_back(result(m == 1 ? "gemv" : "gemm", "nvfp4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
-    NF4_state st{};
-    st.struct_size = sizeof st;
-    st.blocksize = 64;
-    st.absmax = dna.t();
-    ms = timed([&] { NF4_scaled_mm(dx.t(), dnq.t(), &st, nullptr, dy.t(), nullptr); });
-    results.push_back(result(m == 1 ? "gemv" : "gemm", "nf4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
-    Nvfp4Weight a = make_nvfp4(m, k, 4);
-    int64_t aqs[2] = {m, k / 2}, ass[2] = {m, k / 16};
-    DeviceCopy daq(a.q.data(), aqs, 2, u8), das(a.s.data(), ass, 2, u8);
-    ms = timed([&] {
-      NVFP4_scaled_mm(daq.t(), das.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, a.g * w.g, nullptr, dy.t(), nullptr);
-    });
-    results.push_back(result("scaled_mm", "nvfp4-w4a4", "cuda", m, n, k, ms, wbytes, flops, 0, 0));
+  // One call checked first: a failing call is reported, never timed.
+  auto add = [&](const std::string& name, const std::string& format, int64_t m, int64_t n, int64_t k,
+                 double bytes, double flops, const std::function<int32_t()>& fn) {
+    json r;
+    const int32_t st = fn();
+    if (st != Q4_OK || Q4_cuda_synchronize(0, nullptr) != Q4_OK) {
+      r = {{"case", name},
+           {"format", format},
+           {"mode", "cuda"},
+           {"m", m},
+           {"n", n},
+           {"k", k},
+           {"error", std::string(Q4_status_string(st)) + ": " + Q4_last_error()}};
+    } else {
+      const double ms = median_ms(reps, [&](int) {
+        fn();
+        Q4_cuda_synchronize(0, nullptr);
+      });
+      r = result(name, format, "cuda", m, n, k, ms, bytes, flops, 0, 0);
+    }
+    results.push_back(r);
+  };
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
+  if (!o.shapes.empty()) shapes = o.shapes;
+  for (const auto& [n, k] : shapes) {
+    Nvfp4Weight w = make_nvfp4(n, k, 1);
+    Mxfp4Weight mw = make_mxfp4(n, k, 3);
+    Nf4Weight nf = make_nf4(n, k, 2);
+    int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, mss[2] = {n, k / 32}, nq[1] = {n * k / 2},
+            na[1] = {n * k / 64};
+    DeviceCopy dq(w.q.data(), qs, 2, u8), ds(w.s.data(), ss, 2, u8), dmq(mw.q.data(), qs, 2, u8),
+        dms(mw.s.data(), mss, 2, u8), dnq(nf.q.data(), nq, 1, u8), dna(nf.absmax.data(), na, 1, f32);
+    const double nv_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
+    const double mx_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 32;
+    const double nf_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 16;
+    for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{32}, int64_t{512}}) {
+      std::vector<float> x = random_vec(m * k, 3, 1.0f), y(static_cast<size_t>(m * n));
+      int64_t xs[2] = {m, k}, ys[2] = {m, n};
+      DeviceCopy dx(x.data(), xs, 2, f32), dy(y.data(), ys, 2, f32);
+      const double flops = 2.0 * static_cast<double>(m * n * k);
+      const std::string kind = m == 1 ? "gemv" : "gemm";
+      add(kind, "nvfp4", m, n, k, nv_bytes, flops, [&] {
+        return NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr);
+      });
+      NF4_state st{};
+      st.struct_size = sizeof st;
+      st.blocksize = 64;
+      st.absmax = dna.t();
+      add(kind, "nf4", m, n, k, nf_bytes, flops,
+          [&] { return NF4_scaled_mm(dx.t(), dnq.t(), &st, nullptr, dy.t(), nullptr); });
+      add(kind, "mxfp4", m, n, k, mx_bytes, flops,
+          [&] { return MXFP4_linear(dx.t(), dmq.t(), dms.t(), Q4_SCALE_LINEAR, nullptr, dy.t(), nullptr); });
+      Nvfp4Weight a = make_nvfp4(m, k, 4);
+      Mxfp4Weight ma = make_mxfp4(m, k, 5);
+      int64_t aqs[2] = {m, k / 2}, ass[2] = {m, k / 16}, mas[2] = {m, k / 32};
+      DeviceCopy daq(a.q.data(), aqs, 2, u8), das(a.s.data(), ass, 2, u8), dmaq(ma.q.data(), aqs, 2, u8),
+          dmas(ma.s.data(), mas, 2, u8);
+      add("scaled_mm", "nvfp4-w4a4", m, n, k, nv_bytes, flops, [&] {
+        return NVFP4_scaled_mm(daq.t(), das.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, a.g * w.g, nullptr, dy.t(),
+                               nullptr);
+      });
+      add("scaled_mm", "mxfp4-w4a4", m, n, k, mx_bytes, flops, [&] {
+        return MXFP4_scaled_mm(dmaq.t(), dmas.t(), dmq.t(), dms.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, dy.t(),
+                               nullptr);
+      });
+    }
   }
   {
-    const int64_t rows = 16384;
+    const int64_t rows = 16384, k = 4096;
     std::vector<float> f = random_vec(rows * k, 5, 1.0f);
     std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * k / 16));
-    int64_t fs[2] = {rows, k}, qqs[2] = {rows, k / 2}, sss[2] = {rows, k / 16};
-    DeviceCopy df(f.data(), fs, 2, f32), dqq(q.data(), qqs, 2, u8), dss(s.data(), sss, 2, u8);
+    int64_t fs[2] = {rows, k}, qqs[2] = {rows, k / 2}, sss[2] = {rows, k / 16}, mss[2] = {rows, k / 32};
+    DeviceCopy df(f.data(), fs, 2, f32), dqq(q.data(), qqs, 2, u8), dss(s.data(), sss, 2, u8),
+        dms(s.data(), mss, 2, u8);
     float g = 0;
-    const double ms =
-        timed([&] { NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); });
-    results.push_back(result("quantize", "nvfp4", "cuda", rows, 0, k, ms,
-                             static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 16), 0, 0, 0));
+    add("quantize", "nvfp4", rows, 0, k, static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 16), 0,
+        [&] { return NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); });
+    add("quantize", "nvfp4-given-scale", rows, 0, k, static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 16), 0,
+        [&] { return NVFP4_quantize(df.t(), dqq.t(), dss.t(), Q4_SCALE_LINEAR, g, nullptr, nullptr); });
+    add("quantize", "mxfp4", rows, 0, k, static_cast<double>(rows * k) * (4 + 0.5 + 1.0 / 32), 0,
+        [&] { return MXFP4_quantize(df.t(), dqq.t(), dms.t(), Q4_SCALE_LINEAR, nullptr); });
+    std::vector<float> am(static_cast<size_t>(rows * k / 64));
+    int64_t nq[1] = {rows * k / 2}, na[1] = {rows * k / 64};
+    DeviceCopy dnq(q.data(), nq, 1, u8), dam(am.data(), na, 1, f32);
+    add("quantize", "nf4", rows, 0, k, static_cast<double>(rows * k) * (4 + 0.5 + 4.0 / 64), 0,
+        [&] { return NF4_quantize(df.t(), dnq.t(), dam.t(), 64, nullptr); });
   }
   for (auto& r : results) r["isa"] = "cuda";
   out["results"] = results;
@@ -589,14 +659,15 @@ int bench_main(int argc, char** argv) {
   caps.struct_size = sizeof caps;
   Q4_get_capabilities(&caps);
 
+  const int64_t l3 = l3_bytes();
+  if (o.working_set_mb <= 0) o.working_set_mb = std::max<int64_t>(96, (2 * l3 + 1048575) / 1048576);
   json out;
-  out["machine"] = {{"cpu", caps.cpu_brand},
-                    {"isa", Q4_isa_name(caps.isa_active)},
-                    {"threads", threads},
-                    {"cpus", caps.num_cpus}};
+  out["machine"] = {{"cpu", caps.cpu_brand},    {"isa", Q4_isa_name(caps.isa_active)},
+                    {"threads", threads},       {"cpus", caps.num_cpus},
+                    {"l3_mib", l3 / 1048576.0}, {"gemv_working_set_mib", o.working_set_mb}};
   out["load_average_at_start"] = load_average();
   // Limits measured in this run.
-  const double bw = read_bandwidth(int64_t{512} << 20, threads, o.quick ? 3 : 5);
+  const double bw = read_bandwidth(std::max<int64_t>(int64_t{512} << 20, 4 * l3), threads, o.quick ? 3 : 5);
   const double bw_best = bw * read_bw_median_over_best();
   const double l3bw = l3_bandwidth(int64_t{8} << 20, threads, 20);
   const double l3_best = l3bw * read_bw_median_over_best();
