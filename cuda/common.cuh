@@ -18,6 +18,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
@@ -108,6 +109,30 @@ struct DeviceState {
   WorkspaceCuda ws_api;
   q4::cuda::WorkspacePool<WorkspaceCuda> workspaces{kWorkspaceBytes, kWorkspacesPerDevice};
   q4::cuda::LtAlgoCache<cublasLtMatmulAlgo_t> algos;  // heuristic answers, "none" included
+  std::vector<void*> result_slots;                    // free ResultSlot buffers (under `mutex`)
+};
+
+// A 16-byte device buffer for the reduction results of a call that
+// synchronizes its stream before returning (the finite/amax scan, the scale
+// scan), taken from the device's free list and given back on destruction.
+// A stream-ordered allocation would do, but the default pool returns its
+// memory at every synchronization and maps it again at the next call.
+class ResultSlot {
+ public:
+  static constexpr size_t kBytes = 16;
+  ResultSlot() = default;
+  ResultSlot(const ResultSlot&) = delete;
+  ResultSlot& operator=(const ResultSlot&) = delete;
+  ~ResultSlot();
+  int32_t acquire(DeviceState& s);  // with the device current and a lease held
+  template <class T>
+  T* as(size_t offset = 0) const {
+    return reinterpret_cast<T*>(static_cast<char*>(ptr_) + offset);
+  }
+
+ private:
+  DeviceState* state_ = nullptr;
+  void* ptr_ = nullptr;
 };
 
 // A cuBLASLt workspace held for one call on `stream` (call with the device
@@ -208,8 +233,8 @@ __device__ __forceinline__ int64_t scale_index(int64_t r, int64_t c, int64_t col
 // The first non-finite flat index of x[0, n) (-1 if none) and, when `amax`
 // is not NULL, max |x|. Block reductions, one atomic per block; waits on the
 // stream (the host needs both before anything is written).
-int32_t finite_scan(const void* x, int32_t type, int64_t n, int32_t sm_count, cudaStream_t stream,
-                    float* amax, int64_t* bad_index);
+int32_t finite_scan(const void* x, int32_t type, int64_t n, DeviceState& ds, cudaStream_t stream, float* amax,
+                    int64_t* bad_index);
 
 // out[i] = float(x[i]).
 int32_t to_f32(const void* x, int32_t type, int64_t n, float* out, int32_t sm_count, cudaStream_t stream);
@@ -296,6 +321,20 @@ struct Mxfp4Blocks {
   }
 };
 
+// Eight consecutive elements of x from index i: two float4 loads (fp32 x,
+// i a multiple of 4 and x on a 16-byte boundary), else element by element.
+template <bool kVecX>
+__device__ __forceinline__ void load_x8(const void* x, int32_t x_type, int64_t i, float (&xv)[8]) {
+  if constexpr (kVecX) {
+    const auto* xp = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+    const float4 a = xp[0], b = xp[1];
+    xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+  } else {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) xv[t] = load_f(x, x_type, i + t);
+  }
+}
+
 inline bool block_gemv_fits(const void* wq) {
   return reinterpret_cast<uintptr_t>(wq) % 4 == 0;
 }
@@ -326,15 +365,7 @@ __global__ void block_gemv_kernel(const void* x, int32_t x_type, int64_t k, cons
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       float xv[8];
-      if constexpr (kVecX) {
-        const auto* xp = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i * k + e0);
-        const float4 a = xp[0], b = xp[1];
-        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z,
-        xv[7] = b.w;
-      } else {
-#pragma unroll
-        for (int t = 0; t < 8; ++t) xv[t] = load_f(x, x_type, i * k + e0 + t);
-      }
+      load_x8<kVecX>(x, x_type, i * k + e0, xv);
 #pragma unroll
       for (int t = 0; t < 8; ++t) acc[i] += xv[t] * wt[t];
     }

@@ -71,6 +71,51 @@ __global__ void nf4_gemv_kernel(const void* x, int32_t x_type, int64_t k, const 
   }
 }
 
+// The word-per-lane GEMV (the layout of block_gemv_kernel in common.cuh):
+// each lane reads 8 codes (one 32-bit word, inside one absmax block when
+// the block size is a multiple of 8) per step; the codebook in shared
+// memory; element 2j in the high nibble (bitsandbytes).
+template <int M, bool kVecX>
+__global__ void nf4_gemv_word_kernel(const void* x, int32_t x_type, int64_t k, const uint8_t* wq,
+                                     const float* absmax, const float* lut, int64_t bs, int64_t n,
+                                     const void* bias, int32_t bias_type, void* out, int32_t out_type) {
+  __shared__ float s_lut[16];
+  if (threadIdx.x < 16) s_lut[threadIdx.x] = lut[threadIdx.x];
+  __syncthreads();
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (j >= n) return;
+  const auto* row = reinterpret_cast<const uint32_t*>(wq + j * (k / 2));
+  float acc[M];
+#pragma unroll
+  for (int i = 0; i < M; ++i) acc[i] = 0.0f;
+  for (int64_t w = lane; w < k / 8; w += 32) {
+    const uint32_t v = row[w];
+    const int64_t e0 = w * 8;
+    const float am = absmax[(j * k + e0) / bs];
+    float wt[8];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t byte = (v >> (8 * t)) & 0xffu;
+      wt[2 * t] = s_lut[byte >> 4] * am;
+      wt[2 * t + 1] = s_lut[byte & 0xfu] * am;
+    }
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      float xv[8];
+      load_x8<kVecX>(x, x_type, i * k + e0, xv);
+#pragma unroll
+      for (int t = 0; t < 8; ++t) acc[i] += xv[t] * wt[t];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float v = acc[i];
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) store_f(out, out_type, i * n + j, v + (bias ? load_f(bias, bias_type, j) : 0.0f));
+  }
+}
+
 int32_t dequantize(const uint8_t* q, const float* absmax, const float* lut, int64_t bs, int64_t e0, int64_t n,
                    void* out, int32_t type, int32_t sm_count, cudaStream_t stream) {
   if (n == 0) return Q4_OK;
@@ -98,7 +143,7 @@ int32_t nf4_quantize(nvfp4_cuda_op& op) {
   if (n == 0) return Q4_OK;
   // Only the finite check first: the per-block absmax comes from the kernel.
   int64_t bad = -1;
-  Q4_TRY(finite_scan(op.x, op.x_type, n, ds.sm_count, stream, nullptr, &bad));
+  Q4_TRY(finite_scan(op.x, op.x_type, n, ds, stream, nullptr, &bad));
   if (bad >= 0) {
     op.bad_index = bad;
     return fail(Q4_ERR_NON_FINITE, "non-finite value at flat index " + std::to_string(bad));
@@ -130,7 +175,19 @@ int32_t nf4_linear(nvfp4_cuda_op& op) {
   if (m == 0 || n == 0) return Q4_OK;
   if (m <= kGemvMaxRows && op.compute_path != Q4_PATH_DEQUANT_MATMUL_ONLY) {
     const q4::cuda::Launch l = q4::cuda::gemv_launch(n);
-    return gemv_dispatch(m, [&](auto mm) {
+    if (k % 8 == 0 && bs % 8 == 0 && block_gemv_fits(wq)) {  // a word of codes per lane and step
+      const bool vec_x = op.x_type == NVFP4_CUDA_F32 && reinterpret_cast<uintptr_t>(op.x) % 16 == 0;
+      return gemv_dispatch(m, [&](auto mm) {
+        if (vec_x) {
+          nf4_gemv_word_kernel<decltype(mm)::value, true><<<l.blocks, l.threads, 0, stream>>>(
+              op.x, op.x_type, k, wq, absmax, lut, bs, n, op.bias, op.bias_type, op.out, op.out_type);
+        } else {
+          nf4_gemv_word_kernel<decltype(mm)::value, false><<<l.blocks, l.threads, 0, stream>>>(
+              op.x, op.x_type, k, wq, absmax, lut, bs, n, op.bias, op.bias_type, op.out, op.out_type);
+        }
+      });
+    }
+    return gemv_dispatch(m, [&](auto mm) {  // odd K or block size, or an unaligned weight view
       nf4_gemv_kernel<decltype(mm)::value><<<l.blocks, l.threads, 0, stream>>>(
           op.x, op.x_type, k, wq, absmax, lut, bs, n, op.bias, op.bias_type, op.out, op.out_type);
     });

@@ -102,7 +102,7 @@ int32_t nvfp4_quantize(nvfp4_cuda_op& op) {
   // before any output is written).
   float amax = 0.0f;
   int64_t bad = -1;
-  Q4_TRY(finite_scan(op.x, op.x_type, rows * k, ds.sm_count, stream, &amax, &bad));
+  Q4_TRY(finite_scan(op.x, op.x_type, rows * k, ds, stream, &amax, &bad));
   if (bad >= 0) {
     op.bad_index = bad;
     return fail(Q4_ERR_NON_FINITE, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
