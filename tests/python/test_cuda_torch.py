@@ -413,3 +413,44 @@ def test_session_linear_forwards_match_cpu(fmt, with_bias):
             assert not np.allclose(got, reference(x, bias), atol=1e-2)  # the new weight, not the old one
             st = sess.stats()
             assert (st.forwards, st.implicit_copies) == (3, 0)
+
+
+# ------------------------------------------------------------------ results without out=
+def _on_device(result):
+    """A result made by the binding: a torch tensor on DEVICE when the call ran
+    on CUDA tensors, a NumPy array for CPU tensors."""
+    if ON_CUDA:
+        assert isinstance(result, torch.Tensor) and result.device == torch.device(DEVICE), \
+            f"expected a tensor on {DEVICE}, got {type(result).__name__} {getattr(result, 'device', '')}"
+        return host(result)
+    assert isinstance(result, np.ndarray)
+    return result
+
+
+def test_results_without_out_are_allocated_where_the_call_runs():
+    w, x = weight(70), activations(71, 4)
+    q, s, g = nvfp4.nvfp4_quantize(w)
+    wd, xd = to_device(w), to_device(x)
+    with unchanged(wd, xd):
+        qd, sd, gd = nvfp4.nvfp4_quantize(wd)
+        assert gd == g
+        assert_identical(_on_device(qd), q, "qdata")
+        assert_identical(_on_device(sd), s, "scale")
+        assert_close(_on_device(nvfp4.nvfp4_linear(xd, qd, sd, gd)), nvfp4.nvfp4_linear(x, q, s, g), 1e-4)
+        bf = nvfp4.nvfp4_linear(xd, qd, sd, gd, dtype="bfloat16")
+        assert_close(nvfp4.from_bfloat16(_on_device(bf)), nvfp4.from_bfloat16(
+            nvfp4.nvfp4_linear(x, q, s, g, dtype="bfloat16")), 1e-2)
+        mq, ms = nvfp4.mxfp4_quantize(w)
+        mqd, msd = nvfp4.mxfp4_quantize(wd)
+        assert_identical(_on_device(mqd), mq, "MXFP4 qdata")
+        assert_close(_on_device(nvfp4.mxfp4_linear(xd, mqd, msd)), nvfp4.mxfp4_linear(x, mq, ms), 1e-4)
+        nq, nst = nvfp4.nf4_quantize(w)
+        nqd, nstd = nvfp4.nf4_quantize(wd)
+        assert_identical(_on_device(nqd), nq, "NF4 codes")
+        assert_identical(_on_device(nstd.absmax), nst.absmax, "NF4 absmax")
+    with nvfp4.Session(target=SESSION_TARGET, device_id=DEVICE_ID) as sess:
+        with sess.create_linear(nvfp4.WeightBundle.nvfp4(q, s, g)) as lin:
+            with unchanged(xd):
+                y = lin.forward(xd)
+            assert_close(_on_device(y), nvfp4.nvfp4_linear(x, q, s, g), 1e-4)
+            assert sess.stats().implicit_copies == 0

@@ -114,3 +114,22 @@ def test_inputs_reach_the_library_without_copies(dtype, passed_pointers):
     tol = 1e-5 if dtype == "float32" else 3e-2
     assert np.allclose(out.float().numpy(), expect, rtol=tol, atol=tol)
     assert torch.equal(d.float(), torch.from_numpy(wd).to(tdt).float())
+
+
+def test_outputs_follow_a_torch_cuda_input_allocation_path():
+    """The allocation taken when an input is a PyTorch CUDA tensor (results made
+    by torch on that device; tests/python/test_cuda_torch.py runs it on a GPU),
+    exercised here with a CPU tensor whose DLPack device is relabelled."""
+    from nvfp4 import _capi, _dlpack
+    x = torch.zeros(3, 4)
+    with _dlpack.Args() as a:
+        b = a.add(x, "x")
+        assert a._torch_cuda_device() is None  # a CPU tensor: NumPy results
+        assert isinstance(a.out(None, "out", (3, 5), "float32").obj, np.ndarray)
+        b.tensor.device = _capi.DLDevice(_capi.kDLCUDA, 0)  # as a CUDA tensor would describe itself
+        assert a._torch_cuda_device() == x.device
+        for dtype, expect in (("float32", torch.float32), ("float16", torch.float16),
+                              ("bfloat16", torch.bfloat16), (np.dtype(np.uint8), torch.uint8)):
+            o = a.out(None, "out", (3, 5), dtype).obj
+            assert isinstance(o, torch.Tensor) and o.dtype == expect and tuple(o.shape) == (3, 5)
+        b.tensor.device = _capi.DLDevice(_capi.kDLCPU, 0)  # back before the producer's deleter runs

@@ -295,13 +295,40 @@ class Args:
         return b
 
     def out(self, out, name, shape, dtype):
-        """Borrows out= when given, else allocates a NumPy array (dtype as output_dtype)."""
+        """Borrows out= when given. Else allocates the result where the call
+        runs: a NumPy array (dtype as output_dtype), or, when an input of the
+        call is a PyTorch tensor on a CUDA device, a torch tensor on that
+        device (the library refuses ordinary host memory beside CUDA tensors)."""
         if out is not None:
             return self.add(out, name, output=True)
         np_dtype, bf16 = output_dtype(dtype) if not isinstance(dtype, np.dtype) or dtype.kind == "f" \
             else (dtype, False)
-        arr = np.empty(tuple(int(d) for d in shape), np_dtype)
+        shape = tuple(int(d) for d in shape)
+        device = self._torch_cuda_device()
+        if device is not None:
+            torch_dtype = _torch_dtype(np_dtype, bf16)
+            if torch_dtype is not None:
+                import torch
+                return self.add(torch.empty(shape, dtype=torch_dtype, device=device), name, output=True)
+        arr = np.empty(shape, np_dtype)
         return self.add(BFloat16(arr) if bf16 else arr, name, output=True)
+
+    def _torch_cuda_device(self):
+        """The device of the first PyTorch CUDA tensor among the inputs, else None."""
+        for b in self._items:
+            if b.tensor.device.device_type == _capi.kDLCUDA and type(b.obj).__module__.split(".")[0] == "torch":
+                return b.obj.device
+        return None
+
+
+def _torch_dtype(np_dtype, bf16):
+    """The torch dtype of an output's NumPy storage dtype (None: none)."""
+    import torch
+    if bf16:
+        return torch.bfloat16
+    return {np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+            np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
+            np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}.get(np.dtype(np_dtype))
 
 
 def ptr_or_none(b):

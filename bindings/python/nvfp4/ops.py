@@ -1,8 +1,10 @@
 """Stateless NVFP4 / NF4 / MXFP4 operations, training helpers.
 
 Every tensor argument may be a NumPy array or any object with __dlpack__
-(a PyTorch CPU tensor); nothing is copied. Results are new NumPy arrays,
-or the caller's out= arrays/tensors written in place and returned as given.
+(a PyTorch tensor, on the CPU or a CUDA device); nothing is copied. Results
+are new NumPy arrays, or new PyTorch tensors on the device when an input is
+a PyTorch CUDA tensor (the call runs on the GPU), or the caller's out=
+arrays/tensors written in place and returned as given.
 Float outputs: dtype='float32' (default), 'float16' or 'bfloat16' (a uint16
 NumPy array holding bf16 bits).
 """
