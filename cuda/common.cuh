@@ -335,6 +335,33 @@ __device__ __forceinline__ void load_x8(const void* x, int32_t x_type, int64_t i
   }
 }
 
+// acc[i] += x[i, e0 .. e0 + 8) . wt for the M rows of x: one 32-bit word's
+// eight decoded weights (the word-per-lane GEMVs).
+template <int M, bool kVecX>
+__device__ __forceinline__ void accumulate_word(const void* x, int32_t x_type, int64_t k, int64_t e0,
+                                                const float (&wt)[8], float (&acc)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float xv[8];
+    load_x8<kVecX>(x, x_type, i * k + e0, xv);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc[i] += xv[t] * wt[t];
+  }
+}
+
+// The warp's sums of acc; lane 0 writes out[i, j] = alpha * sum + bias[j]
+// for the M rows (one warp per output feature j).
+template <int M>
+__device__ __forceinline__ void store_rows(const float (&acc)[M], int lane, int64_t j, int64_t n, float alpha,
+                                           const void* bias, int32_t bias_type, void* out, int32_t out_type) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float v = acc[i];
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) store_f(out, out_type, i * n + j, alpha * v + (bias ? load_f(bias, bias_type, j) : 0.0f));
+  }
+}
+
 inline bool block_gemv_fits(const void* wq) {
   return reinterpret_cast<uintptr_t>(wq) % 4 == 0;
 }
@@ -362,20 +389,9 @@ __global__ void block_gemv_kernel(const void* x, int32_t x_type, int64_t k, cons
       wt[2 * t] = F::weight(byte & 0xfu, sf, g);
       wt[2 * t + 1] = F::weight(byte >> 4, sf, g);
     }
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      float xv[8];
-      load_x8<kVecX>(x, x_type, i * k + e0, xv);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) acc[i] += xv[t] * wt[t];
-    }
+    accumulate_word<M, kVecX>(x, x_type, k, e0, wt, acc);
   }
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    float v = acc[i];
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) store_f(out, out_type, i * n + j, alpha * v + (bias ? load_f(bias, bias_type, j) : 0.0f));
-  }
+  store_rows<M>(acc, lane, j, n, alpha, bias, bias_type, out, out_type);
 }
 
 // The block GEMV for m <= kGemvMaxRows rows of x.

@@ -100,20 +100,9 @@ __global__ void nf4_gemv_word_kernel(const void* x, int32_t x_type, int64_t k, c
       wt[2 * t] = s_lut[byte >> 4] * am;
       wt[2 * t + 1] = s_lut[byte & 0xfu] * am;
     }
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      float xv[8];
-      load_x8<kVecX>(x, x_type, i * k + e0, xv);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) acc[i] += xv[t] * wt[t];
-    }
+    accumulate_word<M, kVecX>(x, x_type, k, e0, wt, acc);
   }
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    float v = acc[i];
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) store_f(out, out_type, i * n + j, v + (bias ? load_f(bias, bias_type, j) : 0.0f));
-  }
+  store_rows<M>(acc, lane, j, n, 1.0f, bias, bias_type, out, out_type);
 }
 
 int32_t dequantize(const uint8_t* q, const float* absmax, const float* lut, int64_t bs, int64_t e0, int64_t n,

@@ -76,6 +76,31 @@ struct Managed {
 #endif
 };
 
+// max |got - expect| / (1 + |expect|) over `count` values.
+double max_rel_err(const float* got, const float* expect, int64_t count) {
+  double worst = 0;
+  for (int64_t i = 0; i < count; ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - expect[i]) / (1 + std::fabs(expect[i])));
+  return worst;
+}
+
+// A packed NVFP4 or MXFP4 weight bundle (linear scales) of an [n, k] weight.
+Q4_weight_bundle packed_bundle(int32_t format, const DLTensor* q, const DLTensor* s, float g, int64_t n,
+                               int64_t k) {
+  Q4_weight_bundle b{};
+  b.struct_size = sizeof b;
+  Q4_weight_bundle_init(&b);
+  b.format = format;
+  b.source = Q4_WEIGHT_PACKED;
+  b.scale_layout = Q4_SCALE_LINEAR;
+  b.weight = q;
+  b.scale = s;
+  b.global_scale = g;
+  b.out_features = n;
+  b.in_features = k;
+  return b;
+}
+
 // Waits for the work queued on `stream` (the dry run has none).
 int32_t gpu_sync(void* stream) {
 #ifdef NVFP4_GPU_TEST_HOST_DRYRUN
@@ -162,9 +187,7 @@ int main() {
           "GPU linear");
     gpu_sync(nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
-    double worst = 0;
-    for (int64_t i = 0; i < mm * n; ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    const double worst = max_rel_err(yg, y_cpu.data(), mm * n);
     check(worst < 1e-4, "GPU linear within 1e-4 of the CPU (m=" + std::to_string(mm) + ", worst " +
                             std::to_string(worst) + ")");
   }
@@ -197,9 +220,7 @@ int main() {
           "GPU linear, unaligned views");
     gpu_sync(nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
-    double worst = 0;
-    for (int64_t i = 0; i < mm * n; ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    const double worst = max_rel_err(yg, y_cpu.data(), mm * n);
     check(worst < 1e-4,
           "GPU linear on unaligned views within 1e-4 of the CPU (worst " + std::to_string(worst) + ")");
   }
@@ -228,9 +249,7 @@ int main() {
           "GPU scaled_mm");
     gpu_sync(nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
-    double worst = 0;
-    for (int64_t i = 0; i < mm * n; ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    const double worst = max_rel_err(yg, y_cpu.data(), mm * n);
     check(worst < 1e-3, "GPU scaled_mm within 1e-3 of the CPU (worst " + std::to_string(worst) + ")");
 
     // Concurrent scaled_mm on two streams (each thread's per-thread default
@@ -301,9 +320,7 @@ int main() {
     check(NF4_scaled_mm(dx2.t(), dq2.t(), &st, nullptr, dy.t(), nullptr) == Q4_OK, "GPU NF4 linear");
     gpu_sync(nullptr);
     const float* yg = reinterpret_cast<const float*>(dy.bytes());
-    double worst = 0;
-    for (int64_t i = 0; i < m * n; ++i)
-      worst = std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+    const double worst = max_rel_err(yg, y_cpu.data(), m * n);
     check(worst < 1e-4, "GPU NF4 linear within 1e-4 of the CPU");
   }
 
@@ -398,12 +415,6 @@ int main() {
       gpu_sync(nullptr);
       check(std::memcmp(dd.bytes(), d_cpu.data(), d_cpu.size() * 4) == 0, "MXFP4 dequantize bit-identical");
     }
-    auto worst_of = [](const float* g, const float* c, int64_t count) {
-      double worst = 0;
-      for (int64_t i = 0; i < count; ++i)
-        worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - c[i]) / (1 + std::fabs(c[i])));
-      return worst;
-    };
     // Weight: the first n rows of the quantized x (n x K).
     int64_t wqs[2] = {n, mk / 2}, wss[2] = {n, mk / 32};
     DLTensor hwq = host(mq_cpu.data(), wqs, 2, u8), hws = host(ms_cpu.data(), wss, 2, u8);
@@ -419,7 +430,7 @@ int main() {
       check(MXFP4_linear(da.t(), dwq.t(), dws.t(), Q4_SCALE_LINEAR, nullptr, dy.t(), nullptr) == Q4_OK,
             "GPU MXFP4 linear");
       gpu_sync(nullptr);
-      const double worst = worst_of(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), mm * n);
+      const double worst = max_rel_err(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), mm * n);
       check(worst < 1e-4, "GPU MXFP4 linear within 1e-4 of the CPU (m=" + std::to_string(mm) + ", worst " +
                               std::to_string(worst) + ")");
     }
@@ -437,7 +448,7 @@ int main() {
                             nullptr) == Q4_OK,
             "GPU MXFP4 scaled_mm");
       gpu_sync(nullptr);
-      const double worst = worst_of(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), mm * n);
+      const double worst = max_rel_err(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), mm * n);
       check(worst < 1e-3, "GPU MXFP4 scaled_mm within 1e-3 of the CPU (worst " + std::to_string(worst) + ")");
     }
     {  // Experts: a [3, 64, K/2] stack (rows of x), groups {2: 3 rows, 0: 0 rows, 2: 5 rows, 1: 2 rows}.
@@ -457,7 +468,7 @@ int main() {
                                  dy.t(), nullptr) == Q4_OK,
             "GPU MXFP4 experts");
       gpu_sync(nullptr);
-      const double worst = worst_of(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), t * en);
+      const double worst = max_rel_err(reinterpret_cast<const float*>(dy.bytes()), y_cpu.data(), t * en);
       check(worst < 1e-4, "GPU MXFP4 experts within 1e-4 of the CPU (worst " + std::to_string(worst) + ")");
     }
     {  // Bad input on the device: NaN E8M0 scale is fine to dequantize (NaN out); non-finite x refused.
@@ -551,10 +562,7 @@ int main() {
         check(Q4_linear_forward(lin, da.t(), dy.t()) == Q4_OK, std::string("forward ") + what);
         gpu_sync(nullptr);
         const float* yg = reinterpret_cast<const float*>(dy.bytes());
-        double worst = 0;
-        for (int64_t i = 0; i < mm * n; ++i)
-          worst =
-              std::max(worst, std::fabs(static_cast<double>(yg[i]) - y_cpu[i]) / (1 + std::fabs(y_cpu[i])));
+        const double worst = max_rel_err(yg, y_cpu.data(), mm * n);
         check(worst < 1e-4, std::string("session forward within 1e-4 of the CPU: ") + what + " (worst " +
                                 std::to_string(worst) + ")");
         Q4_linear_info info{};
@@ -574,18 +582,7 @@ int main() {
         DLTensor hy = host(y_cpu.data(), ys, 2, f32);
         check(NVFP4_linear(&ha, &hwq, &hws, Q4_SCALE_LINEAR, g_cpu, nullptr, &hy, nullptr) == Q4_OK,
               "CPU linear (session reference)");
-        Q4_weight_bundle b{};
-        b.struct_size = sizeof b;
-        Q4_weight_bundle_init(&b);
-        b.format = Q4_FORMAT_NVFP4;
-        b.source = Q4_WEIGHT_PACKED;
-        b.scale_layout = Q4_SCALE_LINEAR;
-        b.weight = &hwq;
-        b.scale = &hws;
-        b.global_scale = g_cpu;
-        b.out_features = n;
-        b.in_features = k;
-        run(b, y_cpu, "nvfp4");
+        run(packed_bundle(Q4_FORMAT_NVFP4, &hwq, &hws, g_cpu, n, k), y_cpu, "nvfp4");
       }
       {  // MXFP4 packed
         std::vector<uint8_t> wq(n * k / 2), ws(n * k / 32);
@@ -598,17 +595,7 @@ int main() {
         DLTensor hy = host(y_cpu.data(), ys, 2, f32);
         check(MXFP4_linear(&ha, &hwq, &hws, Q4_SCALE_LINEAR, nullptr, &hy, nullptr) == Q4_OK,
               "CPU MXFP4 linear (session reference)");
-        Q4_weight_bundle b{};
-        b.struct_size = sizeof b;
-        Q4_weight_bundle_init(&b);
-        b.format = Q4_FORMAT_MXFP4;
-        b.source = Q4_WEIGHT_PACKED;
-        b.scale_layout = Q4_SCALE_LINEAR;
-        b.weight = &hwq;
-        b.scale = &hws;
-        b.out_features = n;
-        b.in_features = k;
-        run(b, y_cpu, "mxfp4");
+        run(packed_bundle(Q4_FORMAT_MXFP4, &hwq, &hws, 0.0f, n, k), y_cpu, "mxfp4");
       }
       {  // NF4 from a float weight (quantized by the session)
         std::vector<float> w(x.begin(), x.begin() + n * k);
