@@ -420,8 +420,9 @@ def _on_device(result):
     """A result made by the binding: a torch tensor on DEVICE when the call ran
     on CUDA tensors, a NumPy array for CPU tensors."""
     if ON_CUDA:
-        assert isinstance(result, torch.Tensor) and result.device == torch.device(DEVICE), \
-            f"expected a tensor on {DEVICE}, got {type(result).__name__} {getattr(result, 'device', '')}"
+        want = torch.device("cuda", DEVICE_ID)  # "cuda" alone compares unequal to "cuda:0"
+        assert isinstance(result, torch.Tensor) and result.device == want, \
+            f"expected a tensor on {want}, got {type(result).__name__} {getattr(result, 'device', '')}"
         return host(result)
     assert isinstance(result, np.ndarray)
     return result
