@@ -1074,51 +1074,54 @@ void warn_skipped_tables() {
 // The fused GEMV of each table: output (i, j) has one fp32 sequence, so
 // row i of x gives the same bits alone (m = 1) as among m rows, and row j
 // of W the same bits in any row range (the kernels group rows of W, and
-// the AVX-512 one splits K into L1-sized blocks once x of m rows exceeds
-// 128 KiB, keeping the accumulators between blocks). K % 128 != 0 keeps
-// m = 1 on the same kernel family as m > 1 (and unblocked there); K > 16384
-// makes every m >= 2 blocked; 17 rows are two row blocks.
+// the AVX-512 ones split K into L1-sized blocks once x of m rows is large,
+// keeping the accumulators between blocks). Two K of each format: one
+// with K % 128 != 0 (the even/odd GEMV on AVX-512; K > 16384 makes every
+// m >= 2 blocked there) and one with K % 128 == 0 (AVX-512's chunk GEMV at
+// every m, blocked from m = 2 at this K); 17 rows are two row blocks.
 TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for every m and row range",
           "[kernels]") {
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& t = kern::table_for(isa);
     // NVFP4: 1027 blocks of 16, a tail after the 256-element groups; NF4:
     // K % 32 == 0 (its vector kernels' condition).
-    const int64_t kn = 16432, kf = 16416, n = 17;
-    NvMatrix nv(n, kn, 5);
-    Nf4Matrix nf(n, kf, 6, 6);
-    for (int32_t m : {2, 3, 5, kern::kGemvMaxRows}) {  // row groups of 4 and 2, odd, the most
-      INFO(Q4_isa_name(isa) << " m=" << m);
-      for (int fmt = 0; fmt < 2; ++fmt) {
-        INFO((fmt == 0 ? "nvfp4" : "nf4"));
-        const int64_t k = fmt == 0 ? kn : kf;
-        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(40 + m));
-        auto gemv = [&](const float* xr, int32_t mm, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-          if (fmt == 0) {
-            t.nvfp4_gemv(xr, k, mm, nv.w, n0, n1, y, ldy);
-          } else {
-            t.nf4_gemv(xr, k, mm, nf.w, n0, n1, y, ldy);
+    for (const int64_t kmul : {int64_t{0}, int64_t{1}}) {  // K % 128 != 0, then == 0
+      const int64_t kn = kmul ? 4224 : 16432, kf = kmul ? 4224 : 16416, n = 17;
+      NvMatrix nv(n, kn, 5);
+      Nf4Matrix nf(n, kf, 6, 6);
+      for (int32_t m : {2, 3, 4, 5, kern::kGemvMaxRows}) {  // row groups of 4 and 2, odd, the most
+        INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 == 0: " << kmul);
+        for (int fmt = 0; fmt < 2; ++fmt) {
+          INFO((fmt == 0 ? "nvfp4" : "nf4"));
+          const int64_t k = fmt == 0 ? kn : kf;
+          const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(40 + m));
+          auto gemv = [&](const float* xr, int32_t mm, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+            if (fmt == 0) {
+              t.nvfp4_gemv(xr, k, mm, nv.w, n0, n1, y, ldy);
+            } else {
+              t.nf4_gemv(xr, k, mm, nf.w, n0, n1, y, ldy);
+            }
+          };
+          std::vector<float> all(static_cast<size_t>(m * n));
+          gemv(x.data(), m, 0, n, all.data(), n);
+          CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
+                  return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
+                }) == 0);
+          size_t differ = 0;
+          for (int32_t i = 0; i < m; ++i) {
+            std::vector<float> one(static_cast<size_t>(n));
+            gemv(x.data() + i * k, 1, 0, n, one.data(), n);
+            differ += same_floats(one.data(), all.data() + i * n, static_cast<size_t>(n)) ? 0 : 1;
           }
-        };
-        std::vector<float> all(static_cast<size_t>(m * n));
-        gemv(x.data(), m, 0, n, all.data(), n);
-        CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
-                return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
-              }) == 0);
-        size_t differ = 0;
-        for (int32_t i = 0; i < m; ++i) {
-          std::vector<float> one(static_cast<size_t>(n));
-          gemv(x.data() + i * k, 1, 0, n, one.data(), n);
-          differ += same_floats(one.data(), all.data() + i * n, static_cast<size_t>(n)) ? 0 : 1;
+          for (int64_t j : {0, 3, 15, 16}) {  // W rows one at a time: no row groups
+            std::vector<float> col(static_cast<size_t>(m));
+            gemv(x.data(), m, j, j + 1, col.data(), 1);
+            for (int32_t i = 0; i < m; ++i)
+              differ +=
+                  same_floats(&col[static_cast<size_t>(i)], &all[static_cast<size_t>(i * n + j)], 1) ? 0 : 1;
+          }
+          CHECK(differ == 0);
         }
-        for (int64_t j : {0, 3, 15, 16}) {  // W rows one at a time: no row groups
-          std::vector<float> col(static_cast<size_t>(m));
-          gemv(x.data(), m, j, j + 1, col.data(), 1);
-          for (int32_t i = 0; i < m; ++i)
-            differ +=
-                same_floats(&col[static_cast<size_t>(i)], &all[static_cast<size_t>(i * n + j)], 1) ? 0 : 1;
-        }
-        CHECK(differ == 0);
       }
     }
   }

@@ -48,16 +48,6 @@ inline const float* sb_e4m3_table() {
   return t.v;
 }
 
-struct SbAlignedDelete {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-using SbBuffer = std::unique_ptr<float[], SbAlignedDelete>;
-
-inline SbBuffer sb_buffer(int64_t floats) {
-  return SbBuffer(static_cast<float*>(::operator new[](
-      static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float), std::align_val_t(64))));
-}
-
 // kMI x kR accumulators over kc columns (kc % kLanes == 0): x rows at
 // element offsets xoff + i*ldx, weight rows at wbuf + r*ldw.
 template <class V, FType T, int MI, int R>
@@ -98,8 +88,8 @@ void sb_product(const void* x, int64_t ldx, int32_t m, int64_t n0, int64_t n1, i
   if (m <= 0 || n1 <= n0) return;
   const int64_t span = k1 - k0;
   const int64_t kc = std::min(std::max<int64_t>(16, kc_pref / 16 * 16), std::max<int64_t>(16, span));
-  SbBuffer wbuf = sb_buffer(R * kc);
-  SbBuffer acc = sb_buffer(int64_t{m} * R * L);
+  AlignedFloats wbuf = aligned_floats(R * kc);
+  AlignedFloats acc = aligned_floats(int64_t{m} * R * L);
   for (int64_t j0 = n0; j0 < n1; j0 += R) {
     const int rows = static_cast<int>(std::min<int64_t>(R, n1 - j0));
     if (span <= 0) {

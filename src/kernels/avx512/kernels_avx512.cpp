@@ -233,54 +233,51 @@ void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
   }
 }
 
-// ---- GEMV for M = 1 and K % 128 == 0 (decoding; at M = 2 this scheme
-// measured no faster than the even/odd GEMV, which keeps M >= 2).
+// ---- GEMV for K % 128 == 0, any M <= kGemvMaxRows.
 // A 128-element chunk of a weight row is one 64-byte load: 16 dword lanes
 // of 8 codes. Shifting the dwords right by 4n puts code n of every lane in
 // its low 4 bits, which is all vpermps reads: one permute decodes 16
 // weights (element 8l + n of the chunk in lane l, NVFP4; 8l + (n ^ 1) for
 // NF4's high-nibble-first order), with no byte widening and no
-// deinterleaving. x is reordered to match once per call (x128_order). Per
+// deinterleaving, and the decoded vector serves every row of x. x is
+// reordered to match once per call (x128_order). Per (x row, weight row),
 // lane and chunk, t = sum over n ascending of w * x (one product, then
 // FMAs) and acc = fma(t, block scale, acc); the lanes are reduced once at
 // the end. Lanes 2b and 2b+1 hold block b of the chunk (16 elements), so
 // the scale vector is the chunk's 8 block scales, each in two lanes. The
-// sequence depends on K only (not on the row grouping or the thread).
-// out[i*k + c*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
-// converted on the way).
+// sequence depends on K only: not on M, the row grouping, the K blocking
+// or the thread, so a row's bits are the same at every M <= 8.
+// Per 128 weights and x row: 1 multiply and 8 FMAs, and the decode (8
+// permutes, 7 shifts, one scale vector) shared by the M rows (the
+// even/odd GEMV that K % 128 != 0 keeps: 3 FP ops per 32 weights and row,
+// 5 decode ops per 32 weights).
+// out[(c*m + i)*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
+// converted on the way): chunk c of all m rows is contiguous, so a K block
+// of x is one contiguous L1-sized range.
 void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
   alignas(64) float tmp[128];
   const __m512i base = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
   for (int32_t i = 0; i < m; ++i) {
-    for (int64_t c = 0; c < k; c += 128) {
+    for (int64_t c = 0; c < k / 128; ++c) {
       const float* src = tmp;
       if (x.type == FType::F32) {
-        src = static_cast<const float*>(x.data) + i * ldx + c;
+        src = static_cast<const float*>(x.data) + i * ldx + c * 128;
       } else {
         for (int j = 0; j < 128; j += 16) {
           const __m256i h = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x.data) + i * ldx + c + j));
+              reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x.data) + i * ldx + c * 128 + j));
           _mm512_store_ps(tmp + j, x.type == FType::F16 ? _mm512_cvtph_ps(h)
                                                         : _mm512_castsi512_ps(_mm512_slli_epi32(
                                                               _mm512_cvtepu16_epi32(h), 16)));
         }
       }
+      float* dst = out + (c * m + i) * 128;
       for (int n = 0; n < 8; ++n) {
         const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(n ^ flip));
-        _mm512_storeu_ps(out + i * k + c + int64_t{16} * n, _mm512_i32gather_ps(idx, src, 4));
+        _mm512_storeu_ps(dst + int64_t{16} * n, _mm512_i32gather_ps(idx, src, 4));
       }
     }
   }
-}
-
-// t = sum_n w_n * x_n for one chunk of one weight row (v: its 64 bytes).
-inline __m512 chunk_dot128(__m512i v, const __m512 (&xv)[8], __m512 lut) {
-  __m512 t = _mm512_mul_ps(_mm512_permutexvar_ps(v, lut), xv[0]);
-#pragma GCC unroll 8
-  for (int n = 1; n < 8; ++n) {
-    t = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4 * n), lut), xv[n], t);
-  }
-  return t;
 }
 
 // 8 E4M3 codes -> fp32 in lanes (2b, 2b+1), as e4m3_decode.
@@ -295,65 +292,116 @@ inline __m512 e4m3_pairs8(const uint8_t* s8) {
   return i8_e4m3_decode16(c);
 }
 
-// Rows j0 .. j0+R-1 (y[r] for row j0 + r); `next` prefetches the start of
-// the rows that follow.
-template <int R, class Scale>
-void gemv128_rows(const float* xo, int64_t k, const uint8_t* q, int64_t j0, float post, float* y, __m512 lut,
-                  Scale&& scale, NextGroupPrefetch& next) {
-  const int64_t rb = k / 2;
-  __m512 acc[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < k / 128; ++c) {
-    next.step();
-    __m512 xv[8];
-#pragma GCC unroll 8
-    for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xo + c * 128 + int64_t{16} * n);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
-      // 256 bytes ahead (measured from DRAM on a Cascade Lake: 1.2x; 1 KiB
-      // ahead is slower than none).
-      _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
-      acc[r] = _mm512_fmadd_ps(chunk_dot128(v, xv, lut), scale(j0 + r, c), acc[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) * post;
+// Weight rows handled together by the chunk GEMV (each decoded vector is
+// used M times, each x vector R times): chosen so that the M x R partial
+// sums and accumulators stay in the 32 registers.
+template <int M>
+constexpr int gemv128_row_group() {
+  return M <= 2 ? 4 : M <= 4 ? 2 : 1;
 }
 
-// Rows [n0, n1) of x (one row): 4 at a time (x loaded once for them), then
-// one by one. Each group prefetches the scales and first lines of the next
-// (span(r0, n, &bytes): the scales of rows [r0, r0 + n); NextGroupPrefetch):
-// measured on a Cascade Lake from DRAM (weights rotated through 80 MiB),
-// alternating call by call, 4096x4096 NVFP4 and NF4, one and two threads:
-// 1.07-1.14x. (Software prefetches 256 bytes ahead in the rows of the
-// M >= 2 kernels measured 0.96-1.03x: those are compute-bound.)
+// Chunks per K block of the chunk GEMV at M >= 2: x of M rows in K blocks
+// of kGemv128L1Bytes (it stays in L1 while a block of kGemvBlockRows
+// weight rows runs over it; their accumulators wait in a buffer between
+// blocks), once x of M rows exceeds kGemv128BlockAbove. M = 1 is never
+// blocked (its x is read once per 4 weight rows).
+constexpr int64_t kGemv128L1Bytes = 16384;
+constexpr int64_t kGemv128BlockAbove = 32768;
+
+// Rows j0 .. j0+R-1 over chunks [c0, c1) (y[i*ldy + r] for x row i and
+// row j0 + r when `last`); `mem` (R x M x 16 floats) holds the lane
+// accumulators between K blocks, as GemvAcc (not read when c0 == 0, not
+// written when `last`); `next` prefetches the start
+// of the rows that follow.
+template <int M, int R, class Scale>
+void gemv128_rows(const float* xo, int64_t c0, int64_t c1, const uint8_t* q, int64_t rb, int64_t j0,
+                  __m512 lut, Scale&& scale, float* mem, bool last, float post, float* y, int64_t ldy,
+                  NextGroupPrefetch& next) {
+  GemvAcc<M, R> ga;
+  ga.begin(mem, c0 == 0);
+  __m512(&acc)[M][R] = ga.a;
+  for (int64_t c = c0; c < c1; ++c) {
+    next.step();
+    const float* xc = xo + c * M * 128;
+    __m512i v[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      v[r] = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
+      // 256 bytes ahead (measured from DRAM on a Cascade Lake at M = 1:
+      // 1.2x; 1 KiB ahead is slower than none).
+      _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
+    }
+    __m512 t[M][R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) {
+        const __m512 w = _mm512_permutexvar_ps(n == 0 ? v[r] : _mm512_srli_epi32(v[r], 4 * n), lut);
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) {
+          const __m512 xv = _mm512_loadu_ps(xc + i * 128 + 16 * n);
+          t[i][r] = n == 0 ? _mm512_mul_ps(w, xv) : _mm512_fmadd_ps(w, xv, t[i][r]);
+        }
+      }
+      const __m512 sc = scale(j0 + r, c);
+#pragma GCC unroll 8
+      for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(t[i][r], sc, acc[i][r]);
+    }
+  }
+  ga.end(mem, last, post, y, ldy);
+}
+
+// Rows [n0, n1) of m (<= kGemvMaxRows) rows of x: groups of
+// gemv128_row_group<M>() rows, then one by one, each group prefetching the
+// scales and first lines of the next (span(r0, n, &bytes): the scales of
+// rows [r0, r0 + n); NextGroupPrefetch: measured on a Cascade Lake from
+// DRAM, weights rotated through 80 MiB, alternating call by call, M = 1,
+// 4096x4096 NVFP4 and NF4, one and two threads: 1.07-1.14x). Once x is
+// blocked, blocks of kGemvBlockRows rows run K block by K block.
 template <class Span, class Scale>
-void gemv128(ActRows x, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1, float post, float* y,
-             __m512 lut, Span&& span, Scale&& scale) {
-  std::vector<float> xo(static_cast<size_t>(k));
-  x128_order(x, k, 1, k, flip, xo.data());
-  const int64_t rb = k / 2, chunks = k / 128;
-  int64_t j = n0;
-  for (; j + 4 <= n1; j += 4) {
-    NextGroupPrefetch next(span, q, rb, j + 4, std::min<int64_t>(4, n1 - j - 4), chunks);
-    gemv128_rows<4>(xo.data(), k, q, j, post, y + (j - n0), lut, scale, next);
-  }
-  for (; j < n1; ++j) {
-    NextGroupPrefetch next(span, q, rb, j + 1, std::min<int64_t>(1, n1 - j - 1), chunks);
-    gemv128_rows<1>(xo.data(), k, q, j, post, y + (j - n0), lut, scale, next);
-  }
+void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1,
+             float post, float* y, int64_t ldy, __m512 lut, Span&& span, Scale&& scale) {
+  AlignedFloats xo = aligned_floats(int64_t{m} * k);
+  x128_order(x, ldx, m, k, flip, xo.get());
+  with_rows<kGemvMaxRows>(m, [&](auto mm) {
+    constexpr int M = decltype(mm)::value;
+    constexpr int R = gemv128_row_group<M>();
+    const int64_t rb = k / 2, chunks = k / 128;
+    const bool blocked = M >= 2 && int64_t{4} * M * k > kGemv128BlockAbove;
+    const int64_t cb = blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * M)) : chunks;
+    const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
+    alignas(64) float mem[kGemvBlockRows * M * 16];
+    for (int64_t jb = n0; jb < n1; jb += block_rows) {
+      const int64_t je = std::min(n1, jb + block_rows);
+      int64_t c0 = 0;
+      do {  // (K = 0: one pass, which writes zeros)
+        const int64_t c1 = std::min(chunks, c0 + cb);
+        const bool last = c1 == chunks;
+        auto group = [&](auto rr, int64_t j) {
+          constexpr int G = decltype(rr)::value;
+          // Unblocked: the next group's scales and first lines (blocked,
+          // each row's own prefetch reaches its next K block).
+          NextGroupPrefetch next(span, q, rb, j + G, blocked ? 0 : std::min<int64_t>(G, n1 - j - G), c1 - c0);
+          gemv128_rows<M, G>(xo.get(), c0, c1, q, rb, j, lut, scale, blocked ? mem + (j - jb) * M * 16 : mem,
+                             last, post, y + (j - n0), ldy, next);
+        };
+        int64_t j = jb;
+        for (; j + R <= je; j += R) group(std::integral_constant<int, R>{}, j);
+        for (; j < je; ++j) group(std::integral_constant<int, 1>{}, j);
+        c0 = c1;
+      } while (c0 < chunks);
+    }
+  });
 }
 
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
-  if (m == 1 && w.k % 128 == 0) {
+  if (w.k % 128 == 0) {
     const int64_t kb = w.k / 16;
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) {
       return nvfp4_scale_span(w, r0, n, bytes);
     };
-    return gemv128(x, w.k, 0, w.q, n0, n1, w.g, y, e2m1_lut(), span,
+    return gemv128(x, ldx, m, w.k, 0, w.q, n0, n1, w.g, y, ldy, e2m1_lut(), span,
                    [&](int64_t j, int64_t c) { return e4m3_pairs8(w.s + j * kb + c * 8); });
   }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
@@ -398,7 +446,7 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  if (m == 1 && w.k % 128 == 0) {
+  if (w.k % 128 == 0) {
     // The chunk's absmax values are contiguous: 128 >> shift of them (at
     // least 1; blocksize >= 32 here), lane l takes (16 (l / 2)) >> shift.
     const int32_t sh = w.block_shift;
@@ -408,9 +456,11 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
         _mm512_srl_epi32(_mm512_setr_epi32(0, 0, 16, 16, 32, 32, 48, 48, 64, 64, 80, 80, 96, 96, 112, 112),
                          _mm_cvtsi32_si128(sh));
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) { return nf4_scale_span(w, r0, n, bytes); };
-    return gemv128(x, w.k, 1, w.q, n0, n1, 1.0f, y, _mm512_loadu_ps(w.lut), span, [&](int64_t j, int64_t c) {
-      return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((j * w.k + c * 128) >> sh)));
-    });
+    return gemv128(x, ldx, m, w.k, 1, w.q, n0, n1, 1.0f, y, ldy, _mm512_loadu_ps(w.lut), span,
+                   [&](int64_t j, int64_t c) {
+                     return _mm512_permutexvar_ps(
+                         idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((j * w.k + c * 128) >> sh)));
+                   });
   }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
