@@ -1,5 +1,4 @@
 // Version, capabilities, ISA cap, logging: the format-neutral Q4_ surface.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstring>

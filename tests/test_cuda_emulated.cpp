@@ -3,7 +3,6 @@
 // this binary once per emulated device (NVFP4_CUDA_PLUGIN and NVFP4_EMU_*
 // in its environment, see tests/CMakeLists.txt); the expectations follow
 // from the same variables.
-#define CATCH_CONFIG_MAIN
 #include <dlfcn.h>
 #include <catch2/catch.hpp>
 
