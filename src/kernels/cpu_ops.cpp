@@ -426,12 +426,15 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
                    int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok) {
   if (m == 0 || n == 0) return;
   const SmallBatchConfig sb = small_batch_config();
-  const bool use_small = small_ok && small != nullptr && m >= sb.min_m && m <= sb.max_m;
+  const int64_t gemv_max =
+      w.k % 128 == 0 ? std::max<int64_t>(kGemvMaxRows, kt.gemv_max_m_k128) : kGemvMaxRows;
+  const bool use_small =
+      small_ok && small != nullptr && m >= sb.min_m && m <= sb.max_m && !(m > kGemvMaxRows && m <= gemv_max);
   if (use_small) {
     small_batch_product(x, m, w, n, y, threads, sb, small);
     return;
   }
-  if (m <= kGemvMaxRows) {
+  if (m <= gemv_max) {
     // fp16/bf16 rows go to the kernels as they are (converted in registers).
     const int64_t chunk = gemv_chunk(n, threads);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {

@@ -56,8 +56,9 @@ struct KernelTable {
   int32_t panel_nr = 8;  // rows of W per packed panel (lanes of the micro-kernel)
   int32_t micro_mr = 4;  // rows of X per micro-kernel call (max)
 
-  // y[i*ldy + (j - n0)] = sum_k x[i*ldx + k] * w(j, k) for i < m <= 8,
-  // j in [n0, n1). Weight values are (e2m1 * s) * g; fp32 accumulation.
+  // y[i*ldy + (j - n0)] = sum_k x[i*ldx + k] * w(j, k) for i < m <= 8
+  // (m <= gemv_max_m_k128 when K % 128 == 0), j in [n0, n1). Weight values
+  // are (e2m1 * s) * g; fp32 accumulation.
   void (*nvfp4_gemv)(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                      int64_t ldy) = nullptr;
   // Same for NF4 (requires K % 32 == 0; the driver falls back otherwise).
@@ -178,6 +179,12 @@ struct KernelTable {
   // whose GEMV measured faster that way (AVX-512: at M = 5-8 1.1-1.8x; the
   // AVX2 GEMV measured 0.75-0.9x of its panels there).
   int32_t i8_gemv_split_max_m = 4;
+  // The exact GEMV entries take up to this many rows of x when K % 128 ==
+  // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
+  // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each
+  // weight vector once for all rows of x; at M = 9-16 it measured faster
+  // than the small-batch kernels, see docs/performance.md).
+  int32_t gemv_max_m_k128 = kGemvMaxRows;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).

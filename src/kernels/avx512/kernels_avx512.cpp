@@ -308,21 +308,21 @@ constexpr int gemv128_row_group() {
 constexpr int64_t kGemv128L1Bytes = 16384;
 constexpr int64_t kGemv128BlockAbove = 32768;
 
-// Rows j0 .. j0+R-1 over chunks [c0, c1) (y[i*ldy + r] for x row i and
-// row j0 + r when `last`); `mem` (R x M x 16 floats) holds the lane
+// Rows j0 .. j0+R-1 over chunks [c0, c1) of M rows of x (chunk c at
+// xo + c*ldc) (y[i*ldy + r] for x row i and row j0 + r when `last`); `mem` (R x M x 16 floats) holds the lane
 // accumulators between K blocks, as GemvAcc (not read when c0 == 0, not
 // written when `last`); `next` prefetches the start
 // of the rows that follow.
 template <int M, int R, class Scale>
-void gemv128_rows(const float* xo, int64_t c0, int64_t c1, const uint8_t* q, int64_t rb, int64_t j0,
-                  __m512 lut, Scale&& scale, float* mem, bool last, float post, float* y, int64_t ldy,
-                  NextGroupPrefetch& next) {
+void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1, const uint8_t* q, int64_t rb,
+                  int64_t j0, __m512 lut, Scale&& scale, float* mem, bool last, float post, float* y,
+                  int64_t ldy, NextGroupPrefetch& next) {
   GemvAcc<M, R> ga;
   ga.begin(mem, c0 == 0);
   __m512(&acc)[M][R] = ga.a;
   for (int64_t c = c0; c < c1; ++c) {
     next.step();
-    const float* xc = xo + c * M * 128;
+    const float* xc = xo + c * ldc;  // chunk c of the M rows, 128 floats each
     __m512i v[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -351,51 +351,79 @@ void gemv128_rows(const float* xo, int64_t c0, int64_t c1, const uint8_t* q, int
   ga.end(mem, last, post, y, ldy);
 }
 
-// Rows [n0, n1) of m (<= kGemvMaxRows) rows of x: groups of
-// gemv128_row_group<M>() rows, then one by one, each group prefetching the
-// scales and first lines of the next (span(r0, n, &bytes): the scales of
-// rows [r0, r0 + n); NextGroupPrefetch: measured on a Cascade Lake from
-// DRAM, weights rotated through 80 MiB, alternating call by call, M = 1,
-// 4096x4096 NVFP4 and NF4, one and two threads: 1.07-1.14x). Once x is
-// blocked, blocks of kGemvBlockRows rows run K block by K block.
+// Rows [n0, n1) of m (<= 2 kGemvMaxRows) rows of x, x staged once: groups
+// of gemv128_row_group<M>() weight rows, then one by one, each group
+// prefetching the scales and first lines of the next (span(r0, n, &bytes):
+// the scales of rows [r0, r0 + n); NextGroupPrefetch: measured on a
+// Cascade Lake from DRAM, weights rotated through 80 MiB, alternating call
+// by call, M = 1, 4096x4096 NVFP4 and NF4, one and two threads:
+// 1.07-1.14x). Once x is blocked, blocks of kGemvBlockRows weight rows run
+// K block by K block, each K block for the x rows in groups of at most
+// kGemvMaxRows (M = 9-16: two groups; a row's sequence is the same in any
+// group, so its bits are those of M = 1).
 template <class Span, class Scale>
 void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1,
              float post, float* y, int64_t ldy, __m512 lut, Span&& span, Scale&& scale) {
   AlignedFloats xo = aligned_floats(int64_t{m} * k);
   x128_order(x, ldx, m, k, flip, xo.get());
-  with_rows<kGemvMaxRows>(m, [&](auto mm) {
-    constexpr int M = decltype(mm)::value;
-    constexpr int R = gemv128_row_group<M>();
-    const int64_t rb = k / 2, chunks = k / 128;
-    const bool blocked = M >= 2 && int64_t{4} * M * k > kGemv128BlockAbove;
-    const int64_t cb = blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * M)) : chunks;
-    const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
-    alignas(64) float mem[kGemvBlockRows * M * 16];
-    for (int64_t jb = n0; jb < n1; jb += block_rows) {
-      const int64_t je = std::min(n1, jb + block_rows);
-      int64_t c0 = 0;
-      do {  // (K = 0: one pass, which writes zeros)
-        const int64_t c1 = std::min(chunks, c0 + cb);
-        const bool last = c1 == chunks;
-        auto group = [&](auto rr, int64_t j) {
-          constexpr int G = decltype(rr)::value;
-          // Unblocked: the next group's scales and first lines (blocked,
-          // each row's own prefetch reaches its next K block).
-          NextGroupPrefetch next(span, q, rb, j + G, blocked ? 0 : std::min<int64_t>(G, n1 - j - G), c1 - c0);
-          gemv128_rows<M, G>(xo.get(), c0, c1, q, rb, j, lut, scale, blocked ? mem + (j - jb) * M * 16 : mem,
-                             last, post, y + (j - n0), ldy, next);
-        };
-        int64_t j = jb;
-        for (; j + R <= je; j += R) group(std::integral_constant<int, R>{}, j);
-        for (; j < je; ++j) group(std::integral_constant<int, 1>{}, j);
-        c0 = c1;
-      } while (c0 < chunks);
-    }
-  });
+  const int64_t rb = k / 2, chunks = k / 128, ldc = int64_t{m} * 128;
+  const bool blocked = m >= 2 && int64_t{4} * m * k > kGemv128BlockAbove;
+  const int64_t cb =
+      blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows))) : chunks;
+  const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
+  alignas(64) float mem[kGemvBlockRows * 2 * kGemvMaxRows * 16];
+  for (int64_t jb = n0; jb < n1; jb += block_rows) {
+    const int64_t je = std::min(n1, jb + block_rows);
+    int64_t c0 = 0;
+    do {  // (K = 0: one pass, which writes zeros)
+      const int64_t c1 = std::min(chunks, c0 + cb);
+      const bool last = c1 == chunks;
+      for (int32_t i0 = 0; i0 < m; i0 += kGemvMaxRows) {
+        float* gmem = mem + int64_t{i0} * kGemvBlockRows * 16;
+        with_rows<kGemvMaxRows>(std::min(m - i0, kGemvMaxRows), [&](auto mm) {
+          constexpr int M = decltype(mm)::value;
+          constexpr int R = gemv128_row_group<M>();
+          auto group = [&](auto rr, int64_t j) {
+            constexpr int G = decltype(rr)::value;
+            // Unblocked: the next group's scales and first lines (blocked,
+            // each row's own prefetch reaches its next K block).
+            NextGroupPrefetch next(span, q, rb, j + G, blocked ? 0 : std::min<int64_t>(G, n1 - j - G),
+                                   c1 - c0);
+            gemv128_rows<M, G>(xo.get() + int64_t{i0} * 128, ldc, c0, c1, q, rb, j, lut, scale,
+                               blocked ? gmem + (j - jb) * M * 16 : gmem, last, post,
+                               y + int64_t{i0} * ldy + (j - n0), ldy, next);
+          };
+          int64_t j = jb;
+          for (; j + R <= je; j += R) group(std::integral_constant<int, R>{}, j);
+          for (; j < je; ++j) group(std::integral_constant<int, 1>{}, j);
+        });
+      }
+      c0 = c1;
+    } while (c0 < chunks);
+  }
+}
+
+// The chunk GEMV takes at most 2 kGemvMaxRows rows of x and the even/odd
+// one (K % 128 != 0) kGemvMaxRows: more run in passes of `rows` (the
+// table's gemv_max_m_k128 gives M = 9-16 to these entries only when K %
+// 128 == 0, but a caller may pass any M).
+template <class Gemv>
+void gemv_passes(ActRows x, int64_t ldx, int32_t m, int32_t rows, float* y, int64_t ldy, Gemv&& gemv) {
+  const int64_t esize = x.type == FType::F32 ? 4 : 2;
+  for (int32_t i0 = 0; i0 < m; i0 += rows) {
+    const ActRows xi(static_cast<const char*>(x.data) + int64_t{i0} * ldx * esize, x.type);
+    gemv(xi, std::min(m - i0, rows), y + int64_t{i0} * ldy);
+  }
 }
 
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
+  const int32_t most = w.k % 128 == 0 ? 2 * kGemvMaxRows : kGemvMaxRows;
+  if (m > most) {
+    return gemv_passes(x, ldx, m, most, y, ldy, [&](ActRows xi, int32_t mi, float* yi) {
+      nvfp4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy);
+    });
+  }
   if (w.k % 128 == 0) {
     const int64_t kb = w.k / 16;
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) {
@@ -445,6 +473,11 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
 
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
+  const int32_t most = w.k % 128 == 0 && w.blocksize % 32 == 0 ? 2 * kGemvMaxRows : kGemvMaxRows;
+  if (m > most) {
+    return gemv_passes(x, ldx, m, most, y, ldy,
+                       [&](ActRows xi, int32_t mi, float* yi) { nf4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy); });
+  }
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
   if (w.k % 128 == 0) {
     // The chunk's absmax values are contiguous: 128 >> shift of them (at
@@ -921,6 +954,7 @@ const KernelTable& avx512_table() {
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx512<false>;
     f.i8_gemv_split_max_m = 8;
+    f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     return f;
   }());
   return t;
