@@ -312,40 +312,47 @@ constexpr int64_t kGemv128BlockAbove = 32768;
 // xo + c*ldc) (y[i*ldy + r] for x row i and row j0 + r when `last`); `mem` (R x M x 16 floats) holds the lane
 // accumulators between K blocks, as GemvAcc (not read when c0 == 0, not
 // written when `last`); `next` prefetches the start
-// of the rows that follow.
+// of the rows that follow. Not inlined: inside gemv128's loops over row
+// blocks, K blocks and x groups the loop counters and row pointers of the
+// chunk loop were spilled to the stack.
 template <int M, int R, class Scale>
-void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1, const uint8_t* q, int64_t rb,
-                  int64_t j0, __m512 lut, Scale&& scale, float* mem, bool last, float post, float* y,
-                  int64_t ldy, NextGroupPrefetch& next) {
+__attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1,
+                                            const uint8_t* q, int64_t rb, int64_t j0, __m512 lut,
+                                            Scale&& scale, float* mem, bool last, float post, float* y,
+                                            int64_t ldy, NextGroupPrefetch& next) {
   GemvAcc<M, R> ga;
   ga.begin(mem, c0 == 0);
   __m512(&acc)[M][R] = ga.a;
   for (int64_t c = c0; c < c1; ++c) {
     next.step();
     const float* xc = xo + c * ldc;  // chunk c of the M rows, 128 floats each
-    __m512i v[R];
+    // M = 1: x of the chunk in 8 registers for the R rows (as many
+    // registers as M > 1 needs for its partial sums).
+    __m512 xv[M == 1 ? 8 : 1];
+    if constexpr (M == 1) {
+#pragma GCC unroll 8
+      for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xc + 16 * n);
+    }
+    auto x_at = [&](int i, int n) {
+      return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xc + i * 128 + 16 * n);
+    };
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      v[r] = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
+      const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
       // 256 bytes ahead (measured from DRAM on a Cascade Lake at M = 1:
       // 1.2x; 1 KiB ahead is slower than none).
       _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
-    }
-    __m512 t[M][R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
+      __m512 t[M];
 #pragma GCC unroll 8
       for (int n = 0; n < 8; ++n) {
-        const __m512 w = _mm512_permutexvar_ps(n == 0 ? v[r] : _mm512_srli_epi32(v[r], 4 * n), lut);
+        const __m512 w = _mm512_permutexvar_ps(n == 0 ? v : _mm512_srli_epi32(v, 4 * n), lut);
 #pragma GCC unroll 8
-        for (int i = 0; i < M; ++i) {
-          const __m512 xv = _mm512_loadu_ps(xc + i * 128 + 16 * n);
-          t[i][r] = n == 0 ? _mm512_mul_ps(w, xv) : _mm512_fmadd_ps(w, xv, t[i][r]);
-        }
+        for (int i = 0; i < M; ++i)
+          t[i] = n == 0 ? _mm512_mul_ps(w, x_at(i, n)) : _mm512_fmadd_ps(w, x_at(i, n), t[i]);
       }
       const __m512 sc = scale(j0 + r, c);
 #pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(t[i][r], sc, acc[i][r]);
+      for (int i = 0; i < M; ++i) acc[i][r] = _mm512_fmadd_ps(t[i], sc, acc[i][r]);
     }
   }
   ga.end(mem, last, post, y, ldy);
