@@ -331,10 +331,10 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
     __m512 xv[M == 1 ? 8 : 1];
     if constexpr (M == 1) {
 #pragma GCC unroll 8
-      for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xc + 16 * n);
+      for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xc + int64_t{16} * n);
     }
     auto x_at = [&](int i, int n) {
-      return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xc + i * 128 + 16 * n);
+      return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xc + int64_t{128} * i + int64_t{16} * n);
     };
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
