@@ -182,8 +182,10 @@ struct KernelTable {
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
   // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each
-  // weight vector once for all rows of x; at M = 9-16 it measured faster
-  // than the small-batch kernels, see docs/performance.md).
+  // weight vector once for all rows of x, and a row keeps M = 1's bits; at
+  // M = 9-16 it measured 1.07-1.27x the small-batch kernels on a Cascade
+  // Lake-class Xeon and 0.92-1.15x on a Sapphire Rapids-class one, see
+  // docs/performance.md).
   int32_t gemv_max_m_k128 = kGemvMaxRows;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast

@@ -309,12 +309,12 @@ constexpr int64_t kGemv128L1Bytes = 16384;
 constexpr int64_t kGemv128BlockAbove = 32768;
 
 // Rows j0 .. j0+R-1 over chunks [c0, c1) of M rows of x (chunk c at
-// xo + c*ldc) (y[i*ldy + r] for x row i and row j0 + r when `last`); `mem` (R x M x 16 floats) holds the lane
-// accumulators between K blocks, as GemvAcc (not read when c0 == 0, not
-// written when `last`); `next` prefetches the start
-// of the rows that follow. Not inlined: inside gemv128's loops over row
-// blocks, K blocks and x groups the loop counters and row pointers of the
-// chunk loop were spilled to the stack.
+// xo + c*ldc); y[i*ldy + r] for x row i and row j0 + r when `last`. `mem`
+// (R x M x 16 floats) holds the lane accumulators between K blocks, as
+// GemvAcc (not read when c0 == 0, not written when `last`); `next`
+// prefetches the start of the rows that follow. Not inlined: inside
+// gemv128's loops over row blocks, K blocks and x groups the loop counters
+// and row pointers of the chunk loop were spilled to the stack.
 template <int M, int R, class Scale>
 __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1,
                                             const uint8_t* q, int64_t rb, int64_t j0, __m512 lut,
