@@ -29,16 +29,6 @@ std::atomic<int64_t> g_mc{96};
 std::mutex g_sb_mutex;
 SmallBatchConfig g_sb;  // guarded by g_sb_mutex
 
-struct AlignedDelete {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-using PanelBuffer = std::unique_ptr<float[], AlignedDelete>;
-
-PanelBuffer make_panel(int64_t floats) {
-  return PanelBuffer(static_cast<float*>(
-      ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t(64))));
-}
-
 int32_t threads_or_default(int32_t threads) {
   return threads > 0 ? threads : default_num_threads();
 }
@@ -65,8 +55,8 @@ void panel_gemm_16bit(const KernelTable& kt, ActRows x, int64_t m, int64_t k, in
   const int64_t ldb = kc + 16;
   parallel_for((nblocks + group - 1) / group, threads, [&](int64_t t) {
     const int64_t p0 = t * group, p1 = std::min(nblocks, p0 + group);
-    PanelBuffer panel = make_panel(kc * nr);
-    PanelBuffer xb = make_panel(std::min(mc, m) * ldb);
+    AlignedFloats panel = aligned_floats(kc * nr);
+    AlignedFloats xb = aligned_floats(std::min(mc, m) * ldb);
     for (int64_t i0 = 0; i0 < m; i0 += mc) {
       const int64_t i1 = std::min(m, i0 + mc);
       for (int64_t k0 = 0; k0 < k; k0 += kc) {
@@ -116,7 +106,7 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
   parallel_for(nblocks, threads, [&](int64_t t) {
     const int64_t n0 = t * nr;
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
-    PanelBuffer panel = make_panel(kc * nr);
+    AlignedFloats panel = aligned_floats(kc * nr);
     // Each kc slice of the panel is decoded once and runs every row of X
     // (in passes of mc rows): the decode is paid once per weight, not once
     // per mc rows. Every output still adds its kc slices in ascending k0.
@@ -645,6 +635,15 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   parallel_copy(s, ss, sbytes, threads);
   *g_used = g;
   return -1;
+}
+
+void AlignedDelete::operator()(float* p) const {
+  ::operator delete[](p, std::align_val_t(64));
+}
+
+AlignedFloats aligned_floats(int64_t floats) {
+  return AlignedFloats(static_cast<float*>(::operator new[](
+      static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float), std::align_val_t(64))));
 }
 
 }  // namespace q4::kern

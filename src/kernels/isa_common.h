@@ -5,11 +5,8 @@
 // same instantiation of another unit and then run on a CPU without AVX-512.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -29,20 +26,6 @@ inline void with_rows(int32_t m, F&& f) {
     if (m == M) return f(std::integral_constant<int, M>{});
     with_rows<Max, M + 1>(m, f);
   }
-}
-
-// A 64-byte aligned float buffer (at least 16 floats; not initialized):
-// the kernels' full-vector loads of staged activations never straddle two
-// cache lines. (A std::vector's 16-byte alignment made a GEMV's time
-// bimodal, 4.7 or 6.2 ms from call to call, depending on where malloc
-// placed it.)
-struct AlignedDelete {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-using AlignedFloats = std::unique_ptr<float[], AlignedDelete>;
-inline AlignedFloats aligned_floats(int64_t floats) {
-  return AlignedFloats(static_cast<float*>(::operator new[](
-      static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float), std::align_val_t(64))));
 }
 
 // The scales of weight rows [r0, r0 + n), one contiguous span (*bytes).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "formats/codec.h"
 #include "nvfp4/q4_base.h"
@@ -10,6 +11,18 @@
 namespace q4::kern {
 
 enum class FType : uint8_t { F32, F16, BF16 };
+
+// A 64-byte aligned float buffer (at least 16 floats; not initialized) for
+// staged activations and packed panels: full-vector loads never straddle
+// two cache lines. (A std::vector's 16-byte alignment made a GEMV's time
+// bimodal, 4.7 or 6.2 ms from call to call, depending on where malloc
+// placed it.) Defined in cpu_ops.cpp, which is compiled with the generic
+// flags, so no ISA unit's copy can be merged into the others.
+struct AlignedDelete {
+  void operator()(float* p) const;
+};
+using AlignedFloats = std::unique_ptr<float[], AlignedDelete>;
+AlignedFloats aligned_floats(int64_t floats);
 
 // A float vector/matrix of type `type` at `data` (compact row-major).
 struct FloatPtr {
