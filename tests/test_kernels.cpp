@@ -1259,9 +1259,13 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           {3, 100, 2048},
                           {4, 50, 384},
                           {1, 1, 256},
-                          // 4 < m <= 8, k % 128 == 0: the GEMV in passes of <= 4 rows over 64-row blocks
+                          // 4 < m <= 16, k % 128 == 0: the GEMV in one call (AVX-512: two groups of
+                          // x rows from m = 9) or in passes of <= 4 rows over 64-row blocks
                           {8, 70, 1024},
-                          {6, 130, 256}};
+                          {6, 130, 256},
+                          {12, 45, 512},
+                          {16, 33, 256},
+                          {10, 17, 128}};
   int native = 0;
   for (int32_t isa : runnable) {
     const kern::KernelTable& kt = kern::table_for(isa);
@@ -1501,9 +1505,11 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
                           {3, 21, 384, 256},
                           {9, 35, 640, 256},
                           {24, 40, 512, 64},
-                          // 4 < m <= 8, k % 128 == 0: the GEMV in passes of <= 4 rows over 64-row blocks
+                          // 4 < m <= 16, k % 128 == 0: the GEMV in one call or in passes
                           {8, 70, 1024, 64},
-                          {7, 130, 384, 128}};
+                          {7, 130, 384, 128},
+                          {13, 37, 640, 256},
+                          {16, 20, 256, 16}};
   const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
   for (const Shape& sh : shapes) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;

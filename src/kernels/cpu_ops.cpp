@@ -158,18 +158,19 @@ template <class Gemv, class Pack>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
                 float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack) {
   const int64_t kb = k / 16;
-  if (m <= std::max(kI8GemvMaxRows, kt.i8_gemv_split_max_m) && use_gemv && k % 128 == 0) {
+  const int64_t gemv_rows = std::max(kI8GemvMaxRows, kt.i8_gemv_max_m);
+  if (m <= std::max(gemv_rows, static_cast<int64_t>(kt.i8_gemv_split_max_m)) && use_gemv && k % 128 == 0) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      if (m <= kI8GemvMaxRows) {
+      if (m <= gemv_rows) {
         gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
         return;
       }
       for (int64_t s0 = n0; s0 < n1; s0 += kI8GemvSplitRows) {
         const int64_t s1 = std::min(n1, s0 + kI8GemvSplitRows);
-        for (int64_t i0 = 0; i0 < m; i0 += kI8GemvMaxRows) {
-          const auto rows = static_cast<int32_t>(std::min<int64_t>(kI8GemvMaxRows, m - i0));
+        for (int64_t i0 = 0; i0 < m; i0 += gemv_rows) {
+          const auto rows = static_cast<int32_t>(std::min<int64_t>(gemv_rows, m - i0));
           gemv(i0, rows, s0, s1, y + i0 * n + s0);
         }
       }
@@ -265,7 +266,7 @@ const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m) {
     return "NF4 has no integer GEMV on this ISA (its exact NF4 kernels are faster): fast mode runs the exact "
            "kernels";
   }
-  if (m > kI8GemvMaxRows && !kt.i8_nf4_panel_native) {
+  if (m > std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && !kt.i8_nf4_panel_native) {
     return "NF4 fast mode runs the integer GEMV for M <= 4 only (this ISA has no NF4 panel packer of its "
            "own): the exact kernels above";
   }

@@ -51,6 +51,17 @@ struct ActRows {
 // Largest M the fused GEMV kernels take in one call.
 constexpr int kGemvMaxRows = 8;
 
+// Integer panels: rows per panel, the bias added to the E2M1x2 weight
+// values (makes them unsigned for u8 x s8 instructions), the element order
+// inside a block (step t, byte e -> element kI8Perm[4t + e]: the low
+// nibbles of bytes 0-3, their high nibbles, then the same of bytes 4-7).
+constexpr int32_t kI8PanelNr = 16;
+constexpr int32_t kI8WeightBias = 12;
+constexpr int32_t kI8MaxMicroRows = 16;
+constexpr int32_t kI8GemvMaxRows = 4;
+constexpr int32_t kI8Nf4Bias = 63;  // NF4 int8 codes in [-63, 63]: vpmaddubsw pairs stay below 2^15
+constexpr int32_t kI8Perm[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
 struct KernelTable {
   int32_t isa = 0;
   int32_t panel_nr = 8;  // rows of W per packed panel (lanes of the micro-kernel)
@@ -141,7 +152,7 @@ struct KernelTable {
                    int32_t nr, bool accumulate) = nullptr;
   int32_t i8_micro_mr = 4;
   // Optional (null: the drivers use pack + micro): the same fixed sequence
-  // for m <= kI8GemvMaxRows rows straight from the NVFP4 weight, rows j in
+  // for m <= i8_gemv_max_m rows straight from the NVFP4 weight, rows j in
   // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0.
   void (*i8_gemv_nvfp4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
@@ -179,6 +190,10 @@ struct KernelTable {
   // whose GEMV measured faster that way (AVX-512: at M = 5-8 1.1-1.8x; the
   // AVX2 GEMV measured 0.75-0.9x of its panels there).
   int32_t i8_gemv_split_max_m = 4;
+  // Most rows of x the integer GEMV entries take in one call (>=
+  // kI8GemvMaxRows). AVX-512: 16 (its GEMV for m >= 2 decodes each weight
+  // vector once into registers for all rows of x; see int8_avx512.h).
+  int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
   // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each
@@ -206,17 +221,6 @@ struct KernelTable {
   // vector width; returns the flops executed (the caller times it).
   double (*fma_probe)(int64_t iters) = nullptr;
 };
-
-// Integer panels: rows per panel, the bias added to the E2M1x2 weight
-// values (makes them unsigned for u8 x s8 instructions), the element order
-// inside a block (step t, byte e -> element kI8Perm[4t + e]: the low
-// nibbles of bytes 0-3, their high nibbles, then the same of bytes 4-7).
-constexpr int32_t kI8PanelNr = 16;
-constexpr int32_t kI8WeightBias = 12;
-constexpr int32_t kI8MaxMicroRows = 16;
-constexpr int32_t kI8GemvMaxRows = 4;
-constexpr int32_t kI8Nf4Bias = 63;  // NF4 int8 codes in [-63, 63]: vpmaddubsw pairs stay below 2^15
-constexpr int32_t kI8Perm[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
 
 // Widest panel and most micro-kernel rows the portable fill-ins support.
 constexpr int32_t kMaxPanelNr = 64;

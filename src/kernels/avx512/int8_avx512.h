@@ -23,34 +23,11 @@ namespace {
 
 constexpr int32_t kI8MR = 8;  // rows of X per micro-kernel call: 8 fp32 + 8 int32 accumulators
 
-struct E4m3Table {
-  float v[256];
-  E4m3Table() {
-    for (uint32_t c = 0; c < 256; ++c) v[c] = fmt::e4m3_decode(c);
-  }
-};
-
-inline const E4m3Table& e4m3_table() {
-  static const E4m3Table t;
-  return t;
-}
-
 // The biased E2M1x2 value of each code, in every 128-bit lane.
 inline __m512i i8_biased_lut512() {
   alignas(16) int8_t v[16];
   for (uint32_t c = 0; c < 16; ++c) v[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
   return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(v)));
-}
-
-// Block scales of the panel (rows >= `rows`: 0).
-inline void i8_pack_scales(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, float* ws) {
-  const float* dec = e4m3_table().v;
-  const int64_t kb = w.k / 16;
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int32_t r = 0; r < kI8PanelNr; ++r) {
-      ws[b * 16 + r] = r < rows ? dec[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
-    }
-  }
 }
 
 // Two blocks (or one: `two` false) of the 16 panel rows: each row's 16 (8)
@@ -100,13 +77,6 @@ inline void i8_pack_codes_avx512(const uint8_t* q, int64_t k, int64_t n0, int32_
     for (int r = 0; r < 16; ++r) src[r] = r < rows ? q + (n0 + r) * rb + (b0 + b) * 8 : pad;
     i8_pack_two_blocks<kEvenLow>(src, b + 2 <= nb, lut, wq + b * 256);
   }
-}
-
-inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
-                                 uint8_t* wq, float* ws) {
-  alignas(16) static const uint8_t zeros[16] = {};
-  i8_pack_codes_avx512<true>(w.q, w.k, n0, rows, b0, nb, i8_biased_lut512(), zeros, wq);
-  i8_pack_scales(w, n0, rows, b0, nb, ws);
 }
 
 // NF4 panel (KernelTable::i8_pack_nf4): the same transpose with the NF4
@@ -224,6 +194,35 @@ inline void i8_transpose16x64(const __m512i (&z)[16], uint8_t* out) {
     _mm512_storeu_si512(out + g * 64, _mm512_unpacklo_epi64(a[g], a[g + 1]));
     _mm512_storeu_si512(out + (g + 1) * 64, _mm512_unpackhi_epi64(a[g], a[g + 1]));
   }
+}
+
+// Block scales of the panel (rows >= `rows`: 0): the codes of 16 rows and
+// 64 blocks transposed in registers (i8_transpose16x64), then 16 lanes
+// decoded per block.
+inline void i8_pack_scales(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, float* ws) {
+  const int64_t kb = w.k / 16;
+  alignas(64) uint8_t t[1024];
+  for (int64_t s0 = 0; s0 < nb; s0 += 64) {
+    const int64_t ns = std::min<int64_t>(64, nb - s0);
+    const __mmask64 lm = ns >= 64 ? ~__mmask64{0} : (__mmask64{1} << ns) - 1;
+    __m512i z[16];
+    for (int r = 0; r < 16; ++r) {
+      z[r] = r < rows ? _mm512_maskz_loadu_epi8(lm, w.s + (n0 + r) * kb + b0 + s0) : _mm512_setzero_si512();
+    }
+    i8_transpose16x64(z, t);
+    for (int64_t b = 0; b < ns; ++b) {
+      const uint8_t* p = t + (b % 16) * 64 + (b / 16) * 16;
+      const __m512i codes = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+      _mm512_storeu_ps(ws + (s0 + b) * 16, i8_e4m3_decode16(codes));
+    }
+  }
+}
+
+inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                                 uint8_t* wq, float* ws) {
+  alignas(16) static const uint8_t zeros[16] = {};
+  i8_pack_codes_avx512<true>(w.q, w.k, n0, rows, b0, nb, i8_biased_lut512(), zeros, wq);
+  i8_pack_scales(w, n0, rows, b0, nb, ws);
 }
 
 // The two weight formats of the integer GEMV: nibble order, the biased
@@ -441,6 +440,150 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
   }
 }
 
+// Integer GEMV for 2 <= m <= kI8DirectMaxRows rows of x (fast mode and
+// W4A4 at decoding batch sizes): the weights are decoded once into the
+// panel operand order in registers and used by every row of x, so the work
+// per x row is the micro-kernel's (four dot products on a broadcast of x,
+// one cvt, one mul, one fma per block), not the GEMV's per-row transpose of
+// its sums. Per 16 rows of W and 32 elements: one 16-byte load per row,
+// four rows per vector (128-bit lanes) and a 4x4 dword transpose inside the
+// lanes give dword d of the 16 rows in one vector; its low and high nibbles
+// are steps 2(d%2) and 2(d%2)+1 of block d/2 (kI8Perm). x is staged per call
+// block-major (I8Staged): the bytes, scales and corrections of every row
+// of a block are adjacent, so one pointer walks them. Same fixed fp32
+// sequence as i8_micro.
+constexpr int32_t kI8DirectGroup = 8;     // rows of x per register group (8 fp32 accumulators)
+constexpr int32_t kI8DirectMaxRows = 16;  // two groups over each 16 rows of W (the second from L1)
+
+// Rows [g0, g0 + gm) of x, block-major: block b of row i at
+// q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
+struct I8Staged {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+  std::vector<int32_t> c;
+  int32_t gm = 0;
+  void stage(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t g0,
+             int32_t rows, int64_t nb) {
+    gm = rows;
+    q.resize(static_cast<size_t>(nb * rows * 16));
+    s.resize(static_cast<size_t>(nb * rows));
+    c.resize(static_cast<size_t>(nb * rows));
+    for (int32_t i = 0; i < rows; ++i) {
+      const int8_t* xi = xq + (g0 + i) * ldxq;
+      for (int64_t b = 0; b < nb; ++b) {
+        std::memcpy(q.data() + (b * rows + i) * 16, xi + b * 16, 16);
+        s[static_cast<size_t>(b * rows + i)] = xs[(g0 + i) * ldxs + b];
+        c[static_cast<size_t>(b * rows + i)] = xc[(g0 + i) * ldxs + b];
+      }
+    }
+  }
+};
+
+// One group of M rows of x over the 16 rows of W at rp[] (chunks of 128
+// elements); `next` is stepped once per chunk when not null.
+template <int M, bool kVnni, class Fmt>
+inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* const* rp, int64_t chunks,
+                            NextGroupPrefetch* next, float post, float* y, int64_t ldy, __mmask16 km) {
+  const __m512i lut = f.lut();
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512 acc[M];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* xq = x.q.data();
+  const float* xs = x.s.data();
+  const int32_t* xc = x.c.data();
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (next != nullptr) {
+      next->step();
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 1
+    for (int h = 0; h < 4; ++h) {
+      __m512i z[4];
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        const int64_t off = c * 64 + h * 16;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g] + off)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 4] + off)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 8] + off)), 2);
+        z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 12] + off)), 3);
+      }
+      const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+      const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+      const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+      const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+      const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                            _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+#pragma GCC unroll 2
+      for (int e = 0; e < 2; ++e) {
+        const int64_t b = c * 8 + h * 2 + e;
+        __m512i wv[4];
+#pragma GCC unroll 2
+        for (int d = 0; d < 2; ++d) {
+          const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(T[2 * e + d], nib));
+          const __m512i hi =
+              _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(T[2 * e + d], 4), nib));
+          wv[2 * d] = Fmt::kEvenLow ? lo : hi;
+          wv[2 * d + 1] = Fmt::kEvenLow ? hi : lo;
+        }
+        const __m512 wsc = f.scale(c, h * 2 + e);
+        const int8_t* xb = xq + b * M * 16;
+#pragma GCC unroll 8
+        for (int i = 0; i < M; ++i) {
+          __m512i d = _mm512_set1_epi32(xc[b * M + i]);
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; ++t) {
+            int32_t x4;
+            std::memcpy(&x4, xb + i * 16 + 4 * t, 4);
+            d = i8_dot4<kVnni>(d, wv[t], _mm512_set1_epi32(x4));
+          }
+          const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[b * M + i]), wsc);
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i)
+    _mm512_mask_storeu_ps(y + i * ldy, km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
+}
+
+template <bool kVnni, class Fmt>
+void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                    int32_t m, Fmt& f, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  const int64_t rb = k / 2, chunks = k / 128;
+  const int32_t groups = (m + kI8DirectGroup - 1) / kI8DirectGroup;
+  I8Staged st[kI8DirectMaxRows / kI8DirectGroup];
+  for (int32_t g = 0; g < groups; ++g) {
+    const int32_t g0 = g * kI8DirectGroup;
+    st[g].stage(xq, ldxq, xs, xc, ldxs, g0, std::min(kI8DirectGroup, m - g0), k / 16);
+  }
+  for (int64_t j0 = n0; j0 < n1; j0 += 16) {
+    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
+    const __mmask16 km =
+        rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
+    const uint8_t* rp[16];
+    int64_t row[16];
+    for (int r = 0; r < 16; ++r) {
+      row[r] = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
+      rp[r] = f.w.q + row[r] * rb;
+    }
+    f.begin(row);
+    NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
+                           f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
+    for (int32_t g = 0; g < groups; ++g) {
+      float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
+      with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
+        i8_direct_group<decltype(r)::value, kVnni>(st[g], f, rp, chunks, g == 0 ? &next : nullptr, post, yg,
+                                                   ldy, km);
+      });
+    }
+  }
+}
+
 // KernelTable::i8_quantize_act: the operations of i8_activations_quantize
 // (portable_int8.cpp) on 16 lanes, one block per vector in the kI8Perm
 // order: IEEE division by the block scale, the same clamps, the same float
@@ -507,9 +650,8 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
   I8zNvfp4 f(w);
-  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
-    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
-  });
+  if (m > 1) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+  i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
 }
 
 template <bool kVnni>
@@ -517,9 +659,8 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
                         int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1,
                         float post, float* y, int64_t ldy) {
   I8zNf4 f(w, code);
-  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
-    i8_gemv_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
-  });
+  if (m > 1) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+  i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_gemv_nvfp4 = i8_gemv_avx512<true>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx512<true>;
-    f.i8_gemv_split_max_m = 8;
+    f.i8_gemv_max_m = kI8DirectMaxRows;
     return f;
   }());
   return t;
