@@ -168,6 +168,23 @@ inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
   }
 }
 
+// i8_dot4 with the signed operand a broadcast of the 4 bytes at p. VNNI:
+// one vpdpbusd with an embedded broadcast (GCC 12 does not fold the
+// broadcast into vpdpbusd by itself; a separate vpbroadcastd costs an issue
+// slot per dot product, and the small-batch GEMV is issue-bound).
+template <bool kVnni>
+inline __m512i i8_dot4_bcst(__m512i acc, __m512i u8, const int8_t* p) {
+#if !defined(__clang__)
+  if constexpr (kVnni) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(p)));
+    return acc;
+  }
+#endif
+  int32_t x4;
+  std::memcpy(&x4, p, 4);
+  return i8_dot4<kVnni>(acc, u8, _mm512_set1_epi32(x4));
+}
+
 // 16 rows x 64 bytes -> 16 vectors: out + 64 j, 128-bit lane L = byte
 // 16 L + j of rows 0..15 (a byte transpose inside the lanes: four unpack
 // stages, rows interleaved in order, columns 8 h1 + 4 h2 + 2 h3 + h4 from
@@ -453,7 +470,7 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
 // of a block are adjacent, so one pointer walks them. Same fixed fp32
 // sequence as i8_micro.
 constexpr int32_t kI8DirectGroup = 8;     // rows of x per register group (8 fp32 accumulators)
-constexpr int32_t kI8DirectMaxRows = 16;  // two groups over each 16 rows of W (the second from L1)
+constexpr int32_t kI8DirectMaxRows = 64;  // two groups over each 16 rows of W (the second from L1)
 
 // Rows [g0, g0 + gm) of x, block-major: block b of row i at
 // q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
@@ -479,10 +496,10 @@ struct I8Staged {
   }
 };
 
-// One group of M rows of x over the 16 rows of W at rp[] (chunks of 128
-// elements); `next` is stepped once per chunk when not null.
+// One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
+// of 128 elements); `next` is stepped once per chunk when not null.
 template <int M, bool kVnni, class Fmt>
-inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* const* rp, int64_t chunks,
+inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int64_t rb, int64_t chunks,
                             NextGroupPrefetch* next, float post, float* y, int64_t ldy, __mmask16 km) {
   const __m512i lut = f.lut();
   const __m512i nib = _mm512_set1_epi8(0x0f);
@@ -497,19 +514,21 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* const* rp,
       next->step();
 #pragma GCC unroll 16
       for (int r = 0; r < 16; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows + r * rb + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
       }
     }
 #pragma GCC unroll 1
     for (int h = 0; h < 4; ++h) {
+      // Lane L of z[g] = row g + 4L: four bases, rows g = 0..3 at + g * rb.
+      const uint8_t* p = rows + c * 64 + h * 16;
       __m512i z[4];
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        const int64_t off = c * 64 + h * 16;
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g] + off)));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 4] + off)), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 8] + off)), 2);
-        z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rp[g + 12] + off)), 3);
+        const uint8_t* pg = p + g * rb;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 8 * rb)), 2);
+        z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 12 * rb)), 3);
       }
       const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
       const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
@@ -535,11 +554,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* const* rp,
         for (int i = 0; i < M; ++i) {
           __m512i d = _mm512_set1_epi32(xc[b * M + i]);
 #pragma GCC unroll 4
-          for (int t = 0; t < 4; ++t) {
-            int32_t x4;
-            std::memcpy(&x4, xb + i * 16 + 4 * t, 4);
-            d = i8_dot4<kVnni>(d, wv[t], _mm512_set1_epi32(x4));
-          }
+          for (int t = 0; t < 4; ++t) d = i8_dot4_bcst<kVnni>(d, wv[t], xb + i * 16 + 4 * t);
           const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[b * M + i]), wsc);
           acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
         }
@@ -561,15 +576,19 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     const int32_t g0 = g * kI8DirectGroup;
     st[g].stage(xq, ldxq, xs, xc, ldxs, g0, std::min(kI8DirectGroup, m - g0), k / 16);
   }
+  std::vector<uint8_t> tail;  // a last group of < 16 rows, padded by repeating its last row
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
-    const uint8_t* rp[16];
     int64_t row[16];
-    for (int r = 0; r < 16; ++r) {
-      row[r] = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
-      rp[r] = f.w.q + row[r] * rb;
+    for (int r = 0; r < 16; ++r) row[r] = j0 + std::min(r, rows - 1);  // past the end: not stored
+    const uint8_t* base = f.w.q + j0 * rb;
+    if (rows < 16) {
+      tail.resize(static_cast<size_t>(16 * rb));
+      for (int r = 0; r < 16; ++r)
+        std::memcpy(tail.data() + r * rb, f.w.q + row[r] * rb, static_cast<size_t>(rb));
+      base = tail.data();
     }
     f.begin(row);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
@@ -577,8 +596,8 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
-        i8_direct_group<decltype(r)::value, kVnni>(st[g], f, rp, chunks, g == 0 ? &next : nullptr, post, yg,
-                                                   ldy, km);
+        i8_direct_group<decltype(r)::value, kVnni>(st[g], f, base, rb, chunks, g == 0 ? &next : nullptr, post,
+                                                   yg, ldy, km);
       });
     }
   }
