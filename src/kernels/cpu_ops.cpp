@@ -147,33 +147,18 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // depend on the thread count. gemv(i0, m, n0, n1, y) is the table's
 // integer GEMV for rows i0 .. i0+m-1 of x (nullptr-able: `use_gemv`),
 // pack(n0, rows, b0, nb, wq, ws) its panel packer for the weight format.
-//
-// Up to KernelTable::i8_gemv_split_max_m rows run the GEMV in passes of at
-// most kI8GemvMaxRows rows over each kI8GemvSplitRows rows of W (in L2 for
-// the next pass). GEMV and panels compute the same fixed sequence, so the
-// bits do not depend on the path.
-constexpr int64_t kI8GemvSplitRows = 64;
-
+// Up to KernelTable::i8_gemv_max_m rows of x (k % 128 == 0) run the GEMV,
+// more the packed panels. GEMV and panels compute the same fixed sequence,
+// so the bits do not depend on the path.
 template <class Gemv, class Pack>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
                 float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack) {
   const int64_t kb = k / 16;
-  const int64_t gemv_rows = std::max(kI8GemvMaxRows, kt.i8_gemv_max_m);
-  if (m <= std::max(gemv_rows, static_cast<int64_t>(kt.i8_gemv_split_max_m)) && use_gemv && k % 128 == 0) {
+  if (m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv && k % 128 == 0) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      if (m <= gemv_rows) {
-        gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
-        return;
-      }
-      for (int64_t s0 = n0; s0 < n1; s0 += kI8GemvSplitRows) {
-        const int64_t s1 = std::min(n1, s0 + kI8GemvSplitRows);
-        for (int64_t i0 = 0; i0 < m; i0 += gemv_rows) {
-          const auto rows = static_cast<int32_t>(std::min<int64_t>(gemv_rows, m - i0));
-          gemv(i0, rows, s0, s1, y + i0 * n + s0);
-        }
-      }
+      gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
     });
     return;
   }

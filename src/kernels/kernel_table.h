@@ -184,15 +184,13 @@ struct KernelTable {
   // and above kI8GemvMaxRows rows only with its own i8_pack_nf4
   // (i8_nf4_panel_native; the scalar table: every m).
   int32_t i8_fast_max_m = 0;
-  // The integer products run the integer GEMV entries (where the table has
-  // them and k % 128 == 0) up to this many rows of x, in passes of at most
-  // kI8GemvMaxRows rows, and the packed panels above. Set by the tables
-  // whose GEMV measured faster that way (AVX-512: at M = 5-8 1.1-1.8x; the
-  // AVX2 GEMV measured 0.75-0.9x of its panels there).
-  int32_t i8_gemv_split_max_m = 4;
   // Most rows of x the integer GEMV entries take in one call (>=
-  // kI8GemvMaxRows). AVX-512: 16 (its GEMV for m >= 2 decodes each weight
-  // vector once into registers for all rows of x; see int8_avx512.h).
+  // kI8GemvMaxRows); the drivers run them up to this M when k % 128 == 0,
+  // the packed panels above. AVX-512: 64 (for m >= 2 its GEMV decodes each
+  // 32 weights of 16 rows once into registers for groups of 8 rows of x,
+  // see int8_avx512.h: at M = 5-8 1.5x its former passes of 4 rows, at M =
+  // 24-64 1.04-1.19x the panels; the AVX2 GEMV measured 0.75-0.9x of its
+  // panels at M = 5-8).
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead

@@ -326,7 +326,9 @@ struct I8zNf4 {
   }
 };
 
-// GEMV straight from the 4-bit rows, 16 rows of W at a time, 128 elements
+// GEMV of one row of x (M = 1; the table's entries run i8_gemv_direct for
+// m >= 2, where M rows would each repeat the transposes below) straight
+// from the 4-bit rows, 16 rows of W at a time, 128 elements
 // (8 blocks) per step: one 64-byte load per row, nibbles -> biased values
 // (vpshufb), two 4-byte dot products per lane give half-block sums, pairs
 // of rows are folded into (row, block) sums and an 8x8 qword transpose puts
@@ -416,14 +418,6 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
           }
         }
       }
-      // The weight scales of the chunk's 8 blocks, worked out once for the
-      // M rows of x (NF4: an absmax gather per block group; NVFP4: an E4M3
-      // decode per block), read back from L1 by each row.
-      alignas(64) float scb[8][16];
-      if constexpr (M > 1) {
-#pragma GCC unroll 8
-        for (int qb = 0; qb < 8; ++qb) _mm512_store_ps(scb[qb], f.scale(c, qb));
-      }
 #pragma GCC unroll 16
       for (int i = 0; i < M; ++i) {
         const float* xsb = xs + i * ldxs + c * 8;
@@ -439,12 +433,7 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
 #pragma GCC unroll 16
         for (int qb = 0; qb < 8; ++qb) {
           const __m512i d = _mm512_add_epi32(D[qb], _mm512_set1_epi32(xcb[qb]));
-          __m512 wsc;
-          if constexpr (M > 1) {
-            wsc = _mm512_load_ps(scb[qb]);
-          } else {
-            wsc = f.scale(c, qb);
-          }
+          const __m512 wsc = f.scale(c, qb);
           const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xsb[qb]), wsc);
           acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
         }
