@@ -59,19 +59,35 @@ void i8_activations_quantize(const float* x, int64_t ldx, int64_t m, int64_t k, 
 
 void i8_activations_nvfp4(const uint8_t* q, const uint8_t* s, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
                           float* xs, int32_t* xc, int64_t ldxs) {
+  // The E2M1x2 value of each code and the fp32 value of each E4M3 code,
+  // built once (16 + 256 entries).
+  struct Tables {
+    int8_t e2m1x2[16];
+    float e4m3[256];
+  };
+  static const Tables t = [] {
+    Tables r{};
+    for (uint32_t c = 0; c < 16; ++c) r.e2m1x2[c] = static_cast<int8_t>(fmt::e2m1_decode_x2(c));
+    for (uint32_t c = 0; c < 256; ++c) r.e4m3[c] = fmt::e4m3_decode(c);
+    return r;
+  }();
   const int64_t nb = k / 16;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* qb = q + i * (k / 2) + b * 8;
       int8_t* ob = xq + i * ldxq + b * 16;
       int32_t sum = 0;
-      for (int p = 0; p < 16; ++p) {
-        const int e = kI8Perm[p];
-        const uint32_t code = (e & 1) ? (qb[e / 2] >> 4) : (qb[e / 2] & 0xfu);
-        ob[p] = static_cast<int8_t>(fmt::e2m1_decode_x2(code));
-        sum += ob[p];
+      // kI8Perm: the low nibbles of bytes 0-3, their high nibbles, then the
+      // same of bytes 4-7.
+      for (int h = 0; h < 2; ++h) {
+        for (int e = 0; e < 4; ++e) {
+          const uint8_t byte = qb[4 * h + e];
+          ob[8 * h + e] = t.e2m1x2[byte & 0xfu];
+          ob[8 * h + 4 + e] = t.e2m1x2[byte >> 4];
+          sum += ob[8 * h + e] + ob[8 * h + 4 + e];
+        }
       }
-      xs[i * ldxs + b] = fmt::e4m3_decode(s[i * nb + b]);
+      xs[i * ldxs + b] = t.e4m3[s[i * nb + b]];
       xc[i * ldxs + b] = -kI8WeightBias * sum;
     }
   }
