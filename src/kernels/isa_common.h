@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -184,6 +185,31 @@ double fma_probe(int64_t iters) {
   (void)sink;
   return static_cast<double>(iters) * 12 * 2 * V::kLanes;
 }
+
+// Integer activations of rows [g0, g0 + gm) of x staged for the integer
+// GEMV kernels that decode W once for several rows of x, block-major: block b of row i at
+// q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
+struct I8Staged {
+  std::vector<int8_t> q;
+  std::vector<float> s;
+  std::vector<int32_t> c;
+  int32_t gm = 0;
+  void stage(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t g0,
+             int32_t rows, int64_t nb) {
+    gm = rows;
+    q.resize(static_cast<size_t>(nb * rows * 16));
+    s.resize(static_cast<size_t>(nb * rows));
+    c.resize(static_cast<size_t>(nb * rows));
+    for (int32_t i = 0; i < rows; ++i) {
+      const int8_t* xi = xq + (g0 + i) * ldxq;
+      for (int64_t b = 0; b < nb; ++b) {
+        std::memcpy(q.data() + (b * rows + i) * 16, xi + b * 16, 16);
+        s[static_cast<size_t>(b * rows + i)] = xs[(g0 + i) * ldxs + b];
+        c[static_cast<size_t>(b * rows + i)] = xc[(g0 + i) * ldxs + b];
+      }
+    }
+  }
+};
 
 }  // namespace
 }  // namespace q4::kern

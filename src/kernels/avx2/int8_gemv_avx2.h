@@ -221,11 +221,143 @@ inline __m256i i8y_lut(const uint8_t* v16) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(l), l, 1);
 }
 
+// 2 <= m <= kI8GemvMaxRows rows of x: the weights are decoded once per 8
+// rows of W and 32 elements into the panel operand order (lanes = rows) in
+// registers and used by every row of x, which then costs the
+// micro-kernel's work per block (four 4-byte dot products on a broadcast of
+// x, one cvt, one mul, one fma) instead of the per-row sums and transposes
+// of i8y_gemv_rows. Per 8 rows and 2 blocks: one 16-byte load per row, rows
+// g and g+4 in the two lanes of one vector, a 4x4 dword transpose inside
+// the lanes: dword d of the 8 rows in one vector, its low and high nibbles
+// steps 2(d%2) and 2(d%2)+1 of block d/2 (kI8Perm). x staged block-major
+// (I8Staged). Same fixed fp32 sequence as i8_micro. Measured with the avx2
+// table forced on a Cascade Lake-class Xeon (A/B in one process, 4096^2, 2
+// threads, medians of 40-80 calls): M = 2 1.02-1.06x, M = 3-4 1.03-1.07x
+// the row GEMV; at M = 8-64 it lost to the packed panels (0.66-0.94x:
+// without VNNI every dot product is three instructions, so re-decoding W
+// per group of 4 rows of x does not pay), so the table keeps
+// i8_gemv_max_m = kI8GemvMaxRows. The AVX-VNNI table runs the same code
+// with vpdpbusd (not measured: no such CPU here).
+constexpr int32_t kI8yDirectGroup = kI8GemvMaxRows;
+constexpr int32_t kI8yDirectMaxRows = kI8GemvMaxRows;
+
+template <int M, bool kVnni, class Fmt>
+void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int64_t rb, int64_t j0,
+                      const int32_t* rr, __m256i lut, int64_t chunks, NextGroupPrefetch* next, float post,
+                      float* y, int64_t ldy, int32_t nrows) {
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  __m256 acc[M];
+  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  const int8_t* xq = x.q.data();
+  const float* xs = x.s.data();
+  const int32_t* xc = x.c.data();
+  for (int64_t c = 0; c < chunks; ++c) {  // 64 elements: 4 blocks
+    if (next != nullptr) {
+      next->step();
+      if (c % 2 == 0) {
+        for (int r = 0; r < 8; ++r) __builtin_prefetch(rows + r * rb + c * 32 + kRowPrefetchBytes, 0, 3);
+      }
+    }
+    alignas(32) float sc[4][8];
+    {
+      __m256 s4[4];
+      f.scales(j0, rr, c, s4);
+      for (int q = 0; q < 4; ++q) _mm256_store_ps(sc[q], s4[q]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* p = rows + c * 32 + h * 16;
+      __m256i z[4];
+      for (int g = 0; g < 4; ++g) {
+        const uint8_t* pg = p + g * rb;
+        z[g] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
+      }
+      const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]);
+      const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]);
+      const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+      const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                            _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+      for (int e = 0; e < 2; ++e) {
+        const int64_t b = c * 4 + h * 2 + e;
+        __m256i wv[4];
+        for (int d = 0; d < 2; ++d) {
+          const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(T[2 * e + d], nib));
+          const __m256i hi =
+              _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(T[2 * e + d], 4), nib));
+          wv[2 * d] = Fmt::kEvenLow ? lo : hi;
+          wv[2 * d + 1] = Fmt::kEvenLow ? hi : lo;
+        }
+        const __m256 wsc = _mm256_load_ps(sc[h * 2 + e]);
+        const int8_t* xb = xq + b * M * 16;
+        for (int i = 0; i < M; ++i) {
+          __m256i d = _mm256_set1_epi32(xc[b * M + i]);
+          for (int t = 0; t < 4; ++t) {
+            int32_t x4;
+            std::memcpy(&x4, xb + i * 16 + 4 * t, 4);
+            d = i8y_dot4<kVnni>(d, wv[t], _mm256_set1_epi32(x4));
+          }
+          const __m256 pr = _mm256_mul_ps(_mm256_set1_ps(xs[b * M + i]), wsc);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pr, acc[i]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    const __m256 v = _mm256_mul_ps(acc[i], _mm256_set1_ps(post));
+    if (nrows == 8) {
+      _mm256_storeu_ps(y + i * ldy, v);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, v);
+      std::memcpy(y + i * ldy, tmp, static_cast<size_t>(nrows) * sizeof(float));
+    }
+  }
+}
+
+template <bool kVnni, class Fmt>
+void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                     int32_t m, const Fmt& f, __m256i lut, int64_t k, int64_t n0, int64_t n1, float post,
+                     float* y, int64_t ldy) {
+  const int64_t rb = k / 2, chunks = k / 64;
+  const int32_t groups = (m + kI8yDirectGroup - 1) / kI8yDirectGroup;
+  I8Staged st[kI8yDirectMaxRows / kI8yDirectGroup];
+  for (int32_t g = 0; g < groups; ++g) {
+    const int32_t g0 = g * kI8yDirectGroup;
+    st[g].stage(xq, ldxq, xs, xc, ldxs, g0, std::min(kI8yDirectGroup, m - g0), k / 16);
+  }
+  std::vector<uint8_t> tail;  // a last group of < 8 rows, padded by repeating its last row
+  for (int64_t j0 = n0; j0 < n1; j0 += 8) {
+    const int32_t nrows = static_cast<int32_t>(std::min<int64_t>(8, n1 - j0));
+    alignas(32) int32_t rr[8];
+    for (int r = 0; r < 8; ++r) rr[r] = std::min(r, nrows - 1);  // past the end: not stored
+    const uint8_t* base = f.row(j0);
+    if (nrows < 8) {
+      tail.resize(static_cast<size_t>(8 * rb));
+      for (int r = 0; r < 8; ++r)
+        std::memcpy(tail.data() + r * rb, f.row(j0 + rr[r]), static_cast<size_t>(rb));
+      base = tail.data();
+    }
+    NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
+                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks);
+    for (int32_t g = 0; g < groups; ++g) {
+      float* yg = y + static_cast<int64_t>(g) * kI8yDirectGroup * ldy + (j0 - n0);
+      with_rows<kI8yDirectGroup>(st[g].gm, [&](auto r) {
+        i8y_direct_group<decltype(r)::value, kVnni>(st[g], f, base, rb, j0, rr, lut, chunks,
+                                                    g == 0 ? &next : nullptr, post, yg, ldy, nrows);
+      });
+    }
+  }
+}
+
 template <bool kVnni, class Fmt>
 void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
               const Fmt& f, const uint8_t* lut16, int64_t k, int64_t n0, int64_t n1, float post, float* y,
               int64_t ldy) {
   // k % 64 == 0 (the drivers check k % 128).
+  if (m > 1)
+    return i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
   std::vector<int8_t> split(static_cast<size_t>(int64_t{m} * k));
   i8y_split_x(xq, ldxq, m, k, split.data());
   const __m256i lut = i8y_lut(lut16);

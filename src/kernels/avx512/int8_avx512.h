@@ -459,31 +459,7 @@ void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
 // of a block are adjacent, so one pointer walks them. Same fixed fp32
 // sequence as i8_micro.
 constexpr int32_t kI8DirectGroup = 8;     // rows of x per register group (8 fp32 accumulators)
-constexpr int32_t kI8DirectMaxRows = 64;  // two groups over each 16 rows of W (the second from L1)
-
-// Rows [g0, g0 + gm) of x, block-major: block b of row i at
-// q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
-struct I8Staged {
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  std::vector<int32_t> c;
-  int32_t gm = 0;
-  void stage(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t g0,
-             int32_t rows, int64_t nb) {
-    gm = rows;
-    q.resize(static_cast<size_t>(nb * rows * 16));
-    s.resize(static_cast<size_t>(nb * rows));
-    c.resize(static_cast<size_t>(nb * rows));
-    for (int32_t i = 0; i < rows; ++i) {
-      const int8_t* xi = xq + (g0 + i) * ldxq;
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(q.data() + (b * rows + i) * 16, xi + b * 16, 16);
-        s[static_cast<size_t>(b * rows + i)] = xs[(g0 + i) * ldxs + b];
-        c[static_cast<size_t>(b * rows + i)] = xc[(g0 + i) * ldxs + b];
-      }
-    }
-  }
-};
+constexpr int32_t kI8DirectMaxRows = 64;  // up to eight groups over each 16 rows of W (from L1)
 
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
 // of 128 elements); `next` is stepped once per chunk when not null.
