@@ -772,7 +772,7 @@ void check_panels(const kern::KernelTable& t, Coverage& cov) {
   const int64_t ldw = k + 3;
   const std::vector<float> wf = randoms(static_cast<size_t>(n * ldw), 13);
   for (const auto& [k0, kc] : kPanelSpans) {
-    for (int32_t rows : {nr, nr - 3, 1}) {
+    for (int32_t rows : {nr, nr - 3, nr / 2, nr / 2 + 1, 1}) {
       INFO("panels k0=" << k0 << " kc=" << kc << " rows=" << rows << " nr=" << nr);
       const size_t size = static_cast<size_t>(kc * nr);
       auto want = aligned_floats(size, 0.0f), got = aligned_floats(size, std::nanf(""));
