@@ -238,7 +238,7 @@ const char* fast_math_fallback_nf4(const KernelTable& kt) {
 const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m) {
   // Only where the exact path is the small-batch family: above it the exact
   // panel GEMM is slower than the integer kernels on every ISA measured.
-  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m && m <= small_batch_config().max_m) {
+  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m && m <= small_batch_max_m(kt, small_batch_config())) {
     return "the integer kernels of this ISA are not faster than the exact small-batch kernels at this M: "
            "fast mode runs the exact kernels there";
   }
@@ -338,7 +338,7 @@ SmallBatchConfig small_batch_config() {
 void set_small_batch_config(const SmallBatchConfig& c) {
   SmallBatchConfig v = c;
   v.min_m = std::clamp<int32_t>(v.min_m, 1, kGemvMaxRows + 1);
-  v.max_m = std::clamp<int32_t>(v.max_m, v.min_m - 1, 4096);
+  if (v.max_m != 0) v.max_m = std::clamp<int32_t>(v.max_m, v.min_m - 1, 4096);
   v.kc = std::clamp<int64_t>(v.kc / 16 * 16, 16, 1 << 16);
   v.split_k = std::clamp<int64_t>(v.split_k / 16 * 16, 256, int64_t{1} << 40);
   std::lock_guard<std::mutex> lock(g_sb_mutex);
@@ -402,10 +402,11 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
                    int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok) {
   if (m == 0 || n == 0) return;
   const SmallBatchConfig sb = small_batch_config();
+  const int32_t sb_max = small_batch_max_m(kt, sb);
   const int64_t gemv_max =
       w.k % 128 == 0 ? std::max<int64_t>(kGemvMaxRows, kt.gemv_max_m_k128) : kGemvMaxRows;
   const bool use_small =
-      small_ok && small != nullptr && m >= sb.min_m && m <= sb.max_m && !(m > kGemvMaxRows && m <= gemv_max);
+      small_ok && small != nullptr && m >= sb.min_m && m <= sb_max && !(m > kGemvMaxRows && m <= gemv_max);
   if (use_small) {
     small_batch_product(x, m, w, n, y, threads, sb, small);
     return;

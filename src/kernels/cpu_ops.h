@@ -28,11 +28,16 @@ void set_gemm_blocking(const GemmBlocking& b);
 // count, so results do not depend on the thread count either.
 struct SmallBatchConfig {
   int32_t min_m = 9;
-  int32_t max_m = 64;
+  int32_t max_m = 0;  // 0: the kernel table's small_batch_max_m (what the tuner sets overrides it)
   int64_t kc = 512;
   int64_t split_k = 4096;
 };
 SmallBatchConfig small_batch_config();
+// The largest M of the small-batch kernels: c.max_m, or the table's
+// default when c.max_m is 0.
+inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& c) {
+  return c.max_m != 0 ? c.max_m : kt.small_batch_max_m;
+}
 void set_small_batch_config(const SmallBatchConfig& c);
 
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused

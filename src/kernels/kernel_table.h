@@ -200,6 +200,12 @@ struct KernelTable {
   // Lake-class Xeon and 0.92-1.15x on a Sapphire Rapids-class one, see
   // docs/performance.md).
   int32_t gemv_max_m_k128 = kGemvMaxRows;
+  // The small-batch kernels take M up to this (untuned; a tuning result's
+  // small_batch.max_m replaces it), the packed-panel GEMM above. AVX-512:
+  // 40 (its panel GEMM beat the small-batch kernels from M = 40-48 on a
+  // Cascade Lake-class Xeon once its panels were packed by register
+  // transposes; the AVX2 table measured the opposite at M = 48).
+  int32_t small_batch_max_m = 64;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).

@@ -983,6 +983,7 @@ const KernelTable& avx512_table() {
     f.i8_gemv_nf4 = i8_gemv_nf4_avx512<false>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
+    f.small_batch_max_m = 40;
     return f;
   }());
   return t;
