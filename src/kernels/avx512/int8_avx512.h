@@ -462,10 +462,15 @@ constexpr int32_t kI8DirectGroup = 8;     // rows of x per register group (8 fp3
 constexpr int32_t kI8DirectMaxRows = 64;  // up to eight groups over each 16 rows of W (from L1)
 
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
-// of 128 elements); `next` is stepped once per chunk when not null.
+// of 128 elements); `next` is stepped once per chunk when not null. With
+// several groups the first one stores the block scales of the 16 rows in
+// `sbuf` (fill) and the others read them back (an NF4 absmax gather or an
+// E4M3 decode per block done once, not per group); sbuf null: each block's
+// scales are worked out in place.
 template <int M, bool kVnni, class Fmt>
 inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int64_t rb, int64_t chunks,
-                            NextGroupPrefetch* next, float post, float* y, int64_t ldy, __mmask16 km) {
+                            NextGroupPrefetch* next, float* sbuf, bool fill, float post, float* y,
+                            int64_t ldy, __mmask16 km) {
   const __m512i lut = f.lut();
   const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512 acc[M];
@@ -513,7 +518,13 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
           wv[2 * d] = Fmt::kEvenLow ? lo : hi;
           wv[2 * d + 1] = Fmt::kEvenLow ? hi : lo;
         }
-        const __m512 wsc = f.scale(c, h * 2 + e);
+        __m512 wsc;
+        if (sbuf == nullptr || fill) {
+          wsc = f.scale(c, h * 2 + e);
+          if (sbuf != nullptr) _mm512_store_ps(sbuf + b * 16, wsc);
+        } else {
+          wsc = _mm512_load_ps(sbuf + b * 16);
+        }
         const int8_t* xb = xq + b * M * 16;
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
@@ -542,6 +553,7 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     st[g].stage(xq, ldxq, xs, xc, ldxs, g0, std::min(kI8DirectGroup, m - g0), k / 16);
   }
   std::vector<uint8_t> tail;  // a last group of < 16 rows, padded by repeating its last row
+  AlignedFloats sbuf = aligned_floats(groups > 1 ? k : 16);  // 16 rows x k/16 block scales
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
     const __mmask16 km =
@@ -561,8 +573,9 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
-        i8_direct_group<decltype(r)::value, kVnni>(st[g], f, base, rb, chunks, g == 0 ? &next : nullptr, post,
-                                                   yg, ldy, km);
+        i8_direct_group<decltype(r)::value, kVnni>(st[g], f, base, rb, chunks, g == 0 ? &next : nullptr,
+                                                   groups > 1 ? sbuf.get() : nullptr, g == 0, post, yg, ldy,
+                                                   km);
       });
     }
   }
