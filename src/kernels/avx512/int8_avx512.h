@@ -23,6 +23,32 @@ namespace {
 
 constexpr int32_t kI8MR = 8;  // rows of X per micro-kernel call: 8 fp32 + 8 int32 accumulators
 
+template <bool kVnni>
+inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(acc, u8, s8);
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u8, s8), _mm512_set1_epi16(1)));
+  }
+}
+
+// i8_dot4 with the signed operand a broadcast of the 4 bytes at p. VNNI:
+// one vpdpbusd with an embedded broadcast (GCC 12 does not fold the
+// broadcast into vpdpbusd by itself; a separate vpbroadcastd costs an issue
+// slot per dot product, and the small-batch GEMV is issue-bound).
+template <bool kVnni>
+inline __m512i i8_dot4_bcst(__m512i acc, __m512i u8, const int8_t* p) {
+#if !defined(__clang__)
+  if constexpr (kVnni) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(p)));
+    return acc;
+  }
+#endif
+  int32_t x4;
+  std::memcpy(&x4, p, 4);
+  return i8_dot4<kVnni>(acc, u8, _mm512_set1_epi32(x4));
+}
+
 // The biased E2M1x2 value of each code, in every 128-bit lane.
 inline __m512i i8_biased_lut512() {
   alignas(16) int8_t v[16];
@@ -96,7 +122,6 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   __m512 acc[MR];
   for (int i = 0; i < MR; ++i)
     acc[i] = accumulate ? _mm512_maskz_loadu_ps(km, y + i * ldy) : _mm512_setzero_ps();
-  const __m512i ones = _mm512_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = wq + b * 256;
     __m512i wv[4];
@@ -105,17 +130,8 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
     for (int i = 0; i < MR; ++i) {
       const int8_t* xb = xq + i * ldxq + b * 16;
       __m512i d = _mm512_set1_epi32(xc[i * ldxs + b]);
-      for (int64_t t = 0; t < 4; ++t) {
-        int32_t x4;
-        std::memcpy(&x4, xb + 4 * t, 4);
-        const __m512i xv = _mm512_set1_epi32(x4);
-        if constexpr (kVnni) {
-          d = _mm512_dpbusd_epi32(d, wv[t], xv);
-        } else {
-          // u8 (<= 24) x s8 (|x| <= 127) pairs: |sum| <= 6096, no int16 saturation.
-          d = _mm512_add_epi32(d, _mm512_madd_epi16(_mm512_maddubs_epi16(wv[t], xv), ones));
-        }
-      }
+      // u8 (<= 126) x s8 (|x| <= 127) pairs: no int16 saturation without VNNI.
+      for (int64_t t = 0; t < 4; ++t) d = i8_dot4_bcst<kVnni>(d, wv[t], xb + 4 * t);
       const __m512 p = _mm512_mul_ps(_mm512_set1_ps(xs[i * ldxs + b]), wsv);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), p, acc[i]);
     }
@@ -157,32 +173,6 @@ inline __m512 i8_e4m3_decode16(__m512i c) {
 // mantissa in place (i8_e4m3_decode16 handles every code).
 inline __m512 i8_e4m3_normal16(__m512i c) {
   return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(c, 20), _mm512_set1_epi32(120 << 23)));
-}
-
-template <bool kVnni>
-inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
-  if constexpr (kVnni) {
-    return _mm512_dpbusd_epi32(acc, u8, s8);
-  } else {
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u8, s8), _mm512_set1_epi16(1)));
-  }
-}
-
-// i8_dot4 with the signed operand a broadcast of the 4 bytes at p. VNNI:
-// one vpdpbusd with an embedded broadcast (GCC 12 does not fold the
-// broadcast into vpdpbusd by itself; a separate vpbroadcastd costs an issue
-// slot per dot product, and the small-batch GEMV is issue-bound).
-template <bool kVnni>
-inline __m512i i8_dot4_bcst(__m512i acc, __m512i u8, const int8_t* p) {
-#if !defined(__clang__)
-  if constexpr (kVnni) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(p)));
-    return acc;
-  }
-#endif
-  int32_t x4;
-  std::memcpy(&x4, p, 4);
-  return i8_dot4<kVnni>(acc, u8, _mm512_set1_epi32(x4));
 }
 
 // 16 rows x 64 bytes -> 16 vectors: out + 64 j, 128-bit lane L = byte
