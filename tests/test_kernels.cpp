@@ -1316,6 +1316,32 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
   CHECK(native >= 1);  // the scalar table at least
 }
 
+TEST_CASE("integer GEMV entries: more rows of x than i8_gemv_max_m run in passes with the same bits",
+          "[kernels][int8]") {
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    if (kt.i8_gemv_nvfp4 == nullptr) continue;
+    const int64_t k = 256, n = 37;
+    const int64_t m = std::max(kern::kI8GemvMaxRows, kt.i8_gemv_max_m) + 3;
+    INFO("isa " << q4::isa_name(isa) << " m=" << m);
+    std::vector<uint8_t> wq, ws;
+    random_nvfp4(n, k, 41, wq, ws, false);
+    const float g = 0.75f;
+    const kern::NvWeights w{wq.data(), ws.data(), g, k};
+    const std::vector<float> x = randoms(static_cast<size_t>(m * k), 43, 2.0f);
+    std::vector<int8_t> xq(static_cast<size_t>(m * k)), rq(xq.size());
+    std::vector<float> xs(static_cast<size_t>(m * k / 16)), rs(xs.size());
+    std::vector<int32_t> xc(xs.size());
+    kt.i8_quantize_act(x.data(), k, m, k, xq.data(), k, xs.data(), xc.data(), k / 16, kern::kI8WeightBias);
+    std::vector<float> want(static_cast<size_t>(m * n)), got(want.size(), -1.0f);
+    ref::i8_quantize(x.data(), m, k, rq.data(), rs.data());
+    ref::i8_product(rq.data(), rs.data(), m, w, n, 0.5f * g, want.data());
+    kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), k / 16, static_cast<int32_t>(m), w, 0, n, 0.5f * g,
+                     got.data(), n);
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+  }
+}
+
 TEST_CASE("integer kernels: the W4A4 integer result equals the exact fp32 path within its bound",
           "[kernels][int8]") {
   // The integer block sums are exact; only the fp32 accumulation over K/16

@@ -320,6 +320,13 @@ template <bool kVnni, class Fmt>
 void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                      int32_t m, const Fmt& f, __m256i lut, int64_t k, int64_t n0, int64_t n1, float post,
                      float* y, int64_t ldy) {
+  if (m > kI8yDirectMaxRows) {  // the drivers pass at most i8_gemv_max_m rows; any more run in passes
+    for (int32_t i0 = 0; i0 < m; i0 += kI8yDirectMaxRows) {
+      i8y_gemv_direct<kVnni>(xq + i0 * ldxq, ldxq, xs + i0 * ldxs, xc + i0 * ldxs, ldxs,
+                             std::min(kI8yDirectMaxRows, m - i0), f, lut, k, n0, n1, post, y + i0 * ldy, ldy);
+    }
+    return;
+  }
   const int64_t rb = k / 2, chunks = k / 64;
   const int32_t groups = (m + kI8yDirectGroup - 1) / kI8yDirectGroup;
   I8Staged st[kI8yDirectMaxRows / kI8yDirectGroup];

@@ -37,7 +37,7 @@ inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
 // i8_dot4 with the signed operand a broadcast of the 4 bytes at p. VNNI:
 // one vpdpbusd with an embedded broadcast (GCC 12 does not fold the
 // broadcast into vpdpbusd by itself; a separate vpbroadcastd costs an issue
-// slot per dot product, and the small-batch GEMV is issue-bound).
+// slot per dot product, and the integer GEMV is issue-bound).
 template <bool kVnni>
 inline __m512i i8_dot4_bcst(__m512i acc, __m512i u8, const int8_t* p) {
 #if !defined(__clang__)
@@ -537,6 +537,13 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
 template <bool kVnni, class Fmt>
 void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, Fmt& f, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  if (m > kI8DirectMaxRows) {  // the drivers pass at most i8_gemv_max_m rows; any more run in passes
+    for (int32_t i0 = 0; i0 < m; i0 += kI8DirectMaxRows) {
+      i8_gemv_direct<kVnni>(xq + i0 * ldxq, ldxq, xs + i0 * ldxs, xc + i0 * ldxs, ldxs,
+                            std::min(kI8DirectMaxRows, m - i0), f, k, n0, n1, post, y + i0 * ldy, ldy);
+    }
+    return;
+  }
   const int64_t rb = k / 2, chunks = k / 128;
   const int32_t groups = (m + kI8DirectGroup - 1) / kI8DirectGroup;
   I8Staged st[kI8DirectMaxRows / kI8DirectGroup];
