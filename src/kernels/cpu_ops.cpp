@@ -252,8 +252,8 @@ const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m) {
            "kernels";
   }
   if (m > std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && !kt.i8_nf4_panel_native) {
-    return "NF4 fast mode runs the integer GEMV for M <= 4 only (this ISA has no NF4 panel packer of its "
-           "own): the exact kernels above";
+    return "NF4 fast mode runs the integer GEMV only up to the M it takes in one call (this ISA has no NF4 "
+           "panel packer of its own): the exact kernels above";
   }
   return nullptr;
 }

@@ -186,9 +186,9 @@ double fma_probe(int64_t iters) {
   return static_cast<double>(iters) * 12 * 2 * V::kLanes;
 }
 
-// Integer activations of rows [g0, g0 + gm) of x staged for the integer
-// GEMV kernels that decode W once for several rows of x, block-major: block b of row i at
-// q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
+// Integer activations of rows [g0, g0 + gm) of x, staged for the integer
+// GEMV kernels that decode W once for several rows of x. Block-major: block
+// b of row i at q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
 struct I8Staged {
   std::vector<int8_t> q;
   std::vector<float> s;

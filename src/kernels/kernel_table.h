@@ -189,8 +189,9 @@ struct KernelTable {
   // the packed panels above. AVX-512: 64 (for m >= 2 its GEMV decodes each
   // 32 weights of 16 rows once into registers for groups of 8 rows of x,
   // see int8_avx512.h: at M = 5-8 1.5x its former passes of 4 rows, at M =
-  // 24-64 1.04-1.19x the panels; the AVX2 GEMV measured 0.75-0.9x of its
-  // panels at M = 5-8).
+  // 24-64 1.04-1.19x the panels). AVX2 keeps kI8GemvMaxRows: its GEMV
+  // (same decode, three instructions per dot product) measured 0.66-0.94x
+  // of its panels at M = 8-64.
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead

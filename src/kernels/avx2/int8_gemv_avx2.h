@@ -247,7 +247,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
                       float* y, int64_t ldy, int32_t nrows) {
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M];
-  for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
@@ -262,12 +262,12 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
     {
       __m256 s4[4];
       f.scales(j0, rr, c, s4);
-      for (int q = 0; q < 4; ++q) _mm256_store_ps(sc[q], s4[q]);
+      for (int64_t q = 0; q < 4; ++q) _mm256_store_ps(sc[q], s4[q]);
     }
-    for (int h = 0; h < 2; ++h) {
+    for (int64_t h = 0; h < 2; ++h) {
       const uint8_t* p = rows + c * 32 + h * 16;
       __m256i z[4];
-      for (int g = 0; g < 4; ++g) {
+      for (int64_t g = 0; g < 4; ++g) {
         const uint8_t* pg = p + g * rb;
         z[g] = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg))),
@@ -279,10 +279,10 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
       const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
       const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
                             _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-      for (int e = 0; e < 2; ++e) {
+      for (int64_t e = 0; e < 2; ++e) {
         const int64_t b = c * 4 + h * 2 + e;
         __m256i wv[4];
-        for (int d = 0; d < 2; ++d) {
+        for (int64_t d = 0; d < 2; ++d) {
           const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(T[2 * e + d], nib));
           const __m256i hi =
               _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(T[2 * e + d], 4), nib));
@@ -291,9 +291,9 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
         }
         const __m256 wsc = _mm256_load_ps(sc[h * 2 + e]);
         const int8_t* xb = xq + b * M * 16;
-        for (int i = 0; i < M; ++i) {
+        for (int64_t i = 0; i < M; ++i) {
           __m256i d = _mm256_set1_epi32(xc[b * M + i]);
-          for (int t = 0; t < 4; ++t) {
+          for (int64_t t = 0; t < 4; ++t) {
             int32_t x4;
             std::memcpy(&x4, xb + i * 16 + 4 * t, 4);
             d = i8y_dot4<kVnni>(d, wv[t], _mm256_set1_epi32(x4));
@@ -304,7 +304,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
       }
     }
   }
-  for (int i = 0; i < M; ++i) {
+  for (int64_t i = 0; i < M; ++i) {
     const __m256 v = _mm256_mul_ps(acc[i], _mm256_set1_ps(post));
     if (nrows == 8) {
       _mm256_storeu_ps(y + i * ldy, v);

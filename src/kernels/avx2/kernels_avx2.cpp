@@ -283,17 +283,17 @@ inline void nibbles16(const uint8_t* p, __m256i* lo8, __m256i* hi8) {
 // a[r][j] -> a[j][r] for an 8x8 block of floats.
 inline void transpose8x8(__m256 (&a)[8]) {
   __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
+  for (int64_t i = 0; i < 4; ++i) {
     t[2 * i] = _mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]);
     t[2 * i + 1] = _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]);
   }
-  for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h+3: u[4h + e], lane l = element 4l + e
+  for (int64_t h = 0; h < 2; ++h) {  // rows 4h .. 4h+3: u[4h + e], lane l = element 4l + e
     u[4 * h] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
     u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
     u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
     u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
   }
-  for (int e = 0; e < 4; ++e) {
+  for (int64_t e = 0; e < 4; ++e) {
     a[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
     a[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
   }
@@ -321,9 +321,9 @@ void fill_panel(int32_t rows, int64_t kc, float* panel, const Decode& decode) {
     for (int32_t r0 = 0; r0 < kNR; r0 += 8) {
       for (int64_t kk = 0; kk < len; kk += 8) {
         __m256 a[8];
-        for (int i = 0; i < 8; ++i) a[i] = _mm256_load_ps(buf[r0 + i] + kk);
+        for (int64_t i = 0; i < 8; ++i) a[i] = _mm256_load_ps(buf[r0 + i] + kk);
         transpose8x8(a);
-        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(panel + (c0 + kk + j) * kNR + r0, a[j]);
+        for (int64_t j = 0; j < 8; ++j) _mm256_storeu_ps(panel + (c0 + kk + j) * kNR + r0, a[j]);
       }
     }
   }

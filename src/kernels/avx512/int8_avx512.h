@@ -467,7 +467,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
   const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512 acc[M];
 #pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
@@ -480,12 +480,12 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
       }
     }
 #pragma GCC unroll 1
-    for (int h = 0; h < 4; ++h) {
+    for (int64_t h = 0; h < 4; ++h) {
       // Lane L of z[g] = row g + 4L: four bases, rows g = 0..3 at + g * rb.
       const uint8_t* p = rows + c * 64 + h * 16;
       __m512i z[4];
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
+      for (int64_t g = 0; g < 4; ++g) {
         const uint8_t* pg = p + g * rb;
         __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg)));
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
@@ -499,11 +499,11 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
       const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
                             _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
 #pragma GCC unroll 2
-      for (int e = 0; e < 2; ++e) {
+      for (int64_t e = 0; e < 2; ++e) {
         const int64_t b = c * 8 + h * 2 + e;
         __m512i wv[4];
 #pragma GCC unroll 2
-        for (int d = 0; d < 2; ++d) {
+        for (int64_t d = 0; d < 2; ++d) {
           const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(T[2 * e + d], nib));
           const __m512i hi =
               _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(T[2 * e + d], 4), nib));
@@ -512,17 +512,17 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
         }
         __m512 wsc;
         if (sbuf == nullptr || fill) {
-          wsc = f.scale(c, h * 2 + e);
+          wsc = f.scale(c, static_cast<int>(h * 2 + e));
           if (sbuf != nullptr) _mm512_store_ps(sbuf + b * 16, wsc);
         } else {
           wsc = _mm512_load_ps(sbuf + b * 16);
         }
         const int8_t* xb = xq + b * M * 16;
 #pragma GCC unroll 8
-        for (int i = 0; i < M; ++i) {
+        for (int64_t i = 0; i < M; ++i) {
           __m512i d = _mm512_set1_epi32(xc[b * M + i]);
 #pragma GCC unroll 4
-          for (int t = 0; t < 4; ++t) d = i8_dot4_bcst<kVnni>(d, wv[t], xb + i * 16 + 4 * t);
+          for (int64_t t = 0; t < 4; ++t) d = i8_dot4_bcst<kVnni>(d, wv[t], xb + i * 16 + 4 * t);
           const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[b * M + i]), wsc);
           acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
         }
@@ -530,7 +530,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
     }
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < M; ++i)
+  for (int64_t i = 0; i < M; ++i)
     _mm512_mask_storeu_ps(y + i * ldy, km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
 }
 

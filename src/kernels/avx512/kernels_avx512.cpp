@@ -523,12 +523,12 @@ inline __m512 nvfp4_decode16_ordered(const uint8_t* q8, __m512 lut) {
 // interleaved, then pairs of pairs, then the 128-bit lanes in two steps.
 inline void transpose16x16(__m512 (&a)[16]) {
   __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
+  for (int64_t i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]);
   }
   __m512 u[16];  // u[4i + e], 128-bit lane L: rows 4i..4i+3 of element 4L + e
-  for (int i = 0; i < 4; ++i) {
+  for (int64_t i = 0; i < 4; ++i) {
     const __m512d t0 = _mm512_castps_pd(t[4 * i]), t1 = _mm512_castps_pd(t[4 * i + 1]);
     const __m512d t2 = _mm512_castps_pd(t[4 * i + 2]), t3 = _mm512_castps_pd(t[4 * i + 3]);
     u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
@@ -536,7 +536,7 @@ inline void transpose16x16(__m512 (&a)[16]) {
     u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
     u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
   }
-  for (int e = 0; e < 4; ++e) {
+  for (int64_t e = 0; e < 4; ++e) {
     const __m512 v0 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88);
     const __m512 v1 = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
     const __m512 v2 = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
@@ -559,7 +559,7 @@ inline void panel_by_tiles(int32_t rows, int64_t kc, float* panel, Decode&& deco
       __m512 a[16];
       for (int r = 0; r < 16; ++r) a[r] = r0 + r < rows ? decode(r0 + r, kk) : _mm512_setzero_ps();
       transpose16x16(a);
-      for (int j = 0; j < 16; ++j) _mm512_storeu_ps(panel + (kk + j) * kNR + r0, a[j]);
+      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_ps(panel + (kk + j) * kNR + r0, a[j]);
     }
   }
 }
