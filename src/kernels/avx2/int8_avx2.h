@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "formats/codec.h"
+#include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
 
@@ -46,12 +47,8 @@ inline void i8_pack_avx2_half(const uint8_t* const* src, bool two, __m256i lut, 
                            : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1));
     z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(l0), l1, 1);
   }
-  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]);
-  const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]);
-  const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-  const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                        _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+  __m256i T[4];
+  i8y_transpose_dwords(z, T);
   const __m256i nib = _mm256_set1_epi8(0x0f);
   for (int64_t d = 0; d < (two ? 4 : 2); ++d) {
     const __m256i lo = _mm256_and_si256(T[d], nib);

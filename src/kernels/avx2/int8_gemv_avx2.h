@@ -52,6 +52,21 @@ inline __m256i i8y_dot4(__m256i acc, __m256i u8, __m256i s8) {
   }
 }
 
+// The 4x4 dword transpose inside the 128-bit lanes: dword p of lane L of
+// T[d] = dword d of lane L of z[p]. With rows g and g + 4 in the two lanes
+// of z[g], T[d] holds dword d of the 8 rows in order (the panel packer and
+// the GEMV both decode rows this way).
+inline void i8y_transpose_dwords(const __m256i (&z)[4], __m256i (&T)[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]);
+  const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]);
+  const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  T[0] = _mm256_unpacklo_epi64(t0, t2);
+  T[1] = _mm256_unpackhi_epi64(t0, t2);
+  T[2] = _mm256_unpacklo_epi64(t1, t3);
+  T[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
 // 8 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
 inline __m256 i8y_e4m3_decode8(__m256i c) {
   const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
@@ -273,12 +288,8 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
             _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg))),
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
       }
-      const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]);
-      const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-      const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]);
-      const __m256i t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-      const __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
-                            _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+      __m256i T[4];
+      i8y_transpose_dwords(z, T);
       for (int64_t e = 0; e < 2; ++e) {
         const int64_t b = c * 4 + h * 2 + e;
         __m256i wv[4];

@@ -51,6 +51,21 @@ inline __m512i i8_dot4_bcst(__m512i acc, __m512i u8, const int8_t* p) {
   return i8_dot4<kVnni>(acc, u8, _mm512_set1_epi32(x4));
 }
 
+// The 4x4 dword transpose inside the 128-bit lanes: dword p of lane L of
+// T[d] = dword d of lane L of z[p]. With row g + 4L in lane L of z[g], T[d]
+// holds dword d of the 16 rows in order (the panel packer and the GEMV
+// both decode rows this way).
+inline void i8_transpose_dwords(const __m512i (&z)[4], __m512i (&T)[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
+  const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+  const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  T[0] = _mm512_unpacklo_epi64(t0, t2);
+  T[1] = _mm512_unpackhi_epi64(t0, t2);
+  T[2] = _mm512_unpacklo_epi64(t1, t3);
+  T[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 // The biased E2M1x2 value of each code, in every 128-bit lane.
 inline __m512i i8_biased_lut512() {
   alignas(16) int8_t v[16];
@@ -78,12 +93,8 @@ inline void i8_pack_two_blocks(const uint8_t* const* src, bool two, __m512i lut,
     v = _mm512_inserti32x4(v, l[2], 2);
     z[g] = _mm512_inserti32x4(v, l[3], 3);
   }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
-  const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
-  const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-  const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+  __m512i T[4];
+  i8_transpose_dwords(z, T);
   const __m512i nib = _mm512_set1_epi8(0x0f);
   for (int64_t d = 0; d < (two ? 4 : 2); ++d) {
     const __m512i lo = _mm512_and_si512(T[d], nib);
@@ -492,12 +503,8 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 8 * rb)), 2);
         z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 12 * rb)), 3);
       }
-      const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]);
-      const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-      const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]);
-      const __m512i t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-      const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                            _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+      __m512i T[4];
+      i8_transpose_dwords(z, T);
 #pragma GCC unroll 2
       for (int64_t e = 0; e < 2; ++e) {
         const int64_t b = c * 8 + h * 2 + e;
