@@ -458,6 +458,44 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
   REQUIRE(NVFP4_swizzle_scales(bad.t(), swbad.t()) == Q4_OK);
   expect_failure([&] { return NVFP4_dequantize(q.t(), swbad.t(), 1, 1.0f, out.t(), nullptr); },
                  Q4_ERR_INVALID_ARGUMENT, "NVFP4_dequantize", "scale [2, 1] (flat index 5)");
+  // The GEMV's M on the host checks the scales while the product reads
+  // them (docs/abi.md, section 10): the same refusal, nothing written.
+  for (int32_t mode : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+    for (int64_t m : {1, 4, 16, 17}) {
+      for (int64_t k : {128, 4096, 272}) {
+        INFO("mode " << mode << " M " << m << " K " << k);
+        const int64_t n = 40, kb = k / 16;
+        Tensor wq({n, k / 2}, t::u8()), ws({n, kb}, t::u8()), xa({m, k}, t::f32());
+        wq.fill(0x5a);
+        ws.fill(0x30);
+        xa.fill(0);
+        Q4_op_options o;
+        Q4_op_options_init(&o);
+        o.math_mode = mode;
+        for (DLDataType odt : {t::f32(), t::bf16()}) {
+          Tensor ya({m, n}, odt);
+          ya.fill(0x3c);
+          REQUIRE(NVFP4_linear(xa.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, ya.t(), &o) == Q4_OK);
+          for (int64_t at : {int64_t{0}, 17 * kb + 3, n * kb - 1}) {
+            Tensor wbad({n, kb}, t::u8());
+            std::memcpy(wbad.data(), ws.data(), static_cast<size_t>(n * kb));
+            wbad.data()[at] = 0xB0;
+            if (at == 0) wbad.data()[n * kb - 1] = 0x80;  // the first one is reported
+            ya.fill(0x3c);
+            const auto y0 = ya.snapshot();
+            const int32_t isa = Q4_last_isa_used();
+            const std::string where = "scale [" + std::to_string(at / kb) + ", " + std::to_string(at % kb) +
+                                      "] (flat index " + std::to_string(at) + ") is 0xB0";
+            expect_failure(
+                [&] { return NVFP4_linear(xa.t(), wq.t(), wbad.t(), 0, 1.0f, nullptr, ya.t(), &o); },
+                Q4_ERR_INVALID_ARGUMENT, "NVFP4_linear", where);
+            CHECK(ya.snapshot() == y0);
+            CHECK(Q4_last_isa_used() == isa);
+          }
+        }
+      }
+    }
+  }
   // Linears check packed weights once, at prepare time.
   Q4_session* sess = nullptr;
   REQUIRE(Q4_session_create(t::cpu_session(), &sess) == Q4_OK);

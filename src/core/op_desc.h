@@ -82,6 +82,9 @@ struct Nf4DequantizeDesc {
 
 // Every product: out[M, N] = alpha * act[M, K] . W[N, K]^T (+ bias[N]).
 // act is the float tensor x, or (W4A4) the NVFP4 operand a.
+// Largest M whose NVFP4 sign rule is checked on the way (ProductDesc).
+constexpr int64_t kSignsOnTheWayRows = 16;
+
 struct ProductDesc {
   OpContext ctx;
   int32_t format = Q4_FORMAT_NVFP4;  // of the weight
@@ -95,6 +98,11 @@ struct ProductDesc {
   TensorRef out;
   float alpha = 1.0f;
   CpuPath path = CpuPath::Kernel;
+  // NVFP4 weight on the host kernels at small M: the sign rule on its
+  // scales is checked while the product reads them (kern::ScaleSigns), not
+  // by validation; run_host_product computes into a buffer of its own and
+  // fails, output untouched, when a sign bit was seen.
+  bool signs_on_the_way = false;
 };
 
 struct Mxfp4QuantizeDesc {

@@ -58,10 +58,10 @@ F32View f32_view(const TensorRef& t, int32_t threads) {
 // fp32 results for `out`: written in place when out is fp32, else into a
 // buffer that finish() converts (adding the bias on the way).
 
-F32Result f32_result(const TensorRef& out) {
+F32Result f32_result(const TensorRef& out, bool staged) {
   F32Result r;
   r.out = &out;
-  if (out.type == ElemType::F32) {
+  if (out.type == ElemType::F32 && !staged) {
     r.p = reinterpret_cast<float*>(out.data);
   } else {
     r.storage.resize(static_cast<size_t>(out.numel));
@@ -92,7 +92,7 @@ void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t 
       if (!b.empty()) {
         for (int64_t j = 0; j < n; ++j) yi[j] += b[static_cast<size_t>(j)];
       }
-      if (r.out->type != ElemType::F32) kern::store_row(dst.data, dst.type, i * n, n, yi);
+      if (!r.storage.empty()) kern::store_row(dst.data, dst.type, i * n, n, yi);
     }
   });
 }

@@ -30,7 +30,8 @@ struct F32Result {
   float* p = nullptr;
   std::vector<float> storage;
 };
-F32Result f32_result(const TensorRef& out);
+// staged: a buffer of its own even for fp32 out (finish copies it there).
+F32Result f32_result(const TensorRef& out, bool staged = false);
 // y = scale * y + bias[j], then conversion to the output dtype.
 void finish(F32Result& r, int64_t n, float scale, const kern::FloatPtr* bias, int32_t threads);
 

@@ -112,7 +112,7 @@ void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
 }
 
 void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int32_t math_mode,
-                     int32_t threads, float* y) {
+                     int32_t threads, float* y, kern::ScaleSigns* signs) {
   tuner::ensure_loaded();
   const kern::KernelTable& kt = kern::active_table();
   if (w.k == 0) {
@@ -121,9 +121,9 @@ void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int3
     kern::gemm_f32(kt, act, m, w.k, w.dequant, w.n, y, threads, kern::gemm_blocking());
   } else if (w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4) {  // (MXFP4: its NVFP4 form)
     if (math_mode == Q4_MATH_FAST) {
-      kern::linear_nvfp4_fast(kt, act, m, w.nv(), w.n, y, threads);
+      kern::linear_nvfp4_fast(kt, act, m, w.nv(), w.n, y, threads, signs);
     } else {
-      kern::linear_nvfp4(kt, act, m, w.nv(), w.n, y, threads);
+      kern::linear_nvfp4(kt, act, m, w.nv(), w.n, y, threads, signs);
     }
   } else if (math_mode == Q4_MATH_FAST) {
     kern::linear_nf4_fast(kt, act, m, w.nf4(), w.n, y, threads);
@@ -163,6 +163,22 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     decoded.resize(static_cast<size_t>(d.m * d.k));
     kern::dequantize_nvfp4(kt, a.q, a.s, 1.0f, d.m, d.k, decoded.data(), threads);
     act = kern::ActRows(decoded.data());
+  }
+  if (d.signs_on_the_way && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4) {
+    // The sign rule while the product reads the scales: y in a buffer of
+    // our own until it holds, so that a refused call writes nothing.
+    F32Result r = f32_result(d.out, true);
+    kern::ScaleSigns signs;
+    const int32_t isa_before = kern::last_isa_used();
+    compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p, &signs);
+    if (signs.negative.load()) {
+      kern::note_isa_used(isa_before);  // a refused call ran nothing, as far as callers can tell
+      require_nonnegative_scales(d.nv, threads, d.ctx.opts.stream);  // fails, naming the first one
+    }
+    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
+    finish(r, w.n, d.alpha, d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr),
+           threads);
+    return false;
   }
   F32Result r = f32_result(d.out);
   compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p);

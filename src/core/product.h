@@ -13,6 +13,10 @@
 #include "core/op_desc.h"
 #include "kernels/kernel_table.h"
 
+namespace q4::kern {
+struct ScaleSigns;
+}  // namespace q4::kern
+
 namespace q4::core {
 
 // Immutable once built. Owning (a linear's: buffers counted in its session)
@@ -68,8 +72,9 @@ void borrow_weight(PreparedWeight& w, const ProductDesc& d);
 
 // y[m, n] = act[m, k] . W^T in fp32 along w's path (no scaling, no bias).
 // act: fp32, fp16 or bf16 rows, read by the kernels in their own type.
+// signs: NVFP4's sign rule checked on the way (kern::ScaleSigns), or null.
 void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int32_t math_mode,
-                     int32_t threads, float* y);
+                     int32_t threads, float* y, kern::ScaleSigns* signs = nullptr);
 
 // A validated host product end to end: the activations as they are (fp32,
 // fp16 or bf16, converted inside the kernels; W4A4: A decoded exactly),

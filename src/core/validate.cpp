@@ -2,6 +2,7 @@
 // options (ranges), tensors one by one in argument order (descriptor,
 // dtype, shape agreement, byte counts), then placement, aliasing and, for
 // quantize on the CPU, finiteness. Every failure names the argument.
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "core/op_desc.h"
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
+#include "kernels/cpu_ops.h"
 
 namespace q4::core {
 namespace {
@@ -177,23 +179,12 @@ void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads, void* st
   // 4096^2 one on two cores).
   constexpr int64_t kPiece = int64_t{1} << 17;
   const int64_t pieces = (o.s.nbytes + kPiece - 1) / kPiece;
-  std::vector<uint64_t> any_of(static_cast<size_t>(pieces), 0);
-  auto scan = [&](int64_t p) {
+  std::atomic<bool> any{false};
+  parallel_for(pieces, threads, [&](int64_t p) {  // (one piece runs inline)
     const int64_t b0 = p * kPiece, b1 = std::min(o.s.nbytes, b0 + kPiece);
-    uint64_t any = 0;
-    int64_t i = b0;
-    for (; i + 8 <= b1; i += 8) {
-      uint64_t v;
-      std::memcpy(&v, bytes + i, sizeof v);
-      any |= v;
-    }
-    for (; i < b1; ++i) any |= bytes[i];
-    any_of[static_cast<size_t>(p)] = any;
-  };
-  parallel_for(pieces, threads, scan);  // (one piece runs inline)
-  uint64_t any = 0;
-  for (uint64_t v : any_of) any |= v;
-  if ((any & 0x8080808080808080ULL) == 0) return;
+    if (kern::any_sign_bit(bytes + b0, b1 - b0)) any.store(true, std::memory_order_relaxed);
+  });
+  if (!any.load()) return;
   const int64_t at =
       first_bad_scale(bytes, o.layout, o.rows, cols, [](uint8_t b) { return (b & 0x80U) != 0; });
   if (at < 0) return;
@@ -296,8 +287,14 @@ ProductDesc validate_nvfp4_linear(const DLTensor* x_t, const DLTensor* wq_t, con
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.x, &d.out, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.nv.q, &d.nv.s, d.bias.present ? &d.bias.ref : nullptr});
-  if (d.m > 0 && scales_checked(d.ctx))
-    require_nonnegative_scales(d.nv, d.ctx.opts.num_threads, d.ctx.opts.stream);  // M = 0 reads no weight
+  if (d.m > 0 && scales_checked(d.ctx)) {  // M = 0 reads no weight
+    // The GEMV's M on the host kernels: checked by the product's own tasks
+    // (one pass over the weights instead of two; its output is staged, so
+    // nothing is written before the check; run_host_product). Larger M:
+    // here, where the pass is small next to the product.
+    d.signs_on_the_way = d.ctx.place == Place::Host && d.path == CpuPath::Kernel && d.m <= kSignsOnTheWayRows;
+    if (!d.signs_on_the_way) require_nonnegative_scales(d.nv, d.ctx.opts.num_threads, d.ctx.opts.stream);
+  }
   return d;
 }
 

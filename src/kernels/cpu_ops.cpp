@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -150,9 +151,12 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // Up to KernelTable::i8_gemv_max_m rows of x (k % 128 == 0) run the GEMV,
 // more the packed panels. GEMV and panels compute the same fixed sequence,
 // so the bits do not depend on the path.
-template <class Gemv, class Pack>
+// seen(n0, n1): called by each panel task for its weight rows (the GEMV
+// entries check their own: NvWeights::signs).
+template <class Gemv, class Pack, class Seen>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
-                float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack) {
+                float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack,
+                const Seen& seen) {
   const int64_t kb = k / 16;
   if (m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv && k % 128 == 0) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
@@ -166,6 +170,7 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   parallel_for(panels, threads, [&](int64_t t) {
     const int64_t n0 = t * kI8PanelNr;
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(kI8PanelNr, n - n0));
+    seen(n0, n0 + rows);
     const int64_t chunk = std::min(kb, kI8ChunkBlocks);
     std::vector<uint8_t> wq(static_cast<size_t>(chunk * 256));
     std::vector<float> ws(static_cast<size_t>(chunk * kI8PanelNr));
@@ -192,15 +197,20 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
 }
 
 void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w, int64_t n,
-                      float post, float* y, int32_t threads) {
+                      float post, float* y, int32_t threads, ScaleSigns* signs) {
+  NvWeights wg = w;
+  wg.signs = signs;
   i8_product(
       kt, a, m, w.k, n, post, y, threads, kt.i8_gemv_nvfp4 != nullptr,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
         kt.i8_gemv_nvfp4(a.q.data() + i0 * a.ldq, a.ldq, a.s.data() + i0 * a.lds, a.c.data() + i0 * a.lds,
-                         a.lds, mm, w, n0, n1, post, yy, n);
+                         a.lds, mm, wg, n0, n1, post, yy, n);
       },
       [&](int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq, float* ws) {
         kt.i8_pack_nvfp4(w, n0, rows, b0, nb, wq, ws);
+      },
+      [&](int64_t n0, int64_t n1) {
+        if (signs != nullptr) signs->scan(w, n0, n1);
       });
 }
 
@@ -267,11 +277,11 @@ const char* fast_math_fallback_nf4_weights(const Nf4Weights& w) {
 }
 
 void linear_nvfp4_int8(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
-                       int32_t threads) {
+                       int32_t threads, ScaleSigns* signs) {
   if (m == 0 || n == 0) return;
   I8Activations a;
   quantize_activations(kt, x, m, w.k, kI8WeightBias, a, threads);
-  i8_product_nvfp4(kt, a, m, w, n, 0.5f * w.g, y, threads);  // e2m1 x2 -> e2m1
+  i8_product_nvfp4(kt, a, m, w, n, 0.5f * w.g, y, threads, signs);  // e2m1 x2 -> e2m1
 }
 
 void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
@@ -288,17 +298,18 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
       },
       [&](int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq, float* ws) {
         kt.i8_pack_nf4(w, code.biased, n0, rows, b0, nb, wq, ws);
-      });
+      },
+      [](int64_t, int64_t) {});
 }
 
 MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
-                           float* y, int32_t threads) {
+                           float* y, int32_t threads, ScaleSigns* signs) {
   if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr) {
-    linear_nvfp4(kt, x, m, w, n, y, threads);
+    linear_nvfp4(kt, x, m, w, n, y, threads, signs);
     note_isa_used(kt.exact_isa);
     return MathUsed::Exact;
   }
-  linear_nvfp4_int8(kt, x, m, w, n, y, threads);
+  linear_nvfp4_int8(kt, x, m, w, n, y, threads, signs);
   note_isa_used(kt.isa);
   return MathUsed::Int8;
 }
@@ -326,7 +337,7 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
     i8_activations_nvfp4(aq + i * (k / 2), as + i * (k / 16), 1, k, a.q.data() + i * a.ldq, a.ldq,
                          a.s.data() + i * a.lds, a.c.data() + i * a.lds, a.lds);
   });
-  i8_product_nvfp4(kt, a, m, w, n, 0.25f * w.g, y, threads);  // (e2m1 x2)^2 -> e2m1^2
+  i8_product_nvfp4(kt, a, m, w, n, 0.25f * w.g, y, threads, nullptr);  // (e2m1 x2)^2 -> e2m1^2
   note_isa_used(kt.isa);
 }
 
@@ -397,10 +408,22 @@ void small_batch_product(ActRows x, int64_t m, const Weights& w, int64_t n, floa
 // up to SmallBatchConfig::max_m, the packed-panel GEMM beyond. `Weights` is
 // NvWeights or Nf4Weights; gemv/small/panel are the matching table entries;
 // small_ok says whether the small-batch kernels take these weights.
+// signs: NVFP4's sign rule on the way (ScaleSigns): by the GEMV kernels for
+// their own rows, otherwise in one parallel pass before the product.
 template <class Weights, class Gemv, class Small, class Panel>
 void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w, int64_t n, float* y,
-                   int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok) {
+                   int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok, ScaleSigns* signs) {
   if (m == 0 || n == 0) return;
+  Weights wg = w;  // the GEMV's weights: NVFP4 with the sign rule on the way
+  auto seen_all = [&] {
+    if constexpr (std::is_same_v<Weights, NvWeights>) {
+      if (signs == nullptr) return;
+      const int64_t chunk = gemv_chunk(n, threads);
+      parallel_for((n + chunk - 1) / chunk, threads,
+                   [&](int64_t t) { signs->scan(w, t * chunk, std::min(n, t * chunk + chunk)); });
+    }
+  };
+  if constexpr (std::is_same_v<Weights, NvWeights>) wg.signs = signs;
   const SmallBatchConfig sb = small_batch_config();
   const int32_t sb_max = small_batch_max_m(kt, sb);
   const int64_t gemv_max =
@@ -408,6 +431,7 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
   const bool use_small =
       small_ok && small != nullptr && m >= sb.min_m && m <= sb_max && !(m > kGemvMaxRows && m <= gemv_max);
   if (use_small) {
+    seen_all();
     small_batch_product(x, m, w, n, y, threads, sb, small);
     return;
   }
@@ -416,10 +440,11 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
     const int64_t chunk = gemv_chunk(n, threads);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      gemv(x, w.k, static_cast<int32_t>(m), w, n0, n1, y + n0, n);
+      gemv(x, w.k, static_cast<int32_t>(m), wg, n0, n1, y + n0, n);
     });
     return;
   }
+  seen_all();
   panel_gemm(
       kt, x, m, w.k, n, y, threads, gemm_blocking(),
       [&](int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* buf) { panel(w, n0, rows, k0, kc, buf); });
@@ -427,15 +452,28 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 
 }  // namespace
 
+bool any_sign_bit(const uint8_t* bytes, int64_t n) {
+  // 8-byte ORs (vectorized by the compiler), the sign bits tested once.
+  uint64_t any = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, bytes + i, sizeof v);
+    any |= v;
+  }
+  for (; i < n; ++i) any |= bytes[i];
+  return (any & 0x8080808080808080ULL) != 0;
+}
+
 void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
-                  int32_t threads) {
-  linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_small, kt.nvfp4_panel, true);
+                  int32_t threads, ScaleSigns* signs) {
+  linear_packed(kt, x, m, w, n, y, threads, kt.nvfp4_gemv, kt.nvfp4_small, kt.nvfp4_panel, true, signs);
 }
 
 void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads) {
   linear_packed(kt, x, m, w, n, y, threads, kt.nf4_gemv, kt.nf4_small, kt.nf4_panel,
-                w.k % 16 == 0 && w.blocksize >= 16);
+                w.k % 16 == 0 && w.blocksize >= 16, nullptr);
 }
 
 void gemm_f32(const KernelTable& kt, ActRows x, int64_t m, int64_t k, const float* w, int64_t n, float* y,

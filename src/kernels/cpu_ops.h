@@ -46,8 +46,12 @@ void set_small_batch_config(const SmallBatchConfig& c);
 // (converted in registers); larger m the packed-panel GEMM, which converts
 // the block of fp16/bf16 X it is about to use into an L2 buffer
 // (act_to_f32), never X as a whole; the same bits as fp32 rows.
+//
+// signs (NVFP4; nullptr when the caller checked the scales beforehand): the
+// sign rule on the way (ScaleSigns): the GEMV's kernels check the rows
+// they read; the other paths scan the scales in one parallel pass first.
 void linear_nvfp4(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
-                  int32_t threads);
+                  int32_t threads, ScaleSigns* signs = nullptr);
 void linear_nf4(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
                 int32_t threads);
 // y[m, n] = x[m, k] . w[n, k]^T for fp32 w (the dequant-matmul backend);
@@ -85,12 +89,12 @@ const char* fast_math_fallback_nf4_weights(const Nf4Weights& w);
 // Falls back to linear_nvfp4 / linear_nf4 (exact) as fast_math_fallback_*
 // says; returns the math that ran.
 MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
-                           float* y, int32_t threads);
+                           float* y, int32_t threads, ScaleSigns* signs = nullptr);
 MathUsed linear_nf4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads);
 // The integer fast path itself, on any table (its i8 entries), no fallback.
 void linear_nvfp4_int8(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n, float* y,
-                       int32_t threads);
+                       int32_t threads, ScaleSigns* signs = nullptr);
 // NF4 fast mode on the integer kernels (no fallback; the caller checked
 // fast_math_fallback_nf4_weights): activations as above (bias kI8Nf4Bias),
 // the NF4 codes mapped by i8_nf4_codebook, block partials xs * absmax in the

@@ -13,20 +13,50 @@
 // are resolved to fp32 per block.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/kernel_types.h"
 
 namespace q4::kern {
 
+struct ScaleSigns;
+
 // NVFP4 weight [N, K]: row r is q + r*K/2 (element 2j low nibble) and
-// s + r*K/16 (E4M3 codes); g is the global scale (a multiplier).
+// s + r*K/16 (E4M3 codes); g is the global scale (a multiplier). signs:
+// when set, nvfp4_gemv and i8_gemv_nvfp4 also check the sign rule on the
+// scales they read (ScaleSigns); the other entries ignore it.
 struct NvWeights {
   const uint8_t* q = nullptr;
   const uint8_t* s = nullptr;
   float g = 1.0f;
   int64_t k = 0;
+  ScaleSigns* signs = nullptr;
 };
+
+// Whether any of the n bytes has its top bit (the E4M3 sign) set.
+bool any_sign_bit(const uint8_t* bytes, int64_t n);
+
+// The NVFP4 sign rule (a scale byte >= 0x80 is invalid input) checked on
+// the way by a product rather than by a pass of its own before it: the
+// kernels that read the scales set `negative` when one has its sign bit
+// set, and compute y anyway, so that the caller computes into a buffer of
+// its own and reports the scale instead of publishing y. A GEMV from
+// memory saves the separate pass over the scales (docs/performance.md).
+struct ScaleSigns {
+  std::atomic<bool> negative{false};
+  // Scans rows [n0, n1) of w itself (kernels without a fused check).
+  void scan(const NvWeights& w, int64_t n0, int64_t n1) {
+    const int64_t kb = w.k / 16;
+    if (n1 > n0 && any_sign_bit(w.s + n0 * kb, (n1 - n0) * kb))
+      negative.store(true, std::memory_order_relaxed);
+  }
+};
+
+// What every nvfp4_gemv without a fused check does last.
+inline void report_scale_signs(const NvWeights& w, int64_t n0, int64_t n1) {
+  if (w.signs != nullptr) w.signs->scan(w, n0, n1);
+}
 
 // NF4 weight of N*K elements (flat blocks of `blocksize`, element 2j in the
 // high nibble), absmax resolved to fp32, lut = 16 code values.
@@ -69,7 +99,8 @@ struct KernelTable {
 
   // y[i*ldy + (j - n0)] = sum_k x[i*ldx + k] * w(j, k) for i < m <= 8
   // (m <= gemv_max_m_k128 when K % 128 == 0), j in [n0, n1). Weight values
-  // are (e2m1 * s) * g; fp32 accumulation.
+  // are (e2m1 * s) * g; fp32 accumulation. With w.signs set, also the sign
+  // rule on the scales of rows [n0, n1) (report_scale_signs, or fused).
   void (*nvfp4_gemv)(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                      int64_t ldy) = nullptr;
   // Same for NF4 (requires K % 32 == 0; the driver falls back otherwise).
@@ -154,6 +185,7 @@ struct KernelTable {
   // Optional (null: the drivers use pack + micro): the same fixed sequence
   // for m <= i8_gemv_max_m rows straight from the NVFP4 weight, rows j in
   // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0.
+  // With w.signs set, also the sign rule on those rows (as nvfp4_gemv).
   void (*i8_gemv_nvfp4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                         int64_t ldy) = nullptr;

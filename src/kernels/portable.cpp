@@ -192,6 +192,7 @@ void nvfp4_gemv(ActRows xr, int64_t ldx, int32_t m, const NvWeights& w, int64_t 
     }
     for (int32_t i = 0; i < m; ++i) y[i * ldy + (j - n0)] = acc[i];
   }
+  report_scale_signs(w, n0, n1);
 }
 
 void nf4_gemv(ActRows xr, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,

@@ -397,6 +397,7 @@ void i8_gemv_nvfp4_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const i
                         int64_t ldy) {
   static const I8yNvLut lut;
   i8y_gemv<kVnni>(xq, ldxq, xs, xc, ldxs, m, I8yNvfp4(w), lut.v, w.k, n0, n1, post, y, ldy);
+  report_scale_signs(w, n0, n1);
 }
 
 template <bool kVnni>

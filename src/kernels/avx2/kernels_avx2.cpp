@@ -167,6 +167,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
       nvfp4_gemv_rows<M, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy);
     });
   });
+  report_scale_signs(w, n0, n1);
 }
 
 // NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0

@@ -257,6 +257,7 @@ struct I8zNvfp4 {
   // span * 1024 + 64 j + 16 L).
   std::vector<uint8_t> st;
   bool normal = true;            // every code of the group is a normal positive E4M3
+  __mmask64 signs = 0;           // the top bits of every code loaded (NvWeights::signs)
   I8zNvfp4(const NvWeights& wt)  // NOLINT(google-explicit-constructor)
       : w(wt), st(static_cast<size_t>((wt.k / 16 + 63) / 64 * 1024)) {}
   __m512i lut() const { return i8_biased_lut512(); }
@@ -272,6 +273,7 @@ struct I8zNvfp4 {
         // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
         odd |= _mm512_mask_cmplt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x08)) |
                _mm512_mask_cmpgt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x7e));
+        signs |= _mm512_movepi8_mask(z[r]);  // (masked-off bytes are zero)
       }
       i8_transpose16x64(z, st.data() + s0 / 64 * 1024);
     }
@@ -653,8 +655,13 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
   I8zNvfp4 f(w);
-  if (m > 1) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
-  i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
+  if (m > 1) {
+    i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+  } else {
+    i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
+  }
+  // The sign rule fused: begin() loaded every code of rows [n0, n1).
+  if (w.signs != nullptr && f.signs != 0) w.signs->negative.store(true, std::memory_order_relaxed);
 }
 
 template <bool kVnni>

@@ -69,6 +69,7 @@ void nvfp4_gemv(ActRows xr, int64_t ldx, int32_t m, const NvWeights& w, int64_t 
     }
     for (int i = 0; i < m; ++i) y[i * ldy + (j - n0)] = vaddvq_f32(acc[i]) * w.g;
   }
+  report_scale_signs(w, n0, n1);
 }
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
