@@ -499,25 +499,28 @@ TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and 
 }
 
 TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
-  const int64_t n = 70, k = 320;
-  Tensor w = t::random_float({n, k}, t::f32(), 5);
-  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
-  float g = 0;
-  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
-  for (int64_t m : {1, 4, 50}) {
-    Tensor x = t::random_float({m, k}, t::f32(), 6);
-    Tensor first({m, n}, t::f32());
-    for (int32_t threads : {1, 2, 3, 8}) {
-      Q4_op_options o{};
-      Q4_op_options_init(&o);
-      o.num_threads = threads;
-      Tensor y({m, n}, t::f32());
-      REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &o) == Q4_OK);
-      if (threads == 1) {
-        first = y;
-      } else {
-        INFO("m=" << m << " threads=" << threads);
-        CHECK(same_bytes(y, first));
+  // (n = 601: the panel GEMM's tasks take groups of panels, the last partial)
+  for (const int64_t n : {70, 601}) {
+    const int64_t k = 320;
+    Tensor w = t::random_float({n, k}, t::f32(), 5);
+    Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+    float g = 0;
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+    for (int64_t m : {1, 4, 50, 70}) {
+      Tensor x = t::random_float({m, k}, t::f32(), 6);
+      Tensor first({m, n}, t::f32());
+      for (int32_t threads : {1, 2, 3, 8}) {
+        Q4_op_options o{};
+        Q4_op_options_init(&o);
+        o.num_threads = threads;
+        Tensor y({m, n}, t::f32());
+        REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, y.t(), &o) == Q4_OK);
+        if (threads == 1) {
+          first = y;
+        } else {
+          INFO("n=" << n << " m=" << m << " threads=" << threads);
+          CHECK(same_bytes(y, first));
+        }
       }
     }
   }
@@ -1292,6 +1295,7 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           {5, 64, 4096},
                           {130, 21, 160},
                           {17, 50, 1024},
+                          {70, 601, 272},  // panels in several groups of a task, the last partial
                           // m <= 4, k % 128 == 0: the direct GEMV entries where a table has them
                           {1, 37, 1024},
                           {2, 16, 128},

@@ -34,6 +34,9 @@ int32_t threads_or_default(int32_t threads) {
   return threads > 0 ? threads : default_num_threads();
 }
 
+// Decoded fp32 weight panels per task of the panel GEMM (panel_gemm).
+constexpr int64_t kPanelGroupBytes = int64_t{256} << 10;
+
 // Tasks of `chunk` rows of N, at least one row each.
 int64_t gemv_chunk(int64_t n, int32_t threads) {
   const int64_t tasks = std::max<int64_t>(1, int64_t{4} * threads_or_default(threads));
@@ -104,21 +107,34 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
                  [&](int64_t i) { std::copy(x + i * k, x + i * k + k, padded.data() + i * ldx); });
     x = padded.data();
   }
-  parallel_for(nblocks, threads, [&](int64_t t) {
-    const int64_t n0 = t * nr;
-    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - n0));
-    AlignedFloats panel = aligned_floats(kc * nr);
-    // Each kc slice of the panel is decoded once and runs every row of X
-    // (in passes of mc rows): the decode is paid once per weight, not once
-    // per mc rows. Every output still adds its kc slices in ascending k0.
+  // Tasks of `group` panels: each kc slice of the group's panels is decoded
+  // once (kPanelGroupBytes of L2) and runs every row of X (in passes of mc
+  // rows), and each micro-kernel's rows of X, loaded into L1 by the first
+  // panel of the group, serve the others: X is streamed from L3 once per
+  // group, not once per panel (measured on a Cascade Lake, M = 512, alternating
+  // call by call: see docs/performance.md). The decode is paid once per
+  // weight, and every output still adds its kc slices in ascending k0, with
+  // the same micro-kernel calls: the bits do not depend on the grouping.
+  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (kc * nr * 4));
+  const int64_t tasks = (nblocks + group - 1) / group;
+  parallel_for(tasks, threads, [&](int64_t t) {
+    const int64_t b0 = t * group, b1 = std::min(nblocks, b0 + group);
+    AlignedFloats panels = aligned_floats((b1 - b0) * kc * nr);
     for (int64_t k0 = 0; k0 < k; k0 += kc) {
       const int64_t kcur = std::min(kc, k - k0);
-      pack(n0, rows, k0, kcur, panel.get());
+      for (int64_t p = b0; p < b1; ++p) {
+        pack(p * nr, static_cast<int32_t>(std::min<int64_t>(nr, n - p * nr)), k0, kcur,
+             panels.get() + (p - b0) * kc * nr);
+      }
       for (int64_t i0 = 0; i0 < m; i0 += mc) {
         const int64_t i1 = std::min(m, i0 + mc);
         for (int64_t i = i0; i < i1; i += kt.micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.micro_mr, i1 - i));
-          kt.gemm_micro(x + i * ldx + k0, ldx, mr, panel.get(), kcur, y + i * n + n0, n, rows, k0 > 0);
+          for (int64_t p = b0; p < b1; ++p) {
+            const int32_t rows = static_cast<int32_t>(std::min<int64_t>(nr, n - p * nr));
+            kt.gemm_micro(x + i * ldx + k0, ldx, mr, panels.get() + (p - b0) * kc * nr, kcur,
+                          y + i * n + p * nr, n, rows, k0 > 0);
+          }
         }
       }
     }
@@ -166,32 +182,45 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
     });
     return;
   }
+  // Tasks of `group` panels, as panel_gemm: each chunk of the group's
+  // panels is packed once and runs every row of X (in passes of
+  // kI8RowBlock rows), each micro-kernel's rows of X serving the whole
+  // group from L1; every output adds its chunks in ascending b0 whatever
+  // the order of the passes and panels.
   const int64_t panels = (n + kI8PanelNr - 1) / kI8PanelNr;
-  parallel_for(panels, threads, [&](int64_t t) {
-    const int64_t n0 = t * kI8PanelNr;
-    const int32_t rows = static_cast<int32_t>(std::min<int64_t>(kI8PanelNr, n - n0));
-    seen(n0, n0 + rows);
-    const int64_t chunk = std::min(kb, kI8ChunkBlocks);
-    std::vector<uint8_t> wq(static_cast<size_t>(chunk * 256));
-    std::vector<float> ws(static_cast<size_t>(chunk * kI8PanelNr));
-    // Each chunk of the panel is packed once and runs every row of X (in
-    // passes of kI8RowBlock rows); every output adds its chunks in
-    // ascending b0 whatever the order of the passes.
+  const int64_t chunk = std::min(kb, kI8ChunkBlocks);
+  const int64_t wq_bytes = chunk * 256, ws_floats = chunk * kI8PanelNr;
+  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (wq_bytes + 4 * ws_floats));
+  parallel_for((panels + group - 1) / group, threads, [&](int64_t t) {
+    const int64_t p0 = t * group, p1 = std::min(panels, p0 + group);
+    auto rows_of = [&](int64_t p) {
+      return static_cast<int32_t>(std::min<int64_t>(kI8PanelNr, n - p * kI8PanelNr));
+    };
+    for (int64_t p = p0; p < p1; ++p) seen(p * kI8PanelNr, p * kI8PanelNr + rows_of(p));
+    std::vector<uint8_t> wq(static_cast<size_t>((p1 - p0) * wq_bytes));
+    std::vector<float> ws(static_cast<size_t>((p1 - p0) * ws_floats));
     for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
       const int64_t nb = std::min(chunk, kb - b0);
-      pack(n0, rows, b0, nb, wq.data(), ws.data());
+      for (int64_t p = p0; p < p1; ++p) {
+        pack(p * kI8PanelNr, rows_of(p), b0, nb, wq.data() + (p - p0) * wq_bytes,
+             ws.data() + (p - p0) * ws_floats);
+      }
       for (int64_t i0 = 0; i0 < m; i0 += kI8RowBlock) {
         const int64_t i1 = std::min(m, i0 + kI8RowBlock);
         for (int64_t i = i0; i < i1; i += kt.i8_micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.i8_micro_mr, i1 - i));
-          kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
-                      a.c.data() + i * a.lds + b0, a.lds, mr, wq.data(), ws.data(), nb, y + i * n + n0, n,
-                      rows, b0 > 0);
+          for (int64_t p = p0; p < p1; ++p) {
+            kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
+                        a.c.data() + i * a.lds + b0, a.lds, mr, wq.data() + (p - p0) * wq_bytes,
+                        ws.data() + (p - p0) * ws_floats, nb, y + i * n + p * kI8PanelNr, n, rows_of(p),
+                        b0 > 0);
+          }
         }
       }
     }
+    const int64_t n0 = p0 * kI8PanelNr, n1 = std::min(n, p1 * kI8PanelNr);
     for (int64_t i = 0; i < m; ++i) {
-      for (int32_t r = 0; r < rows; ++r) y[i * n + n0 + r] *= post;
+      for (int64_t j = n0; j < n1; ++j) y[i * n + j] *= post;
     }
   });
 }
