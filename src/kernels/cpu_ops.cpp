@@ -34,8 +34,15 @@ int32_t threads_or_default(int32_t threads) {
   return threads > 0 ? threads : default_num_threads();
 }
 
-// Decoded fp32 weight panels per task of the panel GEMM (panel_gemm).
+// Packed weight panels per task of the panel GEMMs (panel_gemm,
+// i8_product): as many as fit kPanelGroupBytes of `panel_bytes` each, but
+// no fewer than two tasks per thread while there are panels for them.
 constexpr int64_t kPanelGroupBytes = int64_t{256} << 10;
+int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
+  const int64_t by_size = std::max<int64_t>(1, kPanelGroupBytes / panel_bytes);
+  const int64_t by_tasks = std::max<int64_t>(1, panels / (int64_t{2} * threads_or_default(threads)));
+  return std::min(by_size, by_tasks);
+}
 
 // Tasks of `chunk` rows of N, at least one row each.
 int64_t gemv_chunk(int64_t n, int32_t threads) {
@@ -108,14 +115,14 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
     x = padded.data();
   }
   // Tasks of `group` panels: each kc slice of the group's panels is decoded
-  // once (kPanelGroupBytes of L2) and runs every row of X (in passes of mc
+  // once (up to kPanelGroupBytes, in L2) and runs every row of X (in passes of mc
   // rows), and each micro-kernel's rows of X, loaded into L1 by the first
   // panel of the group, serve the others: X is streamed from L3 once per
   // group, not once per panel (measured on a Cascade Lake, M = 512, alternating
   // call by call: see docs/performance.md). The decode is paid once per
   // weight, and every output still adds its kc slices in ascending k0, with
   // the same micro-kernel calls: the bits do not depend on the grouping.
-  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (kc * nr * 4));
+  const int64_t group = panel_group(nblocks, kc * nr * 4, threads);
   const int64_t tasks = (nblocks + group - 1) / group;
   parallel_for(tasks, threads, [&](int64_t t) {
     const int64_t b0 = t * group, b1 = std::min(nblocks, b0 + group);
@@ -190,7 +197,7 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   const int64_t panels = (n + kI8PanelNr - 1) / kI8PanelNr;
   const int64_t chunk = std::min(kb, kI8ChunkBlocks);
   const int64_t wq_bytes = chunk * 256, ws_floats = chunk * kI8PanelNr;
-  const int64_t group = std::max<int64_t>(1, kPanelGroupBytes / (wq_bytes + 4 * ws_floats));
+  const int64_t group = panel_group(panels, wq_bytes + 4 * ws_floats, threads);
   parallel_for((panels + group - 1) / group, threads, [&](int64_t t) {
     const int64_t p0 = t * group, p1 = std::min(panels, p0 + group);
     auto rows_of = [&](int64_t p) {
