@@ -138,6 +138,12 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   std::vector<float> decoded;
   const kern::KernelTable& kt = kern::active_table();
   const bool e2m1 = w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4;
+  // alpha, the bias (the call's, else w.bias) and the conversion into out.
+  auto finish_out = [&](F32Result& r) {
+    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
+    finish(r, w.n, d.alpha, d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr),
+           threads);
+  };
   if (d.w4a4 && w.path == CpuPath::Kernel && e2m1 && w.k > 0 && kt.i8_native) {
     // W4A4 on integer dot products: exact int32 block sums times the two
     // E4M3 scales (exact in fp32), one fixed fp32 order on every ISA.
@@ -146,9 +152,7 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     prepare_nvfp4(a, d.a, false, nullptr);
     F32Result r = f32_result(d.out);
     kern::scaled_mm_w4a4_int8(kt, a.q, a.s, d.m, w.nv(), w.n, r.p, threads);
-    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
-    const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
-    finish(r, w.n, d.alpha, bias, threads);
+    finish_out(r);
     return false;
   }
   // Every path reads fp16/bf16 activations itself (the GEMV and
@@ -164,27 +168,19 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     kern::dequantize_nvfp4(kt, a.q, a.s, 1.0f, d.m, d.k, decoded.data(), threads);
     act = kern::ActRows(decoded.data());
   }
-  if (d.signs_on_the_way && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4) {
-    // The sign rule while the product reads the scales: y in a buffer of
-    // our own until it holds, so that a refused call writes nothing.
-    F32Result r = f32_result(d.out, true);
-    kern::ScaleSigns signs;
-    const int32_t isa_before = kern::last_isa_used();
-    compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p, &signs);
-    if (signs.negative.load()) {
-      kern::note_isa_used(isa_before);  // a refused call ran nothing, as far as callers can tell
-      require_nonnegative_scales(d.nv, threads, d.ctx.opts.stream);  // fails, naming the first one
-    }
-    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
-    finish(r, w.n, d.alpha, d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr),
-           threads);
-    return false;
+  // NVFP4 at small M (ProductDesc::signs_on_the_way): the sign rule while
+  // the product reads the scales, y in a buffer of our own until it holds,
+  // so that a refused call writes nothing.
+  const bool signs_here = d.signs_on_the_way && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4;
+  F32Result r = f32_result(d.out, signs_here);
+  kern::ScaleSigns signs;
+  const int32_t isa_before = kern::last_isa_used();
+  compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p, signs_here ? &signs : nullptr);
+  if (signs.negative.load()) {
+    kern::note_isa_used(isa_before);  // a refused call ran nothing, as far as callers can tell
+    require_nonnegative_scales(d.nv, threads, d.ctx.opts.stream);  // fails, naming the first one
   }
-  F32Result r = f32_result(d.out);
-  compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p);
-  const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
-  const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
-  finish(r, w.n, d.alpha, bias, threads);
+  finish_out(r);
   return false;  // no implicit copy of x on the host paths
 }
 
