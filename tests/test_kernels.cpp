@@ -810,7 +810,9 @@ void check_panels(const kern::KernelTable& t, Coverage& cov) {
   const int32_t nr = t.panel_nr;
   const int64_t k = 2112, n0 = 5, n = n0 + nr;
   NvMatrix nv(n, k, 11);
-  Nf4Matrix nf(n, k, 6, 12);
+  // NF4 blocks of 16 (one absmax per 16-element block), 64 and 128 (2112
+  // columns: blocks straddle rows, so a row's blocks start mid-block).
+  Nf4Matrix nfs[] = {Nf4Matrix(n, k, 6, 12), Nf4Matrix(n, k, 4, 14), Nf4Matrix(n, k, 7, 15)};
   const int64_t ldw = k + 3;
   const std::vector<float> wf = randoms(static_cast<size_t>(n * ldw), 13);
   for (const auto& [k0, kc] : kPanelSpans) {
@@ -821,10 +823,13 @@ void check_panels(const kern::KernelTable& t, Coverage& cov) {
       ref::nvfp4_panel(nv.w, n0, rows, k0, kc, want.get(), nr);
       t.nvfp4_panel(nv.w, n0, rows, k0, kc, got.get());
       CHECK(same_floats(want.get(), got.get(), size));
-      got = aligned_floats(size, std::nanf(""));
-      ref::nf4_panel(nf.w, n0, rows, k0, kc, want.get(), nr);
-      t.nf4_panel(nf.w, n0, rows, k0, kc, got.get());
-      CHECK(same_floats(want.get(), got.get(), size));
+      for (const Nf4Matrix& nf : nfs) {
+        INFO("NF4 blocksize " << nf.w.blocksize);
+        got = aligned_floats(size, std::nanf(""));
+        ref::nf4_panel(nf.w, n0, rows, k0, kc, want.get(), nr);
+        t.nf4_panel(nf.w, n0, rows, k0, kc, got.get());
+        CHECK(same_floats(want.get(), got.get(), size));
+      }
       got = aligned_floats(size, std::nanf(""));
       ref::f32_panel(wf.data(), ldw, n0, rows, k0, kc, want.get(), nr);
       t.f32_panel(wf.data(), ldw, n0, rows, k0, kc, got.get());

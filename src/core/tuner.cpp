@@ -66,7 +66,8 @@ double product_ms(const kern::KernelTable& kt, const std::vector<float>& x, int6
 
 // The small-batch settings for this CPU: the K chunk (at M = 16), the
 // smallest M where the small-batch kernels beat the fused GEMV and the
-// largest (of 40, 48, 64, 96, 128) where they beat the panel GEMM, on a random
+// largest (the table's default, or one of 24, 32, 40, 48, 64, 96, 128 above
+// it) up to which they beat the panel GEMM, on a random
 // NVFP4 weight of dim x dim (at least 256 x 256).
 kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
   const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
@@ -97,8 +98,9 @@ kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim
     if (product_ms(kt, x, m, w, d, y, runs, small) > product_ms(kt, x, m, w, d, y, runs, gemv)) break;
     best.min_m = m;
   }
-  best.max_m = 32;
-  for (int32_t m : {40, 48, 64, 96, 128}) {
+  best.max_m = kt.small_batch_max_m;
+  for (int32_t m : {24, 32, 40, 48, 64, 96, 128}) {
+    if (m <= best.max_m) continue;
     kern::SmallBatchConfig small = best, gemm = best;
     small.max_m = m;
     gemm.max_m = m - 1;

@@ -235,9 +235,10 @@ struct KernelTable {
   int32_t gemv_max_m_k128 = kGemvMaxRows;
   // The small-batch kernels take M up to this (untuned; a tuning result's
   // small_batch.max_m replaces it), the packed-panel GEMM above. AVX-512:
-  // 40 (its panel GEMM beat the small-batch kernels from M = 40-48 on a
-  // Cascade Lake-class Xeon once its panels were packed by register
-  // transposes; the AVX2 table measured the opposite at M = 48).
+  // 16, i.e. only where K % 128 != 0 (its panel GEMM, with panels packed
+  // from dword-transposed codes, measured 1.05-1.40x the small-batch kernels
+  // at M = 17-40 on a Cascade Lake-class Xeon; the AVX2 table measured the
+  // opposite at M = 48).
   int32_t small_batch_max_m = 64;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
