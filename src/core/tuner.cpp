@@ -24,7 +24,7 @@ namespace q4::tuner {
 namespace {
 
 constexpr double kMargin = 0.03;  // tuned blocking must be >= 3 % faster
-constexpr int64_t kKc[] = {64, 96, 128, 160, 192, 256};
+constexpr int64_t kKc[] = {64, 128, 192, 256, 384, 512, 768, 1024};
 constexpr int64_t kMc[] = {32, 48, 64, 96, 128};
 
 std::once_flag g_load_once;

@@ -25,8 +25,8 @@
 namespace q4::kern {
 namespace {
 
-std::atomic<int64_t> g_kc{256};
-std::atomic<int64_t> g_mc{96};
+std::atomic<int64_t> g_kc{GemmBlocking{}.kc};
+std::atomic<int64_t> g_mc{GemmBlocking{}.mc};
 std::mutex g_sb_mutex;
 SmallBatchConfig g_sb;  // guarded by g_sb_mutex
 
