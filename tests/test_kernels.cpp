@@ -498,6 +498,47 @@ TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and 
   }
 }
 
+TEST_CASE("quantize with a given scale: the staging buffer kept between calls never shows through",
+          "[kernels]") {
+  // Given-scale quantize codes into a staging buffer (nothing is written on
+  // NaN/Inf) that the library keeps for the next call: larger, smaller and
+  // failing calls in turn must each give the reference bytes or nothing.
+  struct Case {
+    int64_t rows, k;
+    bool bad;
+  };
+  const Case cases[] = {{2048, 2048, false}, {64, 512, true},     {96, 1024, false},
+                        {2048, 2048, true},  {1536, 2048, false}, {2048, 2048, false}};
+  uint32_t seed = 40;
+  for (const Case& c : cases) {
+    Tensor x = t::random_float({c.rows, c.k}, t::f32(), ++seed);
+    if (c.bad) x.set(c.rows * c.k - 7, std::numeric_limits<float>::quiet_NaN());
+    Tensor q({c.rows, c.k / 2}, t::u8()), s({c.rows, c.k / 16}, t::u8());
+    q.fill(0x3c);
+    s.fill(0x5a);
+    const std::vector<uint8_t> q0 = q.snapshot(), s0 = s.snapshot();
+    Q4_op_options o{};
+    Q4_op_options_init(&o);
+    o.num_threads = 2;
+    INFO("rows=" << c.rows << " k=" << c.k << " bad=" << c.bad);
+    const float g = 2e-3f;
+    if (c.bad) {
+      CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, &o) == Q4_ERR_NON_FINITE);
+      CHECK(q.snapshot() == q0);
+      CHECK(s.snapshot() == s0);
+      continue;
+    }
+    REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, &o) == Q4_OK);
+    std::vector<uint8_t> q_ref(static_cast<size_t>(c.rows * c.k / 2)),
+        s_ref(static_cast<size_t>(c.rows * c.k / 16));
+    q4::ref::nvfp4_quantize(x.f(), c.rows, c.k, g, q_ref.data(), s_ref.data());
+    CHECK(std::memcmp(q.data(), q_ref.data(), q_ref.size()) == 0);
+    CHECK(std::memcmp(s.data(), s_ref.data(), s_ref.size()) == 0);
+    CHECK(q.guard_intact());
+    CHECK(s.guard_intact());
+  }
+}
+
 TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
   // (n = 601: the panel GEMM's tasks take groups of panels, the last partial)
   for (const int64_t n : {70, 601}) {

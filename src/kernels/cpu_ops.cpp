@@ -597,18 +597,69 @@ const float* f32_task_rows(const KernelTable& kt, ActRows x, int64_t r0, int64_t
 // Uninitialized bytes for the staging of a quantization, on transparent huge
 // pages where the OS offers them (a fresh multi-megabyte buffer otherwise
 // costs a page fault per 4 KiB).
+constexpr size_t kHuge = size_t{2} << 20;
+
+// One staging buffer kept between calls, up to kKeep bytes: a fresh one
+// costs its page faults and the kernel's zeroing of every page on every
+// call (a quarter of a given-scale quantize of 11008 x 4096 on a Cascade
+// Lake), and weights are quantized one after another at load time. A call
+// takes it when it is large enough (a concurrent call allocates its own);
+// returning a buffer keeps the larger of the two.
+class StagingCache {
+ public:
+  static constexpr size_t kKeep = size_t{64} << 20;
+  ~StagingCache() { release(p_); }
+  // The kept buffer when it holds at least *size bytes (*size: its size).
+  uint8_t* take(size_t* size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (p_ == nullptr || size_ < *size) return nullptr;
+    uint8_t* p = p_;
+    *size = size_;
+    p_ = nullptr;
+    return p;
+  }
+  // p holds `size` bytes (as allocated by Staging).
+  void give(uint8_t* p, size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (size <= kKeep && (p_ == nullptr || size > size_)) {
+        std::swap(p, p_);
+        size_ = size;
+      }
+    }
+    release(p);
+  }
+  static void release(uint8_t* p) {
+    if (p != nullptr) ::operator delete[](p, std::align_val_t(kHuge));
+  }
+  StagingCache() = default;
+  StagingCache(const StagingCache&) = delete;
+  StagingCache& operator=(const StagingCache&) = delete;
+
+ private:
+  std::mutex mutex_;
+  uint8_t* p_ = nullptr;  // guarded by mutex_
+  size_t size_ = 0;       // guarded by mutex_
+};
+
+StagingCache& staging_cache() {
+  static StagingCache cache;
+  return cache;
+}
+
 struct Staging {
   uint8_t* p = nullptr;
-  explicit Staging(int64_t bytes) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t size = (static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge;
+  size_t size = 0;
+  explicit Staging(int64_t bytes) : size((static_cast<size_t>(bytes) + kHuge - 1) / kHuge * kHuge) {
+    p = staging_cache().take(&size);
+    if (p != nullptr) return;
     p = static_cast<uint8_t*>(::operator new[](size, std::align_val_t(kHuge)));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     madvise(p, size, MADV_HUGEPAGE);
 #endif
   }
   ~Staging() {
-    ::operator delete[](p, std::align_val_t(size_t{2} << 20));
+    staging_cache().give(p, size);
   }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
