@@ -956,7 +956,10 @@ inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 
 // maxima (integer max of the |x| bits); false as soon as a group of 16
 // blocks holds a NaN or Inf (q and s then partly written).
 bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
-  constexpr int64_t kGroups = 32;
+  // 8 groups of 16 blocks: 8 KiB coded from L1 while the next 8 KiB are
+  // prefetched (32 groups, the two 32 KiB halves evicted each other from
+  // L1: 11008 x 4096 from DRAM, 2 threads, 1.22x with 8 instead of 32).
+  constexpr int64_t kGroups = 8;
   const int64_t nblocks = rows * (k / 16);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512 six_g = _mm512_set1_ps(fmt::kE2M1Max * g);
