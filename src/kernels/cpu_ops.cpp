@@ -594,9 +594,6 @@ const float* f32_task_rows(const KernelTable& kt, ActRows x, int64_t r0, int64_t
   return buf.data();
 }
 
-// Uninitialized bytes for the staging of a quantization, on transparent huge
-// pages where the OS offers them (a fresh multi-megabyte buffer otherwise
-// costs a page fault per 4 KiB).
 constexpr size_t kHuge = size_t{2} << 20;
 
 // One staging buffer kept between calls, up to kKeep bytes: a fresh one
@@ -647,6 +644,10 @@ StagingCache& staging_cache() {
   return cache;
 }
 
+// Uninitialized bytes for the staging of a quantization: the kept buffer
+// when it is large enough, else a new one on transparent huge pages where
+// the OS offers them (a fresh multi-megabyte buffer otherwise costs a page
+// fault per 4 KiB).
 struct Staging {
   uint8_t* p = nullptr;
   size_t size = 0;
