@@ -474,6 +474,27 @@ TEST_CASE("quantize of fp16/bf16 input: the bits of quantizing its fp32 values, 
   }
 }
 
+// The outputs of an NVFP4 quantize of rows x k, filled with a pattern, and
+// their first bytes (guards included), to show that nothing was written.
+struct PrefilledQuantOut {
+  Tensor q, s;
+  std::vector<uint8_t> q0, s0;
+  PrefilledQuantOut(int64_t rows, int64_t k) : q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8()) {
+    q.fill(0x3c);
+    s.fill(0x5a);
+    q0 = q.snapshot();
+    s0 = s.snapshot();
+  }
+  bool untouched() const { return q.snapshot() == q0 && s.snapshot() == s0; }
+};
+
+Q4_op_options two_threads() {
+  Q4_op_options o{};
+  Q4_op_options_init(&o);
+  o.num_threads = 2;
+  return o;
+}
+
 TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and nothing is written",
           "[kernels]") {
   const int64_t rows = 64, k = 512;
@@ -482,18 +503,12 @@ TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and 
       Tensor x = t::random_float({rows, k}, t::f32(), 21);
       x.set(bad, std::numeric_limits<float>::quiet_NaN());
       x.set(std::min(rows * k - 1, bad + 20000), std::numeric_limits<float>::infinity());
-      Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
-      q.fill(0x3c);
-      s.fill(0x5a);
-      const std::vector<uint8_t> q0 = q.snapshot(), s0 = s.snapshot();
-      Q4_op_options o{};
-      Q4_op_options_init(&o);
-      o.num_threads = 2;
+      PrefilledQuantOut out(rows, k);
+      const Q4_op_options o = two_threads();
       INFO("given=" << given << " bad=" << bad);
-      CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), 0, given, nullptr, &o) == Q4_ERR_NON_FINITE);
+      CHECK(NVFP4_quantize(x.t(), out.q.t(), out.s.t(), 0, given, nullptr, &o) == Q4_ERR_NON_FINITE);
       CHECK(std::string(Q4_last_error()).find("flat index " + std::to_string(bad)) != std::string::npos);
-      CHECK(q.snapshot() == q0);
-      CHECK(s.snapshot() == s0);
+      CHECK(out.untouched());
     }
   }
 }
@@ -513,19 +528,14 @@ TEST_CASE("quantize with a given scale: the staging buffer kept between calls ne
   for (const Case& c : cases) {
     Tensor x = t::random_float({c.rows, c.k}, t::f32(), ++seed);
     if (c.bad) x.set(c.rows * c.k - 7, std::numeric_limits<float>::quiet_NaN());
-    Tensor q({c.rows, c.k / 2}, t::u8()), s({c.rows, c.k / 16}, t::u8());
-    q.fill(0x3c);
-    s.fill(0x5a);
-    const std::vector<uint8_t> q0 = q.snapshot(), s0 = s.snapshot();
-    Q4_op_options o{};
-    Q4_op_options_init(&o);
-    o.num_threads = 2;
+    PrefilledQuantOut out(c.rows, c.k);
+    Tensor &q = out.q, &s = out.s;
+    const Q4_op_options o = two_threads();
     INFO("rows=" << c.rows << " k=" << c.k << " bad=" << c.bad);
     const float g = 2e-3f;
     if (c.bad) {
       CHECK(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, &o) == Q4_ERR_NON_FINITE);
-      CHECK(q.snapshot() == q0);
-      CHECK(s.snapshot() == s0);
+      CHECK(out.untouched());
       continue;
     }
     REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, &o) == Q4_OK);
