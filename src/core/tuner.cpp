@@ -68,15 +68,18 @@ double product_ms(const kern::KernelTable& kt, const std::vector<float>& x, int6
 // smallest M where the small-batch kernels beat the fused GEMV and the
 // largest (the table's default, or one of 24, 32, 40, 48, 64, 96, 128 above
 // it) up to which they beat the panel GEMM, on a random
-// NVFP4 weight of dim x dim (at least 256 x 256).
+// NVFP4 weight of dim x dim (at least 256 x 256), or dim x (dim + 16) where
+// the table's GEMV takes M <= 16 for K % 128 == 0 (so that the small-batch
+// kernels, which serve only the other K there, are what is timed).
 kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
   const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
-  std::vector<uint8_t> q(static_cast<size_t>(d * d / 2)), s(static_cast<size_t>(d * d / 16));
+  const int64_t k = kt.gemv_max_m_k128 > kern::kGemvMaxRows ? d + 16 : d;
+  std::vector<uint8_t> q(static_cast<size_t>(d * k / 2)), s(static_cast<size_t>(d * k / 16));
   std::mt19937 rng(2);
   for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
   for (uint8_t& b : s) b = static_cast<uint8_t>(0x30 + rng() % 16);
-  const kern::NvWeights w{q.data(), s.data(), 1.0f, d};
-  std::vector<float> x(static_cast<size_t>(128 * d)), y(static_cast<size_t>(128 * d));
+  const kern::NvWeights w{q.data(), s.data(), 1.0f, k};
+  std::vector<float> x(static_cast<size_t>(128 * k)), y(static_cast<size_t>(128 * d));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& v : x) v = u(rng);
   kern::SmallBatchConfig best{};
