@@ -95,9 +95,8 @@ class Pool {
   ~Pool() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+      stop_.store(true);
     }
-    stop_requested_.store(true);
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
@@ -139,15 +138,15 @@ class Pool {
     t_in_worker = true;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || has_open_job(); });
-      if (stop_) return;
+      cv_.wait(lock, [&] { return stop_.load() || has_open_job(); });
+      if (stop_.load()) return;
       std::shared_ptr<Job> job = take_open_job();
       if (!job) continue;
       lock.unlock();
       job->work();
       job.reset();
       const uint64_t seen = posted_.load(std::memory_order_acquire);
-      spin_until([&] { return posted_.load(std::memory_order_acquire) != seen || stop_requested_.load(); },
+      spin_until([&] { return posted_.load(std::memory_order_acquire) != seen || stop_.load(); },
                  kWorkerSpin);
       lock.lock();
     }
@@ -176,9 +175,8 @@ class Pool {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::vector<std::thread> threads_;
-  bool stop_ = false;
-  std::atomic<bool> stop_requested_{false};  // stop_, readable while spinning
-  std::atomic<uint64_t> posted_{0};          // jobs posted so far
+  std::atomic<bool> stop_{false};    // set under mutex_ (the wait's predicate), read while spinning too
+  std::atomic<uint64_t> posted_{0};  // jobs posted so far
 };
 
 Pool& pool() {

@@ -669,14 +669,12 @@ inline void panel_direct(const uint8_t* q, int64_t row_bytes, int32_t rows, int6
       for (int64_t kk = kb; kk < kb + nb * 16; kk += 64) {
         const int nd = static_cast<int>(std::min<int64_t>(8, (kb + nb * 16 - kk) / 8));  // even
         const __mmask8 dmask = static_cast<__mmask8>((1u << nd) - 1u);
+        auto row = [&](int r) {
+          return r < live_rows ? _mm256_maskz_loadu_epi32(dmask, q + (r0 + r) * row_bytes + kk / 2)
+                               : _mm256_setzero_si256();
+        };
         __m512i p[8];
-        for (int i = 0; i < 8; ++i) {
-          auto row = [&](int r) {
-            return r < live_rows ? _mm256_maskz_loadu_epi32(dmask, q + (r0 + r) * row_bytes + kk / 2)
-                                 : _mm256_setzero_si256();
-          };
-          p[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(i)), row(i + 8), 1);
-        }
+        for (int i = 0; i < 8; ++i) p[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(i)), row(i + 8), 1);
         transpose8x8_halves(p);  // p[j]: lane r = codes kk + 8j .. kk + 8j + 7 of row r0 + r
         for (int64_t j = 0; j < nd; ++j) {
           const __m512 s = _mm512_load_ps(sv[(kk - kb + 8 * j) / 16]);
