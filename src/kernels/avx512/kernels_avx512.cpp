@@ -299,15 +299,16 @@ constexpr int64_t kGemv128BlockAbove = 32768;
 // Rows j0 .. j0+R-1 over chunks [c0, c1) of M rows of x (chunk c at
 // xo + c*ldc); y[i*ldy + r] for x row i and row j0 + r when `last`. `mem`
 // (R x M x 16 floats) holds the lane accumulators between K blocks, as
-// GemvAcc (not read when c0 == 0, not written when `last`); `next`
-// prefetches the start of the rows that follow. Not inlined: inside
+// GemvAcc (not read when c0 == 0, not written when `last`); each row's
+// weights are prefetched `ahead` bytes ahead; `next` prefetches the start of
+// the rows that follow. Not inlined: inside
 // gemv128's loops over row blocks, K blocks and x groups the loop counters
 // and row pointers of the chunk loop were spilled to the stack.
 template <int M, int R, class Scale>
 __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1,
                                             const uint8_t* q, int64_t rb, int64_t j0, __m512 lut,
                                             const Scale& scale, float* mem, bool last, float post, float* y,
-                                            int64_t ldy, NextGroupPrefetch& next) {
+                                            int64_t ldy, int64_t ahead, NextGroupPrefetch& next) {
   GemvAcc<M, R> ga;
   ga.begin(mem, c0 == 0);
   __m512(&acc)[M][R] = ga.a;
@@ -327,9 +328,7 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
-      // 256 bytes ahead (measured from DRAM on a Cascade Lake at M = 1:
-      // 1.2x; 1 KiB ahead is slower than none).
-      _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + 256), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + ahead), _MM_HINT_T0);
       __m512 t[M];
 #pragma GCC unroll 8
       for (int n = 0; n < 8; ++n) {
@@ -430,6 +429,12 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
   const int64_t cb =
       blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows))) : chunks;
   const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
+  // How far ahead each row's weights are prefetched: unblocked 256 bytes
+  // (measured from DRAM on a Cascade Lake at M = 1: 1.2x; 1 KiB is slower
+  // than none); blocked, at least one K block, so that all of a row's next
+  // K block is on its way (it is read kGemvBlockRows rows later; at 256
+  // bytes, M = 3-4 fetched half of every K block from DRAM on demand).
+  const int64_t ahead_bytes = blocked ? std::max<int64_t>(256, cb * 64) : 256;
   alignas(64) float mem[kGemvBlockRows * 2 * kGemvMaxRows * 16];
   for (int64_t jb = n0; jb < n1; jb += block_rows) {
     const int64_t je = std::min(n1, jb + block_rows);
@@ -444,13 +449,20 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
           constexpr int R = gemv128_row_group<M>();
           auto group = [&](auto rr, int64_t j) {
             constexpr int G = decltype(rr)::value;
-            // Unblocked: the next group's scales and first lines (blocked,
-            // each row's own prefetch reaches its next K block).
-            NextGroupPrefetch next(span, q, rb, j + G, blocked ? 0 : std::min<int64_t>(G, n1 - j - G),
-                                   c1 - c0);
+            // Unblocked: the next group's scales and first lines. Blocked
+            // (each row's own prefetch reaches its next K block): in the
+            // last K block (its last x group), the same rows of the next
+            // row block, all of their scales (kept in cache for their K
+            // sweep; without this every row's scale load of every K block
+            // waited on the L3: at M = 8, 4096², hot, 17 % of the kernel's
+            // samples on a Zen 5).
+            const int64_t ahead = blocked ? j + block_rows : j + G;
+            const int64_t ahead_rows =
+                blocked && !(last && i0 + kGemvMaxRows >= m) ? 0 : std::min<int64_t>(G, n1 - ahead);
+            NextGroupPrefetch next(span, q, rb, ahead, ahead_rows, c1 - c0);
             gemv128_rows<M, G>(xo.get() + int64_t{i0} * 128, ldc, c0, c1, q, rb, j, lut, scale,
                                blocked ? gmem + (j - jb) * M * 16 : gmem, last, post,
-                               y + int64_t{i0} * ldy + (j - n0), ldy, next);
+                               y + int64_t{i0} * ldy + (j - n0), ldy, ahead_bytes, next);
           };
           int64_t j = jb;
           for (; j + R <= je; j += R) group(std::integral_constant<int, R>{}, j);
