@@ -52,6 +52,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Calls timed per GEMV case (M <= 8), whatever --reps says (see the cases).
+constexpr int kGemvReps = 30;
 using nlohmann::json;
 
 struct Options {
@@ -800,6 +803,31 @@ int bench_main(int argc, char** argv) {
     }
     int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
     int64_t mss[2] = {n, k / 32};
+    {
+      // One exact GEMV over every copy of every format before any timing:
+      // the first cases of a shape otherwise read 25-55 % slow on a Zen 5
+      // (first touch of the copies' pages after they were written).
+      std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
+      int64_t xs[2] = {1, k}, ys[2] = {1, n};
+      DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
+      for (int64_t c = 0; c < copies; ++c) {
+        const size_t i = static_cast<size_t>(c);
+        DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
+                 ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
+        DLTensor mq = tensor(mx[i].q.data(), qs, 2, kDLUInt, 8),
+                 ms = tensor(mx[i].s.data(), mss, 2, kDLUInt, 8);
+        DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
+                 fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
+        NF4_state st{};
+        st.struct_size = sizeof st;
+        st.blocksize = 64;
+        st.absmax = &fa;
+        if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, nv[i].g, nullptr, &ty, &opts) != Q4_OK ||
+            MXFP4_linear(&tx, &mq, &ms, Q4_SCALE_LINEAR, nullptr, &ty, &opts) != Q4_OK ||
+            NF4_scaled_mm(&tx, &fq, &st, nullptr, &ty, &opts) != Q4_OK)
+          std::abort();
+      }
+    }
     for (int64_t m : ms_list) {
       const bool gemv = m <= 8;
       if (gemv ? !want("gemv") : !want("gemm")) continue;
@@ -807,7 +835,11 @@ int bench_main(int argc, char** argv) {
       std::vector<float> y(static_cast<size_t>(m * n));
       int64_t xs[2] = {m, k}, ys[2] = {m, n};
       DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
-      const int r = m >= 512 ? std::min(reps, 3) : reps;
+      // GEMV: at least kGemvReps calls (each under 2 ms here): with 5, the
+      // first case after the bandwidth probe read 25-35 % slow on a Zen 5
+      // (0.29 ms, then 0.21 ms when repeated), a start-up effect, not the
+      // kernel.
+      const int r = gemv ? std::max(reps, kGemvReps) : m >= 512 ? std::min(reps, 3) : reps;
       const double flops = 2.0 * static_cast<double>(m * n * k);
       const char* cname = gemv ? "gemv" : "gemm";
       // GEMV rotates copies (from DRAM); GEMM reuses copy 0 (compute-bound).
