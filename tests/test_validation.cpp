@@ -469,13 +469,16 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
         wq.fill(0x5a);
         ws.fill(0x30);
         xa.fill(0);
-        Q4_op_options o;
+        Q4_op_options
+            o{};  // zeroed: Q4_op_options_init keeps a struct_size it finds (docs/abi.md, section 4)
         Q4_op_options_init(&o);
         o.math_mode = mode;
         for (DLDataType odt : {t::f32(), t::bf16()}) {
           Tensor ya({m, n}, odt);
           ya.fill(0x3c);
-          REQUIRE(NVFP4_linear(xa.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, ya.t(), &o) == Q4_OK);
+          const int32_t rc = NVFP4_linear(xa.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, ya.t(), &o);
+          INFO(Q4_last_error());
+          REQUIRE(rc == Q4_OK);
           for (int64_t at : {int64_t{0}, 17 * kb + 3, n * kb - 1}) {
             Tensor wbad({n, kb}, t::u8());
             std::memcpy(wbad.data(), ws.data(), static_cast<size_t>(n * kb));

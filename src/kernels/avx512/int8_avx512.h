@@ -21,9 +21,12 @@
 namespace q4::kern {
 namespace {
 
-// Rows of X per micro-kernel call: at 8, GCC spilled accumulators and row
-// pointers; 4 measured 1.03-1.13x at M = 65-512.
-constexpr int32_t kI8MR = 4;
+// Rows of X per micro-kernel call. Without VNNI 4: at 8, GCC spilled
+// accumulators and row pointers, and 4 measured 1.03-1.13x at M = 65-512
+// (and 6 the same as 4 on a Zen 5). VNNI 6: on a Zen 5, W4A4 and fast
+// mode 1.02-1.09x the 4 at M = 128-512 (8: 0.99x).
+template <bool kVnni>
+constexpr int32_t kI8MR = kVnni ? 6 : 4;
 
 template <bool kVnni>
 inline __m512i i8_dot4(__m512i acc, __m512i u8, __m512i s8) {
@@ -156,7 +159,7 @@ template <bool kVnni>
 void i8_micro_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                      int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
                      int32_t nr, bool accumulate) {
-  with_rows<kI8MR>(mr, [&](auto rows) {
+  with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
     i8_micro_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
   });
 }
