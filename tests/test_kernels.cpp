@@ -1352,6 +1352,10 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           {130, 21, 160},
                           {17, 50, 1024},
                           {70, 601, 272},  // panels in several groups of a task, the last partial
+                          // panels two at a time (i8_micro2) and one left over: 3 panels, the
+                          // last partial; one panel alone
+                          {77, 40, 528},
+                          {66, 16, 256},
                           // m <= 4, k % 128 == 0: the direct GEMV entries where a table has them
                           {1, 37, 1024},
                           {2, 16, 128},

@@ -216,11 +216,21 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
         const int64_t i1 = std::min(m, i0 + kI8RowBlock);
         for (int64_t i = i0; i < i1; i += kt.i8_micro_mr) {
           const int32_t mr = static_cast<int32_t>(std::min<int64_t>(kt.i8_micro_mr, i1 - i));
-          for (int64_t p = p0; p < p1; ++p) {
-            kt.i8_micro(a.q.data() + i * a.ldq + b0 * 16, a.ldq, a.s.data() + i * a.lds + b0,
-                        a.c.data() + i * a.lds + b0, a.lds, mr, wq.data() + (p - p0) * wq_bytes,
-                        ws.data() + (p - p0) * ws_floats, nb, y + i * n + p * kI8PanelNr, n, rows_of(p),
-                        b0 > 0);
+          const int8_t* xq = a.q.data() + i * a.ldq + b0 * 16;
+          const float* xs = a.s.data() + i * a.lds + b0;
+          const int32_t* xc = a.c.data() + i * a.lds + b0;
+          for (int64_t p = p0; p < p1;) {
+            const uint8_t* pq = wq.data() + (p - p0) * wq_bytes;
+            const float* ps = ws.data() + (p - p0) * ws_floats;
+            float* yp = y + i * n + p * kI8PanelNr;
+            if (kt.i8_micro2 != nullptr && p + 1 < p1 && rows_of(p) == kI8PanelNr) {
+              kt.i8_micro2(xq, a.ldq, xs, xc, a.lds, mr, pq, wq_bytes, ps, ws_floats, nb, yp, n,
+                           rows_of(p + 1), b0 > 0);
+              p += 2;
+            } else {
+              kt.i8_micro(xq, a.ldq, xs, xc, a.lds, mr, pq, ps, nb, yp, n, rows_of(p), b0 > 0);
+              ++p;
+            }
           }
         }
       }

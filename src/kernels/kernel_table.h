@@ -182,6 +182,15 @@ struct KernelTable {
                    int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
                    int32_t nr, bool accumulate) = nullptr;
   int32_t i8_micro_mr = 4;
+  // Optional (null: i8_micro per panel): i8_micro over two adjacent panels
+  // at once, the first full (16 rows), the second at wq + wq_stride bytes
+  // and ws + ws_stride floats with nr2 <= 16 rows, its outputs at y + 16.
+  // Each output's fp32 sequence is i8_micro's, so the bits are the same; a
+  // broadcast of x then feeds two dot products (AVX-512 VNNI: the loads of
+  // x, not the dot products, bound the one-panel kernel on a Zen 5).
+  void (*i8_micro2)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                    int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
+                    int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) = nullptr;
   // Optional (null: the drivers use pack + micro): the same fixed sequence
   // for m <= i8_gemv_max_m rows straight from the NVFP4 weight, rows j in
   // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0.

@@ -155,6 +155,64 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, km, acc[i]);
 }
 
+// i8_micro_rows over two adjacent panels (KernelTable::i8_micro2): each
+// broadcast of x feeds the dot products of both, halving the loads per dot
+// product; the per-output sequence is the one-panel kernel's.
+template <int MR, bool kVnni>
+inline void i8_micro2_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                           const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
+                           int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) {
+  const __mmask16 k2 = nr2 >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << nr2) - 1u);
+  __m512 acc[MR][2];
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = accumulate ? _mm512_loadu_ps(y + i * ldy) : _mm512_setzero_ps();
+    acc[i][1] = accumulate ? _mm512_maskz_loadu_ps(k2, y + i * ldy + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i wv[2][4];
+    __m512 wsv[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* wb = wq + h * wq_stride + b * 256;
+      for (int64_t t = 0; t < 4; ++t) wv[h][t] = _mm512_loadu_si512(wb + t * 64);
+      wsv[h] = _mm512_loadu_ps(ws + h * ws_stride + b * 16);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xb = xq + i * ldxq + b * 16;
+      const __m512i c = _mm512_set1_epi32(xc[i * ldxs + b]);
+      __m512i d0 = c, d1 = c;
+      for (int64_t t = 0; t < 4; ++t) {
+        if constexpr (kVnni) {
+          int32_t x4;
+          std::memcpy(&x4, xb + 4 * t, 4);
+          const __m512i xv = _mm512_set1_epi32(x4);
+          d0 = i8_dot4<kVnni>(d0, wv[0][t], xv);
+          d1 = i8_dot4<kVnni>(d1, wv[1][t], xv);
+        } else {
+          d0 = i8_dot4_bcst<kVnni>(d0, wv[0][t], xb + 4 * t);
+          d1 = i8_dot4_bcst<kVnni>(d1, wv[1][t], xb + 4 * t);
+        }
+      }
+      const __m512 xsv = _mm512_set1_ps(xs[i * ldxs + b]);
+      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(xsv, wsv[0]), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(xsv, wsv[1]), acc[i][1]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(y + i * ldy, acc[i][0]);
+    _mm512_mask_storeu_ps(y + i * ldy + 16, k2, acc[i][1]);
+  }
+}
+
+template <bool kVnni>
+void i8_micro2_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                      int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
+                      int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) {
+  with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
+    i8_micro2_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, wq, wq_stride, ws, ws_stride, nb, y,
+                                                 ldy, nr2, accumulate);
+  });
+}
+
 template <bool kVnni>
 void i8_micro_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                      int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,

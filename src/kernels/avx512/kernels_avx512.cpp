@@ -1130,6 +1130,7 @@ const KernelTable& avx512_table() {
     f.i8_pack_nvfp4 = i8_pack_nvfp4_avx512;
     f.i8_micro = i8_micro_avx512<false>;
     f.i8_micro_mr = kI8MR<false>;
+    f.i8_micro2 = i8_micro2_avx512<false>;
     f.i8_quantize_act = i8_quantize_act_avx512;
     f.i8_probe = i8_probe_avx512<false>;
     f.i8_gemv_nvfp4 = i8_gemv_avx512<false>;

@@ -19,6 +19,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_pack_nvfp4 = i8_pack_nvfp4_avx512;
     f.i8_micro = i8_micro_avx512<true>;
     f.i8_micro_mr = kI8MR<true>;
+    f.i8_micro2 = i8_micro2_avx512<true>;
     f.i8_probe = i8_probe_avx512<true>;
     f.i8_gemv_nvfp4 = i8_gemv_avx512<true>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
