@@ -469,8 +469,8 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
         wq.fill(0x5a);
         ws.fill(0x30);
         xa.fill(0);
-        Q4_op_options
-            o{};  // zeroed: Q4_op_options_init keeps a struct_size it finds (docs/abi.md, section 4)
+        // Zeroed: Q4_op_options_init keeps a struct_size it finds (docs/abi.md, section 4).
+        Q4_op_options o{};
         Q4_op_options_init(&o);
         o.math_mode = mode;
         for (DLDataType odt : {t::f32(), t::bf16()}) {
