@@ -130,76 +130,55 @@ inline void i8_pack_nf4_avx512(const Nf4Weights& w, const uint8_t* code, int64_t
   i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
-template <int MR, bool kVnni>
+// MR rows of x over P adjacent panels (P = 1: KernelTable::i8_micro; P =
+// 2: i8_micro2, each broadcast of x feeding the dot products of both panels,
+// half the loads per dot product). Panel h at wq + h * wq_stride and ws + h
+// * ws_stride, its outputs at y + 16 h; every panel but the last is full,
+// the last has nr rows. The per-output sequence does not depend on P.
+template <int MR, int P, bool kVnni>
 inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                          const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
-                          bool accumulate) {
-  const __mmask16 km = nr >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << nr) - 1u);
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i)
-    acc[i] = accumulate ? _mm512_maskz_loadu_ps(km, y + i * ldy) : _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = wq + b * 256;
-    __m512i wv[4];
-    for (int64_t t = 0; t < 4; ++t) wv[t] = _mm512_loadu_si512(wb + t * 64);
-    const __m512 wsv = _mm512_loadu_ps(ws + b * 16);
-    for (int i = 0; i < MR; ++i) {
-      const int8_t* xb = xq + i * ldxq + b * 16;
-      __m512i d = _mm512_set1_epi32(xc[i * ldxs + b]);
-      // u8 (<= 126) x s8 (|x| <= 127) pairs: no int16 saturation without VNNI.
-      for (int64_t t = 0; t < 4; ++t) d = i8_dot4_bcst<kVnni>(d, wv[t], xb + 4 * t);
-      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(xs[i * ldxs + b]), wsv);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), p, acc[i]);
+                          const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
+                          int64_t nb, float* y, int64_t ldy, int32_t nr, bool accumulate) {
+  const __mmask16 full = static_cast<__mmask16>(0xffff);
+  const __mmask16 last = nr >= 16 ? full : static_cast<__mmask16>((1u << nr) - 1u);
+  __m512 acc[MR][P];
+  for (int i = 0; i < MR; ++i) {
+    for (int h = 0; h < P; ++h) {
+      acc[i][h] = accumulate ? _mm512_maskz_loadu_ps(h == P - 1 ? last : full, y + i * ldy + 16 * h)
+                             : _mm512_setzero_ps();
     }
   }
-  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(y + i * ldy, km, acc[i]);
-}
-
-// i8_micro_rows over two adjacent panels (KernelTable::i8_micro2): each
-// broadcast of x feeds the dot products of both, halving the loads per dot
-// product; the per-output sequence is the one-panel kernel's.
-template <int MR, bool kVnni>
-inline void i8_micro2_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                           const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
-                           int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) {
-  const __mmask16 k2 = nr2 >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << nr2) - 1u);
-  __m512 acc[MR][2];
-  for (int i = 0; i < MR; ++i) {
-    acc[i][0] = accumulate ? _mm512_loadu_ps(y + i * ldy) : _mm512_setzero_ps();
-    acc[i][1] = accumulate ? _mm512_maskz_loadu_ps(k2, y + i * ldy + 16) : _mm512_setzero_ps();
-  }
   for (int64_t b = 0; b < nb; ++b) {
-    __m512i wv[2][4];
-    __m512 wsv[2];
-    for (int h = 0; h < 2; ++h) {
+    __m512i wv[P][4];
+    __m512 wsv[P];
+    for (int h = 0; h < P; ++h) {
       const uint8_t* wb = wq + h * wq_stride + b * 256;
       for (int64_t t = 0; t < 4; ++t) wv[h][t] = _mm512_loadu_si512(wb + t * 64);
       wsv[h] = _mm512_loadu_ps(ws + h * ws_stride + b * 16);
     }
     for (int i = 0; i < MR; ++i) {
       const int8_t* xb = xq + i * ldxq + b * 16;
-      const __m512i c = _mm512_set1_epi32(xc[i * ldxs + b]);
-      __m512i d0 = c, d1 = c;
+      __m512i d[P];
+      for (int h = 0; h < P; ++h) d[h] = _mm512_set1_epi32(xc[i * ldxs + b]);
+      // u8 (<= 126) x s8 (|x| <= 127) pairs: no int16 saturation without VNNI.
       for (int64_t t = 0; t < 4; ++t) {
-        if constexpr (kVnni) {
+        if constexpr (kVnni && P > 1) {  // one broadcast register for the P dot products
           int32_t x4;
           std::memcpy(&x4, xb + 4 * t, 4);
           const __m512i xv = _mm512_set1_epi32(x4);
-          d0 = i8_dot4<kVnni>(d0, wv[0][t], xv);
-          d1 = i8_dot4<kVnni>(d1, wv[1][t], xv);
+          for (int h = 0; h < P; ++h) d[h] = i8_dot4<kVnni>(d[h], wv[h][t], xv);
         } else {
-          d0 = i8_dot4_bcst<kVnni>(d0, wv[0][t], xb + 4 * t);
-          d1 = i8_dot4_bcst<kVnni>(d1, wv[1][t], xb + 4 * t);
+          for (int h = 0; h < P; ++h) d[h] = i8_dot4_bcst<kVnni>(d[h], wv[h][t], xb + 4 * t);
         }
       }
       const __m512 xsv = _mm512_set1_ps(xs[i * ldxs + b]);
-      acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(xsv, wsv[0]), acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(xsv, wsv[1]), acc[i][1]);
+      for (int h = 0; h < P; ++h)
+        acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[h]), _mm512_mul_ps(xsv, wsv[h]), acc[i][h]);
     }
   }
   for (int i = 0; i < MR; ++i) {
-    _mm512_storeu_ps(y + i * ldy, acc[i][0]);
-    _mm512_mask_storeu_ps(y + i * ldy + 16, k2, acc[i][1]);
+    for (int h = 0; h < P; ++h)
+      _mm512_mask_storeu_ps(y + i * ldy + 16 * h, h == P - 1 ? last : full, acc[i][h]);
   }
 }
 
@@ -208,8 +187,8 @@ void i8_micro2_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int
                       int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
                       int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) {
   with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
-    i8_micro2_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, wq, wq_stride, ws, ws_stride, nb, y,
-                                                 ldy, nr2, accumulate);
+    i8_micro_rows<decltype(rows)::value, 2, kVnni>(xq, ldxq, xs, xc, ldxs, wq, wq_stride, ws, ws_stride, nb,
+                                                   y, ldy, nr2, accumulate);
   });
 }
 
@@ -218,7 +197,8 @@ void i8_micro_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int3
                      int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
                      int32_t nr, bool accumulate) {
   with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
-    i8_micro_rows<decltype(rows)::value, kVnni>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+    i8_micro_rows<decltype(rows)::value, 1, kVnni>(xq, ldxq, xs, xc, ldxs, wq, 0, ws, 0, nb, y, ldy, nr,
+                                                   accumulate);
   });
 }
 
