@@ -144,7 +144,7 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   __m512 acc[MR][P];
   for (int i = 0; i < MR; ++i) {
     for (int h = 0; h < P; ++h) {
-      acc[i][h] = accumulate ? _mm512_maskz_loadu_ps(h == P - 1 ? last : full, y + i * ldy + 16 * h)
+      acc[i][h] = accumulate ? _mm512_maskz_loadu_ps(h == P - 1 ? last : full, y + i * ldy + int64_t{16} * h)
                              : _mm512_setzero_ps();
     }
   }
@@ -178,7 +178,7 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   }
   for (int i = 0; i < MR; ++i) {
     for (int h = 0; h < P; ++h)
-      _mm512_mask_storeu_ps(y + i * ldy + 16 * h, h == P - 1 ? last : full, acc[i][h]);
+      _mm512_mask_storeu_ps(y + i * ldy + int64_t{16} * h, h == P - 1 ? last : full, acc[i][h]);
   }
 }
 
