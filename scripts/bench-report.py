@@ -21,6 +21,14 @@ def cell(r):
     return f"{fig} ({100 * frac:.0f} %)" if frac is not None else fig
 
 
+def icell(r):
+    if r is None or "fraction_of_int8_dot" not in r:
+        return "—"
+    blk = r.get("fraction_of_int8_block")
+    tail = f" / {100 * blk:.0f} %" if blk is not None else ""
+    return f"{r['gflop_per_s']:.0f} ({100 * r['fraction_of_int8_dot']:.0f} %{tail})"
+
+
 def main(path):
     j = json.load(open(path))
     lim = j["limits"]
@@ -29,7 +37,8 @@ def main(path):
           f"BLAS {j.get('blas', 'none')}.")
     print(f"Limits measured in the run: DRAM read {lim['dram_read_gb_per_s']:.1f} GB/s, "
           f"L3 read {lim['l3_read_gb_per_s']:.1f} GB/s, fp32 FMA roof {lim['fp32_fma_gflop_per_s']:.0f} GFLOP/s, "
-          f"int8 roof {lim['int8_dot_gop_per_s']:.0f} GOP/s ({lim['int8_dot_note'].split(',')[0]}); "
+          f"int8 roof {lim['int8_dot_gop_per_s']:.0f} GOP/s ({lim['int8_dot_note'].split(',')[0]}), "
+          f"block-scaled int8 roof {lim.get('int8_block_gop_per_s', 0):.0f} GOP/s; "
           f"load average {j.get('load_average_at_start', '?')} at start, {j.get('load_average_at_end', '?')} at end.")
     print()
     cols = [("gemv/gemm", "nvfp4", "exact"), ("gemv/gemm", "nvfp4", "fast"), ("scaled_mm", "nvfp4-w4a4", "exact"),
@@ -66,6 +75,16 @@ def main(path):
         for mm in ms:
             print(f"| {mm} | " + " | ".join(cell(find(c, f, mo, n, k, mm)) for c, f, mo in cols) + " |")
         print()
+        icols = [(c, f, mo, nm) for (c, f, mo), nm in zip(cols, names) if mo == "fast" or "w4a4" in f]
+        if any("fraction_of_int8_dot" in (find(c, f, mo, n, k, mm) or {}) for c, f, mo, _ in icols for mm in ms):
+            print(f"N×K = {n}×{k}, integer cases: GOP/s (fraction of the int8 roof / of the block-scaled int8 "
+                  "roof), GEMV included.")
+            print()
+            print("| M | " + " | ".join(nm for _, _, _, nm in icols) + " |")
+            print("|---" * (len(icols) + 1) + "|")
+            for mm in ms:
+                print(f"| {mm} | " + " | ".join(icell(find(c, f, mo, n, k, mm)) for c, f, mo, _ in icols) + " |")
+            print()
     print("| other case | median ms | figure |")
     print("|---|---|---|")
     for r in rs:

@@ -7,7 +7,9 @@
 // over a buffer that fits the L3), the fp32 FMA roof of the active ISA, an
 // int8 dot-product roof probed with the best integer instruction the CPU
 // has (vpdpbusd with AVX512-VNNI, else vpmaddubsw + vpmaddwd + vpaddd; sdot
-// on aarch64 with dotprod), and
+// on aarch64 with dotprod), the block-scaled roof of the same instruction
+// (with the fp32 work each 16-element block needs; every integer case is
+// also given as a fraction of both), and
 // OpenBLAS cblas_sgemm (dlopen; OpenBLAS preferred over a reference BLAS).
 // GEMV (M <= 8) rotates distinct weight copies over a working set larger
 // than the L3 (--working-set MB; default the larger of 96 MiB and twice the
@@ -240,9 +242,118 @@ __attribute__((target("avx2"))) double int8_probe_avx2(int64_t iters) {
 #undef STEP
 #undef SUM
 }
+// Block-scaled integer roof: the least work a kernel does per 16-element
+// block of a 4-bit x int8 product whose result honours the per-block
+// scales (the fixed fp32 sequence of the integer kernels): per 16 outputs
+// and block, the block's dot products (4 of 4 elements), one int32 -> fp32
+// conversion, one product of the two scales and one FMA into the
+// accumulator. On CPUs where the FP multiplier shares its ports with the
+// dot-product instruction (a Zen 5: 16 vpdpbusd take 8 cycles, 4 vmulps or
+// FMAs add 2, vcvtdq2ps and loads add nothing) this is below the int8
+// roof at every M; the benchmark reports both fractions. Six (AVX2: four)
+// independent rows, all operands made opaque every round.
+#define NVFP4_BENCH_6R(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define NVFP4_BENCH_4R(X) X(0) X(1) X(2) X(3)
+// (GCC 12 warns that the undefined pass-through operand of the conversion
+// intrinsics "may be used uninitialized" in target-attribute functions.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_block_probe_vnni(int64_t iters) {
+#define DECL(i)                                                                           \
+  __m512 a##i = _mm512_set1_ps(static_cast<float>(i)), s##i = _mm512_set1_ps(0.5f + (i)); \
+  __m512i x##i = _mm512_set1_epi8(static_cast<char>(-5 - (i)));
+#define STEP(i)                                                                                             \
+  {                                                                                                         \
+    const __m512i d = _mm512_dpbusd_epi32(                                                                  \
+        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, w0, x##i), w1, x##i), w2, x##i), w3, \
+        x##i);                                                                                              \
+    a##i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s##i, ws), a##i);                           \
+  }
+#define SUM(i) sum = _mm512_add_ps(sum, a##i);
+  NVFP4_BENCH_6R(DECL)
+  __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(5), w2 = _mm512_set1_epi8(7),
+          w3 = _mm512_set1_epi8(9);
+  const __m512i z = _mm512_setzero_si512();
+  __m512 ws = _mm512_set1_ps(0.25f);
+  for (int64_t r = 0; r < iters; ++r) {
+    __asm__ volatile("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3), "+v"(ws));
+    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5));
+    NVFP4_BENCH_6R(STEP)
+  }
+  __m512 sum = _mm512_setzero_ps();
+  NVFP4_BENCH_6R(SUM)
+  keep_vector(sum);
+  return static_cast<double>(iters) * 6 * 4 * 64 * 2;
+#undef DECL
+#undef STEP
+#undef SUM
+}
+__attribute__((target("avx512f,avx512bw"))) double int8_block_probe_avx512bw(int64_t iters) {
+#define DECL(i)                                                                           \
+  __m512 a##i = _mm512_set1_ps(static_cast<float>(i)), s##i = _mm512_set1_ps(0.5f + (i)); \
+  __m512i x##i = _mm512_set1_epi8(static_cast<char>(-5 - (i)));
+#define DOT(acc, w, x) _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), ones))
+#define STEP(i)                                                                      \
+  {                                                                                  \
+    const __m512i d = DOT(DOT(DOT(DOT(z, w0, x##i), w1, x##i), w2, x##i), w3, x##i); \
+    a##i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s##i, ws), a##i);    \
+  }
+#define SUM(i) sum = _mm512_add_ps(sum, a##i);
+  NVFP4_BENCH_6R(DECL)
+  __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(5), w2 = _mm512_set1_epi8(7),
+          w3 = _mm512_set1_epi8(9);
+  const __m512i z = _mm512_setzero_si512(), ones = _mm512_set1_epi16(1);
+  __m512 ws = _mm512_set1_ps(0.25f);
+  for (int64_t r = 0; r < iters; ++r) {
+    __asm__ volatile("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3), "+v"(ws));
+    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5));
+    NVFP4_BENCH_6R(STEP)
+  }
+  __m512 sum = _mm512_setzero_ps();
+  NVFP4_BENCH_6R(SUM)
+  keep_vector(sum);
+  return static_cast<double>(iters) * 6 * 4 * 64 * 2;
+#undef DECL
+#undef DOT
+#undef STEP
+#undef SUM
+}
+__attribute__((target("avx2,fma"))) double int8_block_probe_avx2(int64_t iters) {
+#define DECL(i)                                        \
+  __m256 a##i = _mm256_set1_ps(static_cast<float>(i)); \
+  __m256i x##i = _mm256_set1_epi8(static_cast<char>(-5 - (i)));
+#define DOT(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones))
+#define STEP(i)                                                                                         \
+  {                                                                                                     \
+    const __m256i d = DOT(DOT(DOT(DOT(z, w0, x##i), w1, x##i), w2, x##i), w3, x##i);                    \
+    a##i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(_mm256_set1_ps(0.5f + (i)), ws), a##i); \
+  }
+#define SUM(i) sum = _mm256_add_ps(sum, a##i);
+  NVFP4_BENCH_4R(DECL)
+  __m256i w0 = _mm256_set1_epi8(3), w1 = _mm256_set1_epi8(5), w2 = _mm256_set1_epi8(7),
+          w3 = _mm256_set1_epi8(9);
+  const __m256i z = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1);
+  __m256 ws = _mm256_set1_ps(0.25f);
+  for (int64_t r = 0; r < iters; ++r) {
+    __asm__ volatile("" : "+x"(w0), "+x"(w1), "+x"(w2), "+x"(w3), "+x"(ws));
+    __asm__ volatile("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3));
+    NVFP4_BENCH_4R(STEP)
+  }
+  __m256 sum = _mm256_setzero_ps();
+  NVFP4_BENCH_4R(SUM)
+  keep_vector(sum);
+  return static_cast<double>(iters) * 4 * 4 * 32 * 2;
+#undef DECL
+#undef DOT
+#undef STEP
+#undef SUM
+}
+#pragma GCC diagnostic pop
 #undef NVFP4_BENCH_6
 #undef NVFP4_BENCH_4
 #elif defined(__aarch64__)
+#define NVFP4_BENCH_6R(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define NVFP4_BENCH_4R(X) X(0) X(1) X(2) X(3)
 __attribute__((target("arch=armv8.2-a+dotprod"))) double int8_probe_sdot(int64_t iters) {
 #define DECL(i) int32x4_t a##i = vdupq_n_s32(i);
 #define STEP(i) a##i = vdotq_s32(a##i, b, c);
@@ -261,32 +372,71 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) double int8_probe_sdot(int64_t
 #undef STEP
 #undef SUM
 }
+// The block-scaled roof on aarch64 (see int8_block_probe_vnni): 4 sdot, one
+// scvtf, one fmul and one fmla per 4 outputs and block.
+__attribute__((target("arch=armv8.2-a+dotprod"))) double int8_block_probe_sdot(int64_t iters) {
+#define DECL(i)                                                                          \
+  float32x4_t a##i = vdupq_n_f32(static_cast<float>(i)), s##i = vdupq_n_f32(0.5f + (i)); \
+  int8x16_t x##i = vdupq_n_s8(static_cast<int8_t>(-5 - (i)));
+#define STEP(i)                                                                                \
+  {                                                                                            \
+    const int32x4_t d =                                                                        \
+        vdotq_s32(vdotq_s32(vdotq_s32(vdotq_s32(z, w0, x##i), w1, x##i), w2, x##i), w3, x##i); \
+    a##i = vfmaq_f32(a##i, vcvtq_f32_s32(d), vmulq_f32(s##i, ws));                             \
+  }
+#define SUM(i) sum = vaddq_f32(sum, a##i);
+  NVFP4_BENCH_6R(DECL)
+  int8x16_t w0 = vdupq_n_s8(3), w1 = vdupq_n_s8(5), w2 = vdupq_n_s8(7), w3 = vdupq_n_s8(9);
+  const int32x4_t z = vdupq_n_s32(0);
+  float32x4_t ws = vdupq_n_f32(0.25f);
+  for (int64_t r = 0; r < iters; ++r) {
+    __asm__ volatile("" : "+w"(w0), "+w"(w1), "+w"(w2), "+w"(w3), "+w"(ws));
+    __asm__ volatile("" : "+w"(x0), "+w"(x1), "+w"(x2), "+w"(x3), "+w"(x4), "+w"(x5));
+    NVFP4_BENCH_6R(STEP)
+  }
+  float32x4_t sum = vdupq_n_f32(0.0f);
+  NVFP4_BENCH_6R(SUM)
+  keep_vector(sum);
+  return static_cast<double>(iters) * 6 * 4 * 16 * 2;
+#undef DECL
+#undef STEP
+#undef SUM
+}
 #endif
 #undef NVFP4_BENCH_12
+#undef NVFP4_BENCH_6R
+#undef NVFP4_BENCH_4R
 
-// The int8 probe for this CPU and its instruction's name (nullptr: none).
-double (*int8_probe(std::string* name))(int64_t) {
+// The int8 probe for this CPU and its instruction's name (nullptr: none),
+// and in *block the block-scaled probe of the same instruction.
+using ProbeFn = double (*)(int64_t);
+ProbeFn int8_probe(std::string* name, ProbeFn* block) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
     *name = "vpdpbusd zmm (AVX512-VNNI)";
+    *block = int8_block_probe_vnni;
     return int8_probe_vnni;
   }
   if (__builtin_cpu_supports("avx512bw")) {
     *name = "vpmaddubsw + vpmaddwd + vpaddd zmm (AVX-512BW)";
+    *block = int8_block_probe_avx512bw;
     return int8_probe_avx512bw;
   }
-  if (__builtin_cpu_supports("avx2")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     *name = "vpmaddubsw + vpmaddwd + vpaddd ymm (AVX2)";
+    *block = int8_block_probe_avx2;
     return int8_probe_avx2;
   }
 #elif defined(__aarch64__)
   if ((getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0) {
     *name = "sdot (NEON dotprod)";
+    *block = int8_block_probe_sdot;
     return int8_probe_sdot;
   }
 #endif
   *name = "none";
+  *block = nullptr;
   return nullptr;
 }
 
@@ -742,9 +892,11 @@ int bench_main(int argc, char** argv) {
   const int64_t probe_iters = o.quick ? 2000000 : 10000000;
   const double fma_roof = probe_rate(kt.fma_probe, probe_iters, threads);
   std::string int8_name;
-  double int8_roof = 0;
-  double (*int8_fn)(int64_t) = int8_probe(&int8_name);
+  double int8_roof = 0, int8_block_roof = 0;
+  ProbeFn int8_block_fn = nullptr;
+  const ProbeFn int8_fn = int8_probe(&int8_name, &int8_block_fn);
   if (int8_fn != nullptr) int8_roof = probe_rate(int8_fn, probe_iters, threads);
+  if (int8_block_fn != nullptr) int8_block_roof = probe_rate(int8_block_fn, probe_iters / 4, threads);
   out["limits"] = {
       {"dram_read_gb_per_s", bw},
       {"dram_read_best_gb_per_s", bw_best},
@@ -756,7 +908,12 @@ int bench_main(int argc, char** argv) {
       {"fp32_fma_note", "12 independent FMA chains per thread at the active ISA's width"},
       {"int8_dot_gop_per_s", int8_roof},
       {"int8_dot_note", int8_name + ", independent chains per thread (12 of a dot-product instruction; 4-6 of"
-                                    " maddubs+madd with distinct operands); 2 ops per int8 multiply-add"}};
+                                    " maddubs+madd with distinct operands); 2 ops per int8 multiply-add"},
+      {"int8_block_gop_per_s", int8_block_roof},
+      {"int8_block_note",
+       "the same instruction with the per-block work of a block-scaled product: per 16-element block and "
+       "vector of outputs 4 dot products, one int32->fp32 conversion, one scale product, one FMA (6 "
+       "independent rows per thread; AVX2 4)"}};
   std::string blas_name;
   const sgemm_fn sgemm = load_blas(&blas_name, threads);
   out["blas"] = sgemm != nullptr ? blas_name : "none found";
@@ -886,6 +1043,10 @@ int bench_main(int argc, char** argv) {
       const double int8_here = gemv || int8_roof == 0
                                    ? int8_roof
                                    : std::max(int8_roof, probe_rate(int8_fn, probe_iters / 10, threads));
+      const double int8_block_here =
+          gemv || int8_block_roof == 0
+              ? int8_block_roof
+              : std::max(int8_block_roof, probe_rate(int8_block_fn, probe_iters / 40, threads));
       auto limit_of = [&](double ms, double bytes, bool integer) {
         return gemv ? bytes / (ms * 1e6) / bw_here : flops / (ms * 1e6) / (integer ? int8_here : fma_here);
       };
@@ -960,6 +1121,15 @@ int bench_main(int argc, char** argv) {
       for (size_t i = first_of_case; i < results.size(); ++i) {
         const std::string lim = results[i]["limit"].get<std::string>();
         results[i]["limit_value"] = lim == "dram_read" ? bw_here : (lim == "int8_dot" ? int8_here : fma_here);
+        // Integer cases (fast mode, W4A4), GEMV included: also as fractions
+        // of the int8 roof and of the block-scaled roof.
+        const std::string mode = results[i]["mode"].get<std::string>();
+        const std::string fmt = results[i]["format"].get<std::string>();
+        if ((mode == "fast" || fmt.find("w4a4") != std::string::npos) && int8_here > 0) {
+          const double gops = results[i]["gflop_per_s"].get<double>();
+          results[i]["fraction_of_int8_dot"] = gops / int8_here;
+          if (int8_block_here > 0) results[i]["fraction_of_int8_block"] = gops / int8_block_here;
+        }
       }
     }
     // Hot GEMV (weights resident in the L3), M = 1: fraction of L3 bandwidth.
