@@ -322,11 +322,17 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
 #pragma GCC unroll 8
       for (int n = 0; n < 8; ++n) xv[n] = _mm512_loadu_ps(xc + int64_t{16} * n);
     }
-    auto x_at = [&](int i, int n) {
-      return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xc + int64_t{128} * i + int64_t{16} * n);
-    };
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
+      // M > 1: x is an FMA memory operand, loaded again for every row (the
+      // pointer made opaque per row): GCC otherwise kept the 8 M vectors of
+      // the chunk in registers across the R rows and spilled the weights
+      // (R = 4 at M = 2: 35 live vectors).
+      const float* xr = xc;
+      if constexpr (M > 1 && M <= 3) __asm__("" : "+r"(xr));
+      auto x_at = [&](int i, int n) {
+        return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xr + int64_t{128} * i + int64_t{16} * n);
+      };
       const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
       _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + ahead), _MM_HINT_T0);
       __m512 t[M];
