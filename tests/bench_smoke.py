@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Smoke test of nvfp4-bench and scripts/bench-report.py (no timing is
+checked: the figures only have to be there and be positive).
+
+Runs the bench on a tiny shape, checks that the JSON carries every limit,
+that each result has its limit and fraction, that the integer cases carry
+their fractions of the int8 roof and of the block-scaled int8 roof when the
+CPU has an int8 probe, and that the report script turns it into tables.
+
+Usage: bench_smoke.py NVFP4_BENCH REPO_ROOT
+"""
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from contextlib import redirect_stdout
+
+
+def main(bench, root):
+    out = subprocess.run([bench, "--quick", "--threads", "2", "--only", "products", "--shapes", "256x256",
+                          "--ms", "1,16", "--working-set", "8", "--max-case-seconds", "0.2"],
+                         check=True, capture_output=True, text=True).stdout
+    j = json.loads(out)
+    lim = j["limits"]
+    for key in ("dram_read_gb_per_s", "l3_read_gb_per_s", "fp32_fma_gflop_per_s", "int8_dot_gop_per_s",
+                "int8_block_gop_per_s"):
+        assert key in lim, f"limits.{key} missing"
+    assert lim["fp32_fma_gflop_per_s"] > 0 and lim["dram_read_gb_per_s"] > 0
+    has_int8 = lim["int8_dot_gop_per_s"] > 0
+    assert (lim["int8_block_gop_per_s"] > 0) == has_int8, "the block-scaled probe goes with the int8 probe"
+    rs = j["results"]
+    assert {r["m"] for r in rs} == {1, 16}, "one case per M asked for"
+    integer = 0
+    for r in rs:
+        assert r["median_ms"] > 0 and r["fraction_of_limit"] > 0, r
+        if r["mode"] == "fast" or "w4a4" in r["format"]:
+            integer += 1
+            if has_int8:
+                assert r["fraction_of_int8_dot"] > 0 and r["fraction_of_int8_block"] > 0, r
+                # the block-scaled roof is the lower one
+                assert r["fraction_of_int8_block"] >= r["fraction_of_int8_dot"] * 0.999, r
+        else:
+            assert "fraction_of_int8_dot" not in r, r
+    assert integer == 10, f"5 integer cases per M, got {integer}"
+
+    spec = importlib.util.spec_from_file_location("bench_report", os.path.join(root, "scripts", "bench-report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "run.json")
+        with open(path, "w") as f:
+            f.write(out)
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            report.main(path)
+    text = buf.getvalue()
+    assert "N×K = 256×256" in text and "block-scaled int8 roof" in text, text
+    if has_int8:
+        assert "integer cases" in text, text
+    print("bench smoke: OK,", len(rs), "cases")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
