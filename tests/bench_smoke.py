@@ -39,9 +39,9 @@ def main(bench, root):
         if r["mode"] == "fast" or "w4a4" in r["format"]:
             integer += 1
             if has_int8:
+                # (no comparison between the two: both are timings, and a
+                # disturbed probe may read either one low)
                 assert r["fraction_of_int8_dot"] > 0 and r["fraction_of_int8_block"] > 0, r
-                # the block-scaled roof is the lower one
-                assert r["fraction_of_int8_block"] >= r["fraction_of_int8_dot"] * 0.999, r
         else:
             assert "fraction_of_int8_dot" not in r, r
     assert integer == 10, f"5 integer cases per M, got {integer}"
