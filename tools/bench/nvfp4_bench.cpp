@@ -258,66 +258,47 @@ __attribute__((target("avx2"))) double int8_probe_avx2(int64_t iters) {
 // intrinsics "may be used uninitialized" in target-attribute functions.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_block_probe_vnni(int64_t iters) {
-#define DECL(i)                                                                           \
+// The AVX-512 block-scaled probes share their loop; DOT(acc, w, x) is each
+// one's dot-product step (4 elements per lane).
+#define NVFP4_BLOCK512_DECL(i)                                                            \
   __m512 a##i = _mm512_set1_ps(static_cast<float>(i)), s##i = _mm512_set1_ps(0.5f + (i)); \
   __m512i x##i = _mm512_set1_epi8(static_cast<char>(-5 - (i)));
-#define STEP(i)                                                                                             \
-  {                                                                                                         \
-    const __m512i d = _mm512_dpbusd_epi32(                                                                  \
-        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, w0, x##i), w1, x##i), w2, x##i), w3, \
-        x##i);                                                                                              \
-    a##i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s##i, ws), a##i);                           \
-  }
-#define SUM(i) sum = _mm512_add_ps(sum, a##i);
-  NVFP4_BENCH_6R(DECL)
-  __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(5), w2 = _mm512_set1_epi8(7),
-          w3 = _mm512_set1_epi8(9);
-  const __m512i z = _mm512_setzero_si512();
-  __m512 ws = _mm512_set1_ps(0.25f);
-  for (int64_t r = 0; r < iters; ++r) {
-    __asm__ volatile("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3), "+v"(ws));
-    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5));
-    NVFP4_BENCH_6R(STEP)
-  }
-  __m512 sum = _mm512_setzero_ps();
-  NVFP4_BENCH_6R(SUM)
-  keep_vector(sum);
-  return static_cast<double>(iters) * 6 * 4 * 64 * 2;
-#undef DECL
-#undef STEP
-#undef SUM
-}
-__attribute__((target("avx512f,avx512bw"))) double int8_block_probe_avx512bw(int64_t iters) {
-#define DECL(i)                                                                           \
-  __m512 a##i = _mm512_set1_ps(static_cast<float>(i)), s##i = _mm512_set1_ps(0.5f + (i)); \
-  __m512i x##i = _mm512_set1_epi8(static_cast<char>(-5 - (i)));
-#define DOT(acc, w, x) _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), ones))
-#define STEP(i)                                                                      \
+#define NVFP4_BLOCK512_STEP(i)                                                       \
   {                                                                                  \
     const __m512i d = DOT(DOT(DOT(DOT(z, w0, x##i), w1, x##i), w2, x##i), w3, x##i); \
     a##i = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(s##i, ws), a##i);    \
   }
-#define SUM(i) sum = _mm512_add_ps(sum, a##i);
-  NVFP4_BENCH_6R(DECL)
-  __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(5), w2 = _mm512_set1_epi8(7),
-          w3 = _mm512_set1_epi8(9);
-  const __m512i z = _mm512_setzero_si512(), ones = _mm512_set1_epi16(1);
-  __m512 ws = _mm512_set1_ps(0.25f);
-  for (int64_t r = 0; r < iters; ++r) {
-    __asm__ volatile("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3), "+v"(ws));
-    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5));
-    NVFP4_BENCH_6R(STEP)
-  }
-  __m512 sum = _mm512_setzero_ps();
-  NVFP4_BENCH_6R(SUM)
-  keep_vector(sum);
+#define NVFP4_BLOCK512_SUM(i) sum = _mm512_add_ps(sum, a##i);
+#define NVFP4_BLOCK512_BODY                                                             \
+  NVFP4_BENCH_6R(NVFP4_BLOCK512_DECL)                                                   \
+  __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(5), w2 = _mm512_set1_epi8(7), \
+          w3 = _mm512_set1_epi8(9);                                                     \
+  const __m512i z = _mm512_setzero_si512();                                             \
+  __m512 ws = _mm512_set1_ps(0.25f);                                                    \
+  for (int64_t r = 0; r < iters; ++r) {                                                 \
+    __asm__ volatile("" : "+v"(w0), "+v"(w1), "+v"(w2), "+v"(w3), "+v"(ws));            \
+    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3), "+v"(x4), "+v"(x5));  \
+    NVFP4_BENCH_6R(NVFP4_BLOCK512_STEP)                                                 \
+  }                                                                                     \
+  __m512 sum = _mm512_setzero_ps();                                                     \
+  NVFP4_BENCH_6R(NVFP4_BLOCK512_SUM)                                                    \
+  keep_vector(sum);                                                                     \
   return static_cast<double>(iters) * 6 * 4 * 64 * 2;
-#undef DECL
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8_block_probe_vnni(int64_t iters) {
+#define DOT(acc, w, x) _mm512_dpbusd_epi32(acc, w, x)
+  NVFP4_BLOCK512_BODY
 #undef DOT
-#undef STEP
-#undef SUM
 }
+__attribute__((target("avx512f,avx512bw"))) double int8_block_probe_avx512bw(int64_t iters) {
+#define DOT(acc, w, x) \
+  _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)))
+  NVFP4_BLOCK512_BODY
+#undef DOT
+}
+#undef NVFP4_BLOCK512_BODY
+#undef NVFP4_BLOCK512_SUM
+#undef NVFP4_BLOCK512_STEP
+#undef NVFP4_BLOCK512_DECL
 __attribute__((target("avx2,fma"))) double int8_block_probe_avx2(int64_t iters) {
 #define DECL(i)                                        \
   __m256 a##i = _mm256_set1_ps(static_cast<float>(i)); \
