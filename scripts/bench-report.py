@@ -41,11 +41,12 @@ def main(path):
           f"block-scaled int8 roof {lim.get('int8_block_gop_per_s', 0):.0f} GOP/s; "
           f"load average {j.get('load_average_at_start', '?')} at start, {j.get('load_average_at_end', '?')} at end.")
     print()
-    cols = [("gemv/gemm", "nvfp4", "exact"), ("gemv/gemm", "nvfp4", "fast"), ("scaled_mm", "nvfp4-w4a4", "exact"),
-            ("gemv/gemm", "nf4", "exact"), ("gemv/gemm", "nf4", "fast"), ("gemv/gemm", "mxfp4", "exact"),
-            ("gemv/gemm", "mxfp4", "fast"), ("scaled_mm", "mxfp4-w4a4", "exact"), ("sgemm", "fp32", None)]
-    names = ["NVFP4 exact", "NVFP4 fast", "NVFP4 W4A4", "NF4 exact", "NF4 fast", "MXFP4 exact", "MXFP4 fast",
-             "MXFP4 W4A4", "OpenBLAS sgemm"]
+    cols = [("gemv/gemm", "nvfp4", "exact"), ("gemv/gemm", "nvfp4", "fast"), ("gemv/gemm", "nvfp4", "fast-linear"),
+            ("scaled_mm", "nvfp4-w4a4", "exact"), ("gemv/gemm", "nf4", "exact"), ("gemv/gemm", "nf4", "fast"),
+            ("gemv/gemm", "nf4", "fast-linear"), ("gemv/gemm", "mxfp4", "exact"), ("gemv/gemm", "mxfp4", "fast"),
+            ("scaled_mm", "mxfp4-w4a4", "exact"), ("sgemm", "fp32", None)]
+    names = ["NVFP4 exact", "NVFP4 fast", "NVFP4 fast linear", "NVFP4 W4A4", "NF4 exact", "NF4 fast",
+             "NF4 fast linear", "MXFP4 exact", "MXFP4 fast", "MXFP4 W4A4", "OpenBLAS sgemm"]
     rs = j["results"]
     shapes = []
     for r in rs:
@@ -75,7 +76,8 @@ def main(path):
         for mm in ms:
             print(f"| {mm} | " + " | ".join(cell(find(c, f, mo, n, k, mm)) for c, f, mo in cols) + " |")
         print()
-        icols = [(c, f, mo, nm) for (c, f, mo), nm in zip(cols, names) if mo == "fast" or "w4a4" in f]
+        icols = [(c, f, mo, nm) for (c, f, mo), nm in zip(cols, names)
+                 if (mo or "").startswith("fast") or "w4a4" in f]
         if any("fraction_of_int8_dot" in (find(c, f, mo, n, k, mm) or {}) for c, f, mo, _ in icols for mm in ms):
             print(f"N×K = {n}×{k}, integer cases: GOP/s (fraction of the int8 roof / of the block-scaled int8 "
                   "roof), GEMV included.")

@@ -36,7 +36,7 @@ def main(bench, root):
     integer = 0
     for r in rs:
         assert r["median_ms"] > 0 and r["fraction_of_limit"] > 0, r
-        if r["mode"] == "fast" or "w4a4" in r["format"]:
+        if r["mode"].startswith("fast") or "w4a4" in r["format"]:
             integer += 1
             if has_int8:
                 # (no comparison between the two: both are timings, and a
@@ -44,7 +44,8 @@ def main(bench, root):
                 assert r["fraction_of_int8_dot"] > 0 and r["fraction_of_int8_block"] > 0, r
         else:
             assert "fraction_of_int8_dot" not in r, r
-    assert integer == 10, f"5 integer cases per M, got {integer}"
+    # fast: NVFP4, MXFP4, NF4; fast-linear (session linears): NVFP4, NF4; W4A4: NVFP4, MXFP4
+    assert integer == 14, f"7 integer cases per M, got {integer}"
 
     spec = importlib.util.spec_from_file_location("bench_report", os.path.join(root, "scripts", "bench-report.py"))
     report = importlib.util.module_from_spec(spec)
@@ -59,7 +60,7 @@ def main(bench, root):
     text = buf.getvalue()
     assert "N×K = 256×256" in text and "block-scaled int8 roof" in text, text
     if has_int8:
-        assert "integer cases" in text, text
+        assert "integer cases" in text and "NVFP4 fast linear" in text, text
     print("bench smoke: OK,", len(rs), "cases")
 
 

@@ -1760,3 +1760,124 @@ TEST_CASE("fast mode reports the level that ran: the integer table, or its exact
   }
 #endif
 }
+
+TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of the row form",
+          "[kernels][int8]") {
+  int32_t reading = 0;
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    if (kt.i8_gemv_nvfp4 == nullptr || kt.i8_gemv_nf4 == nullptr) continue;
+    reading += kt.i8_reads_tiles ? 1 : 0;
+    for (int64_t k : {256, 384}) {
+      const int64_t n = 53, kb = k / 16;  // three groups of 16 rows and 5 rows not tiled
+      std::vector<uint8_t> wq, ws;
+      random_nvfp4(n, k, static_cast<uint32_t>(51 + k), wq, ws, false);
+      for (auto& b : ws) b &= 0x7f;
+      std::vector<uint8_t> tiles(static_cast<size_t>(kern::i8_tile_bytes(n, k)), 0xee);
+      REQUIRE(tiles.size() == static_cast<size_t>(48 * k / 2));
+      kern::i8_tile_codes(wq.data(), n, k, tiles.data());
+      // The documented order: byte 64d + 4r + e of tile (c, h) of group t.
+      CHECK(tiles[static_cast<size_t>(16 * (k / 2) + (1 * 4 + 2) * 256 + 64 * 3 + 4 * 5 + 1)] ==
+            wq[static_cast<size_t>((16 + 5) * (k / 2) + 1 * 64 + 2 * 16 + 4 * 3 + 1)]);
+      kern::NvWeights rows{wq.data(), ws.data(), 0.75f, k};
+      kern::NvWeights tiled = rows;
+      tiled.tiles = tiles.data();
+      Nf4Data d = random_nf4(n, k, 64, static_cast<uint32_t>(53 + k));
+      std::vector<uint8_t> ntiles(tiles.size());
+      kern::i8_tile_codes(d.q.data(), n, k, ntiles.data());
+      kern::Nf4Weights nrows = d.w();
+      nrows.k = k;
+      kern::Nf4Weights ntiled = nrows;
+      ntiled.tiles = ntiles.data();
+      for (int64_t m : {2, 5, 8, 13, 64}) {
+        INFO("isa " << q4::isa_name(isa) << " k=" << k << " m=" << m);
+        std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
+        std::vector<float> y0(static_cast<size_t>(m * n)), y1(y0.size(), -1.0f);
+        for (int32_t threads : {1, 2, 3}) {
+          kern::linear_nvfp4_int8(kt, x.data(), m, rows, n, y0.data(), threads);
+          kern::linear_nvfp4_int8(kt, x.data(), m, tiled, n, y1.data(), threads);
+          CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+          kern::linear_nf4_int8(kt, x.data(), m, nrows, n, y0.data(), threads);
+          kern::linear_nf4_int8(kt, x.data(), m, ntiled, n, y1.data(), threads);
+          CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+        }
+        // Row ranges that do not start on a group (the row form runs
+        // there) and ones that do.
+        std::vector<int8_t> xq(static_cast<size_t>(m * k));
+        std::vector<float> xs(static_cast<size_t>(m * kb));
+        std::vector<int32_t> xc(xs.size());
+        kt.i8_quantize_act(x.data(), k, m, k, xq.data(), k, xs.data(), xc.data(), kb, kern::kI8WeightBias);
+        for (auto [n0, n1] : {std::pair<int64_t, int64_t>{3, 40}, {16, 48}, {32, 53}}) {
+          INFO("rows " << n0 << ".." << n1);
+          std::vector<float> r0(static_cast<size_t>(m * (n1 - n0))), r1(r0.size(), -1.0f);
+          kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, static_cast<int32_t>(m), rows, n0, n1,
+                           0.5f, r0.data(), n1 - n0);
+          kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, static_cast<int32_t>(m), tiled, n0, n1,
+                           0.5f, r1.data(), n1 - n0);
+          CHECK(std::memcmp(r0.data(), r1.data(), r0.size() * 4) == 0);
+        }
+      }
+    }
+  }
+  if (reading == 0) WARN("SKIPPED tiled codes: no table this CPU runs reads them (the AVX-512 tables do)");
+}
+
+TEST_CASE("fast-mode session linears keep tiled codes where the table reads them: same bits, counted bytes",
+          "[kernels][int8][session]") {
+  const int64_t n = 40, k = 256;
+  Tensor w = t::random_float({n, k}, t::f32(), 91);
+  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+  float g = 0;
+  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+  Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
+  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = 64;
+  st.absmax = am.t();
+  Q4_op_options fast{};
+  Q4_op_options_init(&fast);
+  fast.math_mode = Q4_MATH_FAST;
+  for (int32_t isa : available_isas()) {
+    IsaGuard guard(isa);
+    const kern::KernelTable& kt = kern::table_for(isa);
+    for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+      INFO("isa " << Q4_isa_name(isa) << " format " << format);
+      int64_t bytes[2] = {0, 0};
+      for (int32_t mode : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+        Q4_session_config c = t::cpu_session_config();
+        c.math_mode = mode;
+        Q4_session* s = nullptr;
+        REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
+        Q4_weight_bundle b{};
+        Q4_weight_bundle_init(&b);
+        b.format = format;
+        b.source = Q4_WEIGHT_FLOAT;
+        b.weight = w.t();
+        Q4_linear* l = nullptr;
+        REQUIRE(Q4_linear_create(s, &b, &l) == Q4_OK);
+        Q4_linear_info info{};
+        info.struct_size = sizeof info;
+        REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+        bytes[mode == Q4_MATH_FAST ? 1 : 0] = info.weight_bytes;
+        if (mode == Q4_MATH_FAST) {
+          for (int64_t m : {2, 8, 40}) {
+            INFO("m " << m);
+            Tensor x = t::random_float({m, k}, t::f32(), 92), y({m, n}, t::f32()), ref({m, n}, t::f32());
+            REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+            if (format == Q4_FORMAT_NVFP4) {
+              REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, ref.t(), &fast) == Q4_OK);
+            } else {
+              REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, ref.t(), &fast) == Q4_OK);
+            }
+            CHECK(std::memcmp(y.data(), ref.data(), static_cast<size_t>(y.bytes)) == 0);
+          }
+        }
+        Q4_linear_destroy(l);
+        Q4_session_destroy(s);
+      }
+      // The tiles: the 32 rows of the two full groups of 16, K/2 bytes each.
+      CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? 32 * k / 2 : 0));
+    }
+  }
+}

@@ -36,6 +36,10 @@ struct PreparedWeight {
   int32_t block_shift = 6;         // log2(blocksize)
   const float* dequant = nullptr;  // fp32 [N, K] (dequant-matmul)
   const float* bias = nullptr;     // fp32 [N] (linears)
+  // NVFP4 (and MXFP4 in its NVFP4 form) or NF4 codes again in the tile
+  // order of kern::i8_tile_codes: a CPU linear in fast mode whose table
+  // reads them (KernelTable::i8_reads_tiles), K % 128 == 0, N >= 16.
+  const uint8_t* tiles = nullptr;
   // A linear of a CUDA session: every pointer above is CUDA device or
   // managed memory on `device` (never dereferenced on the host), NF4 keeps
   // its 16 code values there too.
@@ -52,8 +56,8 @@ struct PreparedWeight {
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;
-  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k}; }
-  kern::Nf4Weights nf4() const { return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift}; }
+  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k, nullptr, tiles}; }
+  kern::Nf4Weights nf4() const { return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift, tiles}; }
 };
 
 // A buffer owned by `w`, counted in `counters` when that is not null.

@@ -498,6 +498,27 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 
 }  // namespace
 
+int64_t i8_tile_bytes(int64_t n, int64_t k) {
+  return n / 16 * 16 * (k / 2);
+}
+
+void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t rb = k / 2;
+  for (int64_t t = 0; t + 16 <= n; t += 16) {
+    const uint8_t* src = q + t * rb;
+    uint8_t* dst = out + t * rb;
+    for (int64_t c = 0; c < k / 128; ++c) {
+      for (int64_t h = 0; h < 4; ++h) {
+        uint8_t* tile = dst + (c * 4 + h) * 256;
+        for (int64_t r = 0; r < 16; ++r) {
+          const uint8_t* row = src + r * rb + c * 64 + h * 16;
+          for (int64_t d = 0; d < 4; ++d) std::memcpy(tile + 64 * d + 4 * r, row + 4 * d, 4);
+        }
+      }
+    }
+  }
+}
+
 bool any_sign_bit(const uint8_t* bytes, int64_t n) {
   // 8-byte ORs (vectorized by the compiler), the sign bits tested once.
   uint64_t any = 0;

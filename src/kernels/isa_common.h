@@ -61,9 +61,11 @@ class NextGroupPrefetch {
   // and their scales, span(next, rows, &bytes) (nvfp4_scale_span,
   // nf4_scale_span; not called when rows <= 0), spread over `steps` calls
   // of step(). Addresses are kept as integers: the line holding a span's
-  // first byte may start before the array.
+  // first byte may start before the array. rows_too = false: the scales
+  // only (the caller prefetches the codes itself).
   template <class Span>
-  NextGroupPrefetch(Span&& span, const uint8_t* q, int64_t rb, int64_t next, int64_t rows, int64_t steps)
+  NextGroupPrefetch(Span&& span, const uint8_t* q, int64_t rb, int64_t next, int64_t rows, int64_t steps,
+                    bool rows_too = true)
       : rb_(rb) {
     if (rows <= 0) return;
     int64_t scale_bytes = 0;
@@ -71,7 +73,7 @@ class NextGroupPrefetch {
     scales_ = s0 / 64 * 64;
     scale_lines_ = static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
     rows_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);
-    total_ = scale_lines_ + rows * kRowLines;
+    total_ = scale_lines_ + (rows_too ? rows * kRowLines : 0);
     per_step_ = (total_ + steps - 1) / (steps > 0 ? steps : 1);
   }
   void step() {

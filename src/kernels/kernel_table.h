@@ -32,7 +32,24 @@ struct NvWeights {
   float g = 1.0f;
   int64_t k = 0;
   ScaleSigns* signs = nullptr;
+  // Optional (null: none): the codes of q again in the tile order of
+  // i8_tile_codes (a session linear's copy for the tables with
+  // i8_reads_tiles); only the integer GEMV entries read it.
+  const uint8_t* tiles = nullptr;
 };
+
+// The tile order of 4-bit codes [N, K] (K % 128 == 0, K/2 bytes per row):
+// the rows of every full group of 16 (rows 16t .. 16t+15, t < N/16) at
+// the group's own offset 16t * K/2, chunk by chunk of 128 elements: for
+// chunk c and quarter h (16 bytes of each row), 256 bytes at
+// 16t * K/2 + (c*4 + h) * 256 where byte 64d + 4r + e is byte
+// c*64 + h*16 + 4d + e of row 16t + r (d, e < 4, r < 16): the order in
+// which the AVX-512 integer GEMV puts them in registers (dword d of the
+// 16 rows in one vector), so it loads whole vectors from one stream
+// instead of 16 rows' quarters with a transpose. A last group of fewer
+// than 16 rows is not tiled (floor(N/16) * 16 * K/2 bytes in all).
+int64_t i8_tile_bytes(int64_t n, int64_t k);
+void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out);
 
 // Whether any of the n bytes has its top bit (the E4M3 sign) set.
 bool any_sign_bit(const uint8_t* bytes, int64_t n);
@@ -66,7 +83,8 @@ struct Nf4Weights {
   const float* lut = nullptr;
   int64_t k = 0;
   int64_t blocksize = 64;
-  int32_t block_shift = 6;  // log2(blocksize): blocksize is a power of two
+  int32_t block_shift = 6;         // log2(blocksize): blocksize is a power of two
+  const uint8_t* tiles = nullptr;  // as NvWeights::tiles (K % 128 == 0: row r at q + r*K/2)
 };
 
 // Activation rows of a GEMV entry: fp32, fp16 or bf16 elements at `data`
@@ -234,6 +252,10 @@ struct KernelTable {
   // (same decode, three instructions per dot product) measured 0.66-0.94x
   // of its panels at M = 8-64.
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
+  // Whether this table's integer GEMV entries read NvWeights::tiles /
+  // Nf4Weights::tiles when given (for m >= 2; the AVX-512 tables): session
+  // linears in fast mode keep that copy of their codes for such a table.
+  bool i8_reads_tiles = false;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
   // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each

@@ -970,6 +970,53 @@ int bench_main(int argc, char** argv) {
           std::abort();
       }
     }
+    // Fast-mode session linears on the same copies (packed bundles: each
+    // linear copies its weight and, where the table's integer GEMV reads
+    // them, adds its codes in the tile order; docs/api.md).
+    Q4_session* fast_session = nullptr;
+    std::vector<Q4_linear*> nv_lin, nf_lin;
+    if ((want("gemv") || want("gemm")) && o.fast_max_m > 0) {
+      Q4_session_config sc{};
+      Q4_session_config_init(&sc);
+      sc.target = Q4_TARGET_CPU;
+      sc.num_threads = threads;
+      sc.math_mode = Q4_MATH_FAST;
+      if (Q4_session_create(&sc, &fast_session) != Q4_OK) std::abort();
+      for (int64_t c = 0; c < copies; ++c) {
+        const size_t i = static_cast<size_t>(c);
+        DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
+                 ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
+        Q4_weight_bundle b{};
+        Q4_weight_bundle_init(&b);
+        b.format = Q4_FORMAT_NVFP4;
+        b.source = Q4_WEIGHT_PACKED;
+        b.scale_layout = Q4_SCALE_LINEAR;
+        b.weight = &tq;
+        b.scale = &ts;
+        b.global_scale = nv[i].g;
+        b.out_features = n;
+        b.in_features = k;
+        Q4_linear* l = nullptr;
+        if (Q4_linear_create(fast_session, &b, &l) != Q4_OK) std::abort();
+        nv_lin.push_back(l);
+        DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
+                 fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
+        NF4_state st{};
+        st.struct_size = sizeof st;
+        st.blocksize = 64;
+        st.absmax = &fa;
+        Q4_weight_bundle nb{};
+        Q4_weight_bundle_init(&nb);
+        nb.format = Q4_FORMAT_NF4;
+        nb.source = Q4_WEIGHT_PACKED;
+        nb.weight = &fq;
+        nb.nf4 = &st;
+        nb.out_features = n;
+        nb.in_features = k;
+        if (Q4_linear_create(fast_session, &nb, &l) != Q4_OK) std::abort();
+        nf_lin.push_back(l);
+      }
+    }
     for (int64_t m : ms_list) {
       const bool gemv = m <= 8;
       if (gemv ? !want("gemv") : !want("gemm")) continue;
@@ -1012,6 +1059,11 @@ int bench_main(int argc, char** argv) {
           if (NF4_scaled_mm(&tx, &tq, &st, nullptr, &ty, op) != Q4_OK) std::abort();
         });
       };
+      auto linear = [&](const std::vector<Q4_linear*>& ls) {
+        return median_ms(r, [&](int it) {
+          if (Q4_linear_forward(ls[static_cast<size_t>(it % rot)], &tx, &ty) != Q4_OK) std::abort();
+        });
+      };
       // The limits again, measured right before this case: on a shared
       // machine the load changes within a run. A short probe disturbed by
       // a neighbour reads low (a roof below what the case then achieves),
@@ -1043,6 +1095,9 @@ int bench_main(int argc, char** argv) {
         ms = nvfp4(&fast);
         add(result(cname, "nvfp4", "fast", m, n, k, ms, nv_bytes, flops, threads, 0), lim_i,
             limit_of(ms, nv_bytes, true));
+        ms = linear(nv_lin);
+        add(result(cname, "nvfp4", "fast-linear", m, n, k, ms, nv_bytes, flops, threads, 0), lim_i,
+            limit_of(ms, nv_bytes, true));
       }
       ms = mxfp4(&opts);
       jr = result(cname, "mxfp4", "exact", m, n, k, ms, mx_bytes, flops, threads, 0);
@@ -1060,6 +1115,9 @@ int bench_main(int argc, char** argv) {
       if (run_fast) {
         ms = nf4(&fast);
         add(result(cname, "nf4", "fast", m, n, k, ms, nf_bytes, flops, threads, 0), lim_i,
+            limit_of(ms, nf_bytes, true));
+        ms = linear(nf_lin);
+        add(result(cname, "nf4", "fast-linear", m, n, k, ms, nf_bytes, flops, threads, 0), lim_i,
             limit_of(ms, nf_bytes, true));
       }
       // NVFP4 W4A4 scaled_mm (activations quantized once, outside the timing).
@@ -1106,13 +1164,16 @@ int bench_main(int argc, char** argv) {
         // of the int8 roof and of the block-scaled roof.
         const std::string mode = results[i]["mode"].get<std::string>();
         const std::string fmt = results[i]["format"].get<std::string>();
-        if ((mode == "fast" || fmt.find("w4a4") != std::string::npos) && int8_here > 0) {
+        if ((mode.rfind("fast", 0) == 0 || fmt.find("w4a4") != std::string::npos) && int8_here > 0) {
           const double gops = results[i]["gflop_per_s"].get<double>();
           results[i]["fraction_of_int8_dot"] = gops / int8_here;
           if (int8_block_here > 0) results[i]["fraction_of_int8_block"] = gops / int8_block_here;
         }
       }
     }
+    for (Q4_linear* l : nv_lin) Q4_linear_destroy(l);
+    for (Q4_linear* l : nf_lin) Q4_linear_destroy(l);
+    if (fast_session != nullptr) Q4_session_destroy(fast_session);
     // Hot GEMV (weights resident in the L3), M = 1: fraction of L3 bandwidth.
     if (want("l3") && nv_bytes < 24.0 * 1048576.0) {
       std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
