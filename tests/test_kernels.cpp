@@ -586,22 +586,44 @@ TEST_CASE("forcing an ISA through the cap selects that table", "[kernels]") {
   }
 }
 
+namespace {
+
+// A float weight [n, k] quantized to NVFP4 (global scale from its amax) and
+// to NF4 (blocks of bs), with fast-mode options: the operands of the
+// stateless fast products. (Not copyable: st points at am.)
+struct FastOperands {
+  Tensor wq, ws, nq, am;
+  float g = 0;
+  NF4_state st{};
+  Q4_op_options fast{};
+  FastOperands(Tensor& w, int64_t n, int64_t k, int32_t bs)
+      : wq({n, k / 2}, t::u8()),
+        ws({n, k / 16}, t::u8()),
+        nq({n * k / 2}, t::u8()),
+        am({n * k / bs}, t::f32()) {
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+    REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), bs, nullptr) == Q4_OK);
+    st.struct_size = sizeof st;
+    st.blocksize = bs;
+    st.absmax = am.t();
+    Q4_op_options_init(&fast);
+    fast.math_mode = Q4_MATH_FAST;
+  }
+  FastOperands(const FastOperands&) = delete;
+  FastOperands& operator=(const FastOperands&) = delete;
+};
+
+}  // namespace
+
 TEST_CASE("fast math mode stays within its documented int8-activation bound", "[kernels][fast]") {
   // |y_fast - y| <= sum_b (amax_b(x)/127/2) * sum_{k in b} |w_k| + fp32 rounding.
   const int64_t n = 23, k = 96;
   Tensor w = t::random_float({n, k}, t::f32(), 31);
-  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
-  float g = 0;
-  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
-  Tensor nq({n * k / 2}, t::u8()), am({n * k / 32}, t::f32());
-  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 32, nullptr) == Q4_OK);
-  NF4_state st{};
-  st.struct_size = sizeof st;
-  st.blocksize = 32;
-  st.absmax = am.t();
-  Q4_op_options fast{};
-  Q4_op_options_init(&fast);
-  fast.math_mode = Q4_MATH_FAST;
+  FastOperands op(w, n, k, 32);
+  Tensor &wq = op.wq, &ws = op.ws, &nq = op.nq, &am = op.am;
+  const float g = op.g;
+  const NF4_state& st = op.st;
+  Q4_op_options& fast = op.fast;
   for (int64_t m : {1, 5, 12}) {
     Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(40 + m));
     for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {
@@ -1826,18 +1848,7 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
           "[kernels][int8][session]") {
   const int64_t n = 40, k = 256;
   Tensor w = t::random_float({n, k}, t::f32(), 91);
-  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
-  float g = 0;
-  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
-  Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
-  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
-  NF4_state st{};
-  st.struct_size = sizeof st;
-  st.blocksize = 64;
-  st.absmax = am.t();
-  Q4_op_options fast{};
-  Q4_op_options_init(&fast);
-  fast.math_mode = Q4_MATH_FAST;
+  FastOperands op(w, n, k, 64);
   for (int32_t isa : available_isas()) {
     IsaGuard guard(isa);
     const kern::KernelTable& kt = kern::table_for(isa);
@@ -1866,9 +1877,10 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
             Tensor x = t::random_float({m, k}, t::f32(), 92), y({m, n}, t::f32()), ref({m, n}, t::f32());
             REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
             if (format == Q4_FORMAT_NVFP4) {
-              REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, g, nullptr, ref.t(), &fast) == Q4_OK);
+              REQUIRE(NVFP4_linear(x.t(), op.wq.t(), op.ws.t(), 0, op.g, nullptr, ref.t(), &op.fast) ==
+                      Q4_OK);
             } else {
-              REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, ref.t(), &fast) == Q4_OK);
+              REQUIRE(NF4_scaled_mm(x.t(), op.nq.t(), &op.st, nullptr, ref.t(), &op.fast) == Q4_OK);
             }
             CHECK(std::memcmp(y.data(), ref.data(), static_cast<size_t>(y.bytes)) == 0);
           }

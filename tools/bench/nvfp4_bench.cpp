@@ -127,6 +127,15 @@ DLTensor tensor(void* data, int64_t* shape, int32_t ndim, uint8_t code, uint8_t 
   return t;
 }
 
+// The statistics of the benchmark's NF4 weights: blocks of 64, fp32 absmax.
+NF4_state nf4_state(const DLTensor* absmax) {
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = 64;
+  st.absmax = absmax;
+  return st;
+}
+
 std::vector<float> random_vec(int64_t n, uint32_t seed, float scale) {
   std::vector<float> v(static_cast<size_t>(n));
   std::mt19937 rng(seed);
@@ -714,10 +723,7 @@ int run_cuda(const Options& o) {
       add(kind, "nvfp4", m, n, k, nv_bytes, flops, [&] {
         return NVFP4_linear(dx.t(), dq.t(), ds.t(), Q4_SCALE_LINEAR, w.g, nullptr, dy.t(), nullptr);
       });
-      NF4_state st{};
-      st.struct_size = sizeof st;
-      st.blocksize = 64;
-      st.absmax = dna.t();
+      NF4_state st = nf4_state(dna.t());
       add(kind, "nf4", m, n, k, nf_bytes, flops,
           [&] { return NF4_scaled_mm(dx.t(), dnq.t(), &st, nullptr, dy.t(), nullptr); });
       add(kind, "mxfp4", m, n, k, mx_bytes, flops,
@@ -960,10 +966,7 @@ int bench_main(int argc, char** argv) {
                  ms = tensor(mx[i].s.data(), mss, 2, kDLUInt, 8);
         DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
                  fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
-        NF4_state st{};
-        st.struct_size = sizeof st;
-        st.blocksize = 64;
-        st.absmax = &fa;
+        NF4_state st = nf4_state(&fa);
         if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, nv[i].g, nullptr, &ty, &opts) != Q4_OK ||
             MXFP4_linear(&tx, &mq, &ms, Q4_SCALE_LINEAR, nullptr, &ty, &opts) != Q4_OK ||
             NF4_scaled_mm(&tx, &fq, &st, nullptr, &ty, &opts) != Q4_OK)
@@ -1001,10 +1004,7 @@ int bench_main(int argc, char** argv) {
         nv_lin.push_back(l);
         DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
                  fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
-        NF4_state st{};
-        st.struct_size = sizeof st;
-        st.blocksize = 64;
-        st.absmax = &fa;
+        NF4_state st = nf4_state(&fa);
         Q4_weight_bundle nb{};
         Q4_weight_bundle_init(&nb);
         nb.format = Q4_FORMAT_NF4;
@@ -1052,10 +1052,7 @@ int bench_main(int argc, char** argv) {
           Nf4Weight& w = nf[static_cast<size_t>(it % rot)];
           DLTensor tq = tensor(w.q.data(), nq, 1, kDLUInt, 8),
                    ta = tensor(w.absmax.data(), na, 1, kDLFloat, 32);
-          NF4_state st{};
-          st.struct_size = sizeof st;
-          st.blocksize = 64;
-          st.absmax = &ta;
+          NF4_state st = nf4_state(&ta);
           if (NF4_scaled_mm(&tx, &tq, &st, nullptr, &ty, op) != Q4_OK) std::abort();
         });
       };
@@ -1182,10 +1179,7 @@ int bench_main(int argc, char** argv) {
       DLTensor tq = tensor(nv[0].q.data(), qs, 2, kDLUInt, 8), ts = tensor(nv[0].s.data(), ss, 2, kDLUInt, 8);
       DLTensor nqt = tensor(nf[0].q.data(), nq, 1, kDLUInt, 8),
                nat = tensor(nf[0].absmax.data(), na, 1, kDLFloat, 32);
-      NF4_state st{};
-      st.struct_size = sizeof st;
-      st.blocksize = 64;
-      st.absmax = &nat;
+      NF4_state st = nf4_state(&nat);
       // Exact and fast (the target: fast >= 2.5x exact here), each
       // with its speed relative to exact.
       double nv_exact = 0, nf_exact = 0;
