@@ -1849,10 +1849,12 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
   const int64_t n = 40, k = 256;
   Tensor w = t::random_float({n, k}, t::f32(), 91);
   FastOperands op(w, n, k, 64);
+  Tensor mq({n, k / 2}, t::u8()), msc({n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), mq.t(), msc.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
   for (int32_t isa : available_isas()) {
     IsaGuard guard(isa);
     const kern::KernelTable& kt = kern::table_for(isa);
-    for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+    for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
       INFO("isa " << Q4_isa_name(isa) << " format " << format);
       int64_t bytes[2] = {0, 0};
       for (int32_t mode : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
@@ -1879,8 +1881,11 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
             if (format == Q4_FORMAT_NVFP4) {
               REQUIRE(NVFP4_linear(x.t(), op.wq.t(), op.ws.t(), 0, op.g, nullptr, ref.t(), &op.fast) ==
                       Q4_OK);
-            } else {
+            } else if (format == Q4_FORMAT_NF4) {
               REQUIRE(NF4_scaled_mm(x.t(), op.nq.t(), &op.st, nullptr, ref.t(), &op.fast) == Q4_OK);
+            } else {
+              REQUIRE(MXFP4_linear(x.t(), mq.t(), msc.t(), Q4_SCALE_LINEAR, nullptr, ref.t(), &op.fast) ==
+                      Q4_OK);
             }
             CHECK(std::memcmp(y.data(), ref.data(), static_cast<size_t>(y.bytes)) == 0);
           }
