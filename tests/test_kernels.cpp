@@ -1897,4 +1897,29 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
       CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? 32 * k / 2 : 0));
     }
   }
+  // K = 0 with a huge N (found by fuzz_api: the tiling looped over N / 16
+  // empty groups): no tiles, created at once.
+  Q4_session_config c = t::cpu_session_config();
+  c.math_mode = Q4_MATH_FAST;
+  Q4_session* s = nullptr;
+  REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
+  Tensor empty({int64_t{1} << 50, 0}, t::f32());
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_NVFP4;
+  b.source = Q4_WEIGHT_FLOAT;
+  b.weight = empty.t();
+  Q4_linear* l = nullptr;
+  const int32_t rc = Q4_linear_create(s, &b, &l);
+  INFO(Q4_last_error());
+  if (rc == Q4_OK) {
+    Q4_linear_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+    CHECK(info.in_features == 0);
+    Q4_linear_destroy(l);
+  } else {
+    CHECK(rc == Q4_ERR_SHAPE);
+  }
+  Q4_session_destroy(s);
 }

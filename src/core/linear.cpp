@@ -226,7 +226,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 // bytes, counted in the linear's bytes.
 void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters& c) {
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
-      p.q == nullptr || p.dequant != nullptr || p.k % 128 != 0 || p.n < 16 ||
+      p.q == nullptr || p.dequant != nullptr || p.k < 128 || p.k % 128 != 0 || p.n < 16 ||
       !kern::table_for(active_isa()).i8_reads_tiles) {
     return;
   }

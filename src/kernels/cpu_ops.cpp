@@ -503,6 +503,7 @@ int64_t i8_tile_bytes(int64_t n, int64_t k) {
 }
 
 void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
+  if (k < 128) return;  // no chunk (and N may be anything when K = 0)
   const int64_t rb = k / 2;
   for (int64_t t = 0; t + 16 <= n; t += 16) {
     const uint8_t* src = q + t * rb;
