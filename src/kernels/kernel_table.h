@@ -253,7 +253,7 @@ struct KernelTable {
   // of its panels at M = 8-64.
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // Whether this table's integer GEMV entries read NvWeights::tiles /
-  // Nf4Weights::tiles when given (for m >= 2; the AVX-512 tables): session
+  // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
   // linears in fast mode keep that copy of their codes for such a table.
   bool i8_reads_tiles = false;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==

@@ -978,14 +978,15 @@ int bench_main(int argc, char** argv) {
     // them, adds its codes in the tile order; docs/api.md).
     Q4_session* fast_session = nullptr;
     std::vector<Q4_linear*> nv_lin, nf_lin;
-    if ((want("gemv") || want("gemm")) && o.fast_max_m > 0) {
+    const bool products = want("gemv") || want("gemm");
+    if ((products || want("l3")) && o.fast_max_m > 0) {
       Q4_session_config sc{};
       Q4_session_config_init(&sc);
       sc.target = Q4_TARGET_CPU;
       sc.num_threads = threads;
       sc.math_mode = Q4_MATH_FAST;
       if (Q4_session_create(&sc, &fast_session) != Q4_OK) std::abort();
-      for (int64_t c = 0; c < copies; ++c) {
+      for (int64_t c = 0; c < (products ? copies : 1); ++c) {  // (the hot GEMV: copy 0)
         const size_t i = static_cast<size_t>(c);
         DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
                  ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
@@ -1168,9 +1169,6 @@ int bench_main(int argc, char** argv) {
         }
       }
     }
-    for (Q4_linear* l : nv_lin) Q4_linear_destroy(l);
-    for (Q4_linear* l : nf_lin) Q4_linear_destroy(l);
-    if (fast_session != nullptr) Q4_session_destroy(fast_session);
     // Hot GEMV (weights resident in the L3), M = 1: fraction of L3 bandwidth.
     if (want("l3") && nv_bytes < 24.0 * 1048576.0) {
       std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
@@ -1201,7 +1199,24 @@ int bench_main(int argc, char** argv) {
         nf_exact = is_fast ? nf_exact : ms;
         add(jr, "l3_read", nf_bytes / (ms * 1e6) / l3bw);
       }
+      // Fast-mode session linears on the same weights (tiled codes where
+      // the table reads them).
+      for (bool is_nf4 : {false, true}) {
+        if (nv_lin.empty()) break;
+        Q4_linear* l = is_nf4 ? nf_lin[0] : nv_lin[0];
+        const double ms = median_ms(reps * 3, [&](int) {
+          if (Q4_linear_forward(l, &tx, &ty) != Q4_OK) std::abort();
+        });
+        const double bytes = is_nf4 ? nf_bytes : nv_bytes;
+        json jr = result("gemv-l3", is_nf4 ? "nf4" : "nvfp4", "fast-linear", 1, n, k, ms, bytes, 2.0 * n * k,
+                         threads, 0);
+        jr["speed_vs_exact"] = (is_nf4 ? nf_exact : nv_exact) / ms;
+        add(jr, "l3_read", bytes / (ms * 1e6) / l3bw);
+      }
     }
+    for (Q4_linear* l : nv_lin) Q4_linear_destroy(l);
+    for (Q4_linear* l : nf_lin) Q4_linear_destroy(l);
+    if (fast_session != nullptr) Q4_session_destroy(fast_session);
   }
 
   // Quantize / dequantize throughput on a DRAM-sized fp32 input.
