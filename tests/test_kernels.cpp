@@ -1811,6 +1811,14 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
       nrows.k = k;
       kern::Nf4Weights ntiled = nrows;
       ntiled.tiles = ntiles.data();
+      std::vector<float> tabs(static_cast<size_t>(kern::i8_tile_absmax_floats(n, k, 64)), -1.0f);
+      REQUIRE(tabs.size() == static_cast<size_t>(48 * k / 64));
+      kern::i8_tile_absmax(d.absmax.data(), n, k, 64, tabs.data());
+      // Block j of row 16 + r at 16 K/64 (the group) + 16 j + r.
+      CHECK(tabs[static_cast<size_t>(16 * (k / 64) + 16 * 2 + 7)] ==
+            d.absmax[static_cast<size_t>(23 * (k / 64) + 2)]);
+      kern::Nf4Weights ntiled_abs = ntiled;  // codes and absmax tiled
+      ntiled_abs.tile_absmax = tabs.data();
       for (int64_t m : {1, 2, 5, 8, 13, 64}) {
         INFO("isa " << q4::isa_name(isa) << " k=" << k << " m=" << m);
         std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
@@ -1821,6 +1829,9 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
           CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
           kern::linear_nf4_int8(kt, x.data(), m, nrows, n, y0.data(), threads);
           kern::linear_nf4_int8(kt, x.data(), m, ntiled, n, y1.data(), threads);
+          CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+          std::fill(y1.begin(), y1.end(), -1.0f);
+          kern::linear_nf4_int8(kt, x.data(), m, ntiled_abs, n, y1.data(), threads);
           CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
         }
         // Row ranges that do not start on a group (the row form runs
@@ -1893,8 +1904,10 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         Q4_linear_destroy(l);
         Q4_session_destroy(s);
       }
-      // The tiles: the 32 rows of the two full groups of 16, K/2 bytes each.
-      CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? 32 * k / 2 : 0));
+      // The tiles: the 32 rows of the two full groups of 16, K/2 bytes each
+      // (NF4: and their K/64 fp32 absmax).
+      const int64_t tiles = 32 * k / 2 + (format == Q4_FORMAT_NF4 ? 32 * (k / 64) * 4 : 0);
+      CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? tiles : 0));
     }
   }
   // K = 0 with a huge N (found by fuzz_api: the tiling looped over N / 16

@@ -233,6 +233,13 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
   kern::i8_tile_codes(p.q, p.n, p.k, t);
   p.tiles = t;
+  if (p.format == Q4_FORMAT_NF4 && p.absmax != nullptr && p.k % p.blocksize == 0) {
+    // (N*K/blocksize floats more: the absmax in the same groups of rows)
+    auto* a = reinterpret_cast<float*>(allocate(
+        p, c, kern::i8_tile_absmax_floats(p.n, p.k, p.blocksize) * static_cast<int64_t>(sizeof(float))));
+    kern::i8_tile_absmax(p.absmax, p.n, p.k, p.blocksize, a);
+    p.tile_absmax = a;
+  }
 }
 
 // The device form of a host-prepared weight: the same parts in ordinary

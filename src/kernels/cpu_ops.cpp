@@ -520,6 +520,19 @@ void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
   }
 }
 
+int64_t i8_tile_absmax_floats(int64_t n, int64_t k, int64_t blocksize) {
+  return n / 16 * 16 * (k / blocksize);
+}
+
+void i8_tile_absmax(const float* absmax, int64_t n, int64_t k, int64_t blocksize, float* out) {
+  const int64_t per_row = k / blocksize;
+  for (int64_t t = 0; t + 16 <= n && per_row > 0; t += 16) {
+    for (int64_t j = 0; j < per_row; ++j) {
+      for (int64_t r = 0; r < 16; ++r) out[(t * per_row + j * 16) + r] = absmax[(t + r) * per_row + j];
+    }
+  }
+}
+
 bool any_sign_bit(const uint8_t* bytes, int64_t n) {
   // 8-byte ORs (vectorized by the compiler), the sign bits tested once.
   uint64_t any = 0;

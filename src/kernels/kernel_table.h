@@ -50,6 +50,11 @@ struct NvWeights {
 // than 16 rows is not tiled (floor(N/16) * 16 * K/2 bytes in all).
 int64_t i8_tile_bytes(int64_t n, int64_t k);
 void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out);
+// NF4 absmax [N, K/blocksize] (K % blocksize == 0) of every full group of
+// 16 rows, block-major: float 16 (t*K/blocksize + j) + r = absmax of block
+// j of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
+int64_t i8_tile_absmax_floats(int64_t n, int64_t k, int64_t blocksize);
+void i8_tile_absmax(const float* absmax, int64_t n, int64_t k, int64_t blocksize, float* out);
 
 // Whether any of the n bytes has its top bit (the E4M3 sign) set.
 bool any_sign_bit(const uint8_t* bytes, int64_t n);
@@ -85,6 +90,10 @@ struct Nf4Weights {
   int64_t blocksize = 64;
   int32_t block_shift = 6;         // log2(blocksize): blocksize is a power of two
   const uint8_t* tiles = nullptr;  // as NvWeights::tiles (K % 128 == 0: row r at q + r*K/2)
+  // Optional with tiles (K % blocksize == 0): the absmax of every full
+  // group of 16 rows, block-major (i8_tile_absmax), so that the 16 rows'
+  // absmax of a block are one load instead of a gather.
+  const float* tile_absmax = nullptr;
 };
 
 // Activation rows of a GEMV entry: fp32, fp16 or bf16 elements at `data`

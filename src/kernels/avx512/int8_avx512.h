@@ -346,7 +346,11 @@ struct I8zNf4 {
   __m512i lut() const {
     return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code)));
   }
+  const float* tiled = nullptr;  // the group's tiled absmax (Nf4Weights::tile_absmax), or null
   void begin(const int64_t* row) {
+    tiled = w.tile_absmax != nullptr && row[0] % 16 == 0 && row[15] == row[0] + 15
+                ? w.tile_absmax + row[0] * (w.k >> w.block_shift)
+                : nullptr;
     // Offsets relative to a = row[0] K rounded down to a block keep the
     // indices in int32 (they are < 16 K + blocksize).
     const int64_t a = (row[0] * w.k) >> w.block_shift << w.block_shift;
@@ -356,12 +360,21 @@ struct I8zNf4 {
     base = w.absmax + (a >> w.block_shift);
   }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    if (w.tile_absmax != nullptr && r0 % 16 == 0 && n == 16) {
+      const int64_t per_row = w.k >> w.block_shift;
+      *bytes = 16 * per_row * static_cast<int64_t>(sizeof(float));
+      return reinterpret_cast<const char*>(w.tile_absmax + r0 * per_row);
+    }
     return nf4_scale_span(w, r0, n, bytes);
   }
-  // The absmax of block q of chunk c for the 16 rows (one gather per
-  // qstep blocks: the last one is kept).
+  // The absmax of block q of chunk c for the 16 rows (one gather, or one
+  // load from the tiled absmax, per qstep blocks: the last one is kept).
   __m512 last{};
   __m512 scale(int64_t c, int q) {
+    if (tiled != nullptr) {
+      if (q % qstep == 0) last = _mm512_loadu_ps(tiled + ((c * 128 + int64_t{16} * q) >> w.block_shift) * 16);
+      return last;
+    }
     if (q % qstep == 0) {
       const __m512i idx = _mm512_srl_epi32(
           _mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int32_t>(c * 128 + int64_t{16} * q))),
