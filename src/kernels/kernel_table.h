@@ -51,8 +51,8 @@ struct NvWeights {
 int64_t i8_tile_bytes(int64_t n, int64_t k);
 void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out);
 // NF4 absmax [N, K/blocksize] (K % blocksize == 0) of every full group of
-// 16 rows, block-major: float 16 (t*K/blocksize + j) + r = absmax of block
-// j of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
+// 16 rows, block-major: float t*K/blocksize + 16j + r = absmax of block j
+// of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
 int64_t i8_tile_absmax_floats(int64_t n, int64_t k, int64_t blocksize);
 void i8_tile_absmax(const float* absmax, int64_t n, int64_t k, int64_t blocksize, float* out);
 

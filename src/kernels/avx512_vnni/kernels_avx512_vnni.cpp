@@ -25,7 +25,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx512<true>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
-    f.i8_reads_tiles = true;  // i8_gemv_direct (m >= 2)
+    f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     return f;
   }());
   return t;
