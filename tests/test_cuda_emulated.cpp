@@ -113,16 +113,6 @@ Q4_session_config config(int32_t target, int32_t um, int32_t path = Q4_PATH_AUTO
   return c;
 }
 
-Q4_weight_bundle float_bundle(Tensor& w, int32_t format, Tensor* bias = nullptr) {
-  Q4_weight_bundle b{};
-  Q4_weight_bundle_init(&b);
-  b.format = format;
-  b.source = Q4_WEIGHT_FLOAT;
-  b.weight = w.t();
-  b.bias = bias != nullptr ? bias->t() : nullptr;
-  return b;
-}
-
 Q4_linear_info info_of(const Q4_linear* l) {
   Q4_linear_info info{};
   info.struct_size = sizeof info;

@@ -1873,11 +1873,7 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         c.math_mode = mode;
         Q4_session* s = nullptr;
         REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
-        Q4_weight_bundle b{};
-        Q4_weight_bundle_init(&b);
-        b.format = format;
-        b.source = Q4_WEIGHT_FLOAT;
-        b.weight = w.t();
+        Q4_weight_bundle b = t::float_bundle(w, format);
         Q4_linear* l = nullptr;
         REQUIRE(Q4_linear_create(s, &b, &l) == Q4_OK);
         Q4_linear_info info{};
@@ -1917,11 +1913,7 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
   Q4_session* s = nullptr;
   REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
   Tensor empty({int64_t{1} << 50, 0}, t::f32());
-  Q4_weight_bundle b{};
-  Q4_weight_bundle_init(&b);
-  b.format = Q4_FORMAT_NVFP4;
-  b.source = Q4_WEIGHT_FLOAT;
-  b.weight = empty.t();
+  Q4_weight_bundle b = t::float_bundle(empty, Q4_FORMAT_NVFP4);
   Q4_linear* l = nullptr;
   const int32_t rc = Q4_linear_create(s, &b, &l);
   INFO(Q4_last_error());

@@ -39,15 +39,6 @@ Q4_session_config config(int32_t path = Q4_PATH_AUTO, int32_t backend = Q4_BACKE
   return c;
 }
 
-Q4_weight_bundle float_bundle(Tensor& w, int32_t format) {
-  Q4_weight_bundle b{};
-  Q4_weight_bundle_init(&b);
-  b.format = format;
-  b.source = Q4_WEIGHT_FLOAT;
-  b.weight = w.t();
-  return b;
-}
-
 std::string diagnostics(const Q4_linear* l) {
   size_t needed = 0;
   CHECK(Q4_linear_diagnostics(l, nullptr, 0, &needed) == Q4_ERR_BUFFER_TOO_SMALL);

@@ -181,4 +181,16 @@ inline const Q4_session_config* cpu_session() {
   return &c;
 }
 
+// A linear's bundle from a float weight [N, K] (quantized at create), with
+// an optional bias [N].
+inline Q4_weight_bundle float_bundle(Tensor& w, int32_t format, Tensor* bias = nullptr) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = format;
+  b.source = Q4_WEIGHT_FLOAT;
+  b.weight = w.t();
+  b.bias = bias != nullptr ? bias->t() : nullptr;
+  return b;
+}
+
 }  // namespace t
