@@ -1390,7 +1390,13 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           {6, 130, 256},
                           {12, 45, 512},
                           {16, 33, 256},
-                          {10, 17, 128}};
+                          {10, 17, 128},
+                          // 16 < m <= 64, k % 128 == 0 (AVX-512: the first group of x rows
+                          // tiles each 16 weight rows, the others read that copy; the last
+                          // weight rows a padded tail)
+                          {40, 35, 384},
+                          {64, 48, 1024},
+                          {27, 16, 128}};
   int native = 0;
   for (int32_t isa : runnable) {
     const kern::KernelTable& kt = kern::table_for(isa);
@@ -1698,7 +1704,9 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
                           {8, 70, 1024, 64},
                           {7, 130, 384, 128},
                           {13, 37, 640, 256},
-                          {16, 20, 256, 16}};
+                          {16, 20, 256, 16},
+                          // m > 16: several groups of x rows over one tiled copy of 16 weight rows
+                          {33, 45, 512, 64}};
   const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
   for (const Shape& sh : shapes) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;
