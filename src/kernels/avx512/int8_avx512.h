@@ -661,7 +661,7 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
   // rows in the tile order as it transposes them (16 * k/2 bytes, in L1 or
   // L2 when the next group reads them), the others read that copy instead
   // of loading and transposing the rows again (Zen 5, 4096x4096, stateless
-  // fast mode: M = 16 1.06-1.10x, M = 32 1.16-1.19x, M = 64 1.23x).
+  // fast mode: M = 16 1.06-1.10x, M = 32 1.16-1.20x, M = 64 1.10-1.23x).
   AlignedFloats tbuf;  // allocated at the first such group
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
