@@ -1705,6 +1705,10 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
                           {7, 130, 384, 128},
                           {13, 37, 640, 256},
                           {16, 20, 256, 16},
+                          // m >= 4 on AVX-512: the absmax transposed 16 blocks at a time (three
+                          // spans, the last partial)
+                          {5, 19, 768, 16},
+                          {4, 23, 1408, 32},
                           // m > 16: several groups of x rows over one tiled copy of 16 weight rows
                           {33, 45, 512, 64}};
   const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
