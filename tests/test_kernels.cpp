@@ -1795,6 +1795,40 @@ TEST_CASE("fast mode reports the level that ran: the integer table, or its exact
 #endif
 }
 
+TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the scalar i8_tile_codes",
+          "[kernels][int8]") {
+  int32_t with_entry = 0;
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    with_entry += kt.i8_tile_group != nullptr ? 1 : 0;
+    for (int64_t k : {128, 1024, 4224}) {
+      for (int64_t n : {15, 16, 53, 700}) {
+        INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k);
+        std::vector<uint8_t> q(static_cast<size_t>(n * k / 2));
+        uint32_t h = static_cast<uint32_t>(n * 131 + k);
+        for (auto& b : q) b = static_cast<uint8_t>((h = h * 1664525u + 1013904223u) >> 24);
+        const size_t bytes = static_cast<size_t>(kern::i8_tile_bytes(n, k));
+        std::vector<uint8_t> want(bytes + 1, 0xee);
+        kern::i8_tile_codes(q.data(), n, k, want.data());
+        for (int32_t threads : {1, 2, 3}) {
+          // 64-byte aligned (the entry) and not (the scalar loop), with a guard byte after.
+          q4::kern::AlignedFloats buf = q4::kern::aligned_floats(static_cast<int64_t>(bytes / 4 + 32));
+          for (size_t off : {size_t{0}, size_t{4}}) {
+            uint8_t* got = reinterpret_cast<uint8_t*>(buf.get()) + off;
+            std::memset(got, 0xee, bytes + 1);
+            kern::i8_tile_codes(kt, q.data(), n, k, got, threads);
+            INFO("threads " << threads << " offset " << off);
+            CHECK(std::memcmp(got, want.data(), bytes + 1) == 0);
+          }
+        }
+      }
+    }
+  }
+#if defined(__x86_64__)
+  if (q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) CHECK(with_entry >= 1);
+#endif
+}
+
 TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of the row form",
           "[kernels][int8]") {
   int32_t reading = 0;

@@ -231,7 +231,7 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
     return;
   }
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
-  kern::i8_tile_codes(p.q, p.n, p.k, t);
+  kern::i8_tile_codes(kern::table_for(active_isa()), p.q, p.n, p.k, t, st.ops.num_threads);
   p.tiles = t;
   if (p.format == Q4_FORMAT_NF4 && p.absmax != nullptr && p.k % p.blocksize == 0) {
     // (N*K/blocksize floats more: the absmax in the same groups of rows)

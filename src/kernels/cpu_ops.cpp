@@ -502,22 +502,42 @@ int64_t i8_tile_bytes(int64_t n, int64_t k) {
   return n / 16 * 16 * (k / 2);
 }
 
-void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
-  if (k < 128) return;  // no chunk (and N may be anything when K = 0)
-  const int64_t rb = k / 2;
-  for (int64_t t = 0; t + 16 <= n; t += 16) {
-    const uint8_t* src = q + t * rb;
-    uint8_t* dst = out + t * rb;
-    for (int64_t c = 0; c < k / 128; ++c) {
-      for (int64_t h = 0; h < 4; ++h) {
-        uint8_t* tile = dst + (c * 4 + h) * 256;
-        for (int64_t r = 0; r < 16; ++r) {
-          const uint8_t* row = src + r * rb + c * 64 + h * 16;
-          for (int64_t d = 0; d < 4; ++d) std::memcpy(tile + 64 * d + 4 * r, row + 4 * d, 4);
-        }
+namespace {
+void i8_tile_group_scalar(const uint8_t* src, int64_t rb, int64_t chunks, uint8_t* dst) {
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t h = 0; h < 4; ++h) {
+      uint8_t* tile = dst + (c * 4 + h) * 256;
+      for (int64_t r = 0; r < 16; ++r) {
+        const uint8_t* row = src + r * rb + c * 64 + h * 16;
+        for (int64_t d = 0; d < 4; ++d) std::memcpy(tile + 64 * d + 4 * r, row + 4 * d, 4);
       }
     }
   }
+}
+}  // namespace
+
+void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
+  if (k < 128) return;  // no chunk (and N may be anything when K = 0)
+  const int64_t rb = k / 2;
+  for (int64_t t = 0; t + 16 <= n; t += 16) i8_tile_group_scalar(q + t * rb, rb, k / 128, out + t * rb);
+}
+
+void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
+                   int32_t threads) {
+  if (k < 128) return;
+  const int64_t rb = k / 2, groups = n / 16;
+  // Tasks of about 256 KiB of codes (16 groups at K = 4096).
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 18) / (16 * rb));
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % 64 == 0;
+  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
+    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) {
+      if (kt.i8_tile_group != nullptr && aligned) {
+        kt.i8_tile_group(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
+      } else {
+        i8_tile_group_scalar(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
+      }
+    }
+  });
 }
 
 int64_t i8_tile_absmax_floats(int64_t n, int64_t k, int64_t blocksize) {

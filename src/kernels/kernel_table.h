@@ -50,6 +50,12 @@ struct NvWeights {
 // than 16 rows is not tiled (floor(N/16) * 16 * K/2 bytes in all).
 int64_t i8_tile_bytes(int64_t n, int64_t k);
 void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out);
+struct KernelTable;
+// The same bytes, the groups spread over `threads` (0 = default), each
+// tiled by kt.i8_tile_group where the table has one (the scalar loop of
+// i8_tile_codes otherwise).
+void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
+                   int32_t threads);
 // NF4 absmax [N, K/blocksize] (K % blocksize == 0) of every full group of
 // 16 rows, block-major: float t*K/blocksize + 16j + r = absmax of block j
 // of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
@@ -265,6 +271,10 @@ struct KernelTable {
   // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
   // linears in fast mode keep that copy of their codes for such a table.
   bool i8_reads_tiles = false;
+  // One group of 16 rows of 4-bit codes (row r at rows + r*rb, rb = K/2,
+  // `chunks` = K/128) into the tile order of i8_tile_codes at `out` (64-byte
+  // aligned: every 256-byte tile is stored whole); null: the scalar loop.
+  void (*i8_tile_group)(const uint8_t* rows, int64_t rb, int64_t chunks, uint8_t* out) = nullptr;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
   // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each

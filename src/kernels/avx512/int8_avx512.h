@@ -590,6 +590,23 @@ constexpr int32_t kI8DirectMaxRows = 64;  // up to eight groups over each 16 row
 // 4-8 KiB 1.15-1.27x the row form, 1 KiB 0.91-1.07x, none 0.70-0.94x.
 constexpr int64_t kTilePrefetchBytes = 8192;
 
+// The 16 bytes at p + r * rb of rows r = 0..15 (a quarter of a chunk) with
+// dword d of the 16 rows in T[d]: four rows per vector (lane L of z[g] =
+// row g + 4L, three inserts each), then a 4x4 dword transpose inside the
+// lanes.
+__attribute__((always_inline)) inline void i8_load_quarters(const uint8_t* p, int64_t rb, __m512i (&T)[4]) {
+  __m512i z[4];
+#pragma GCC unroll 4
+  for (int64_t g = 0; g < 4; ++g) {
+    const uint8_t* pg = p + g * rb;
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 8 * rb)), 2);
+    z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 12 * rb)), 3);
+  }
+  i8_transpose_dwords(z, T);
+}
+
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
 // of 128 elements), or (tile not null) the same rows in the tile order of
 // i8_tile_codes at `tile` (a weight's tiles, or the copy a first group
@@ -635,18 +652,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
           _mm_prefetch(reinterpret_cast<const char*>(p + 64 * d + kTilePrefetchBytes), _MM_HINT_T0);
         }
       } else {
-        // Lane L of z[g] = row g + 4L: four bases, rows g = 0..3 at + g * rb.
-        const uint8_t* p = rows + c * 64 + h * 16;
-        __m512i z[4];
-#pragma GCC unroll 4
-        for (int64_t g = 0; g < 4; ++g) {
-          const uint8_t* pg = p + g * rb;
-          __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg)));
-          v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
-          v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 8 * rb)), 2);
-          z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 12 * rb)), 3);
-        }
-        i8_transpose_dwords(z, T);
+        i8_load_quarters(rows + c * 64 + h * 16, rb, T);
         if constexpr (kStore) {
           uint8_t* o = tile_out + (c * 4 + h) * 256;
 #pragma GCC unroll 4
@@ -687,6 +693,22 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
 #pragma GCC unroll 8
   for (int64_t i = 0; i < M; ++i)
     _mm512_mask_storeu_ps(y + i * ldy, km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
+}
+
+// KernelTable::i8_tile_group: i8_load_quarters of every chunk and
+// quarter, stored (16 rows, `chunks` chunks of 128 elements, rows rb bytes
+// apart; out 64-byte aligned).
+inline void i8_tile_group_avx512(const uint8_t* rows, int64_t rb, int64_t chunks, uint8_t* out) {
+  for (int64_t c = 0; c < chunks; ++c) {
+#pragma GCC unroll 4
+    for (int64_t h = 0; h < 4; ++h) {
+      __m512i T[4];
+      i8_load_quarters(rows + c * 64 + h * 16, rb, T);
+      uint8_t* o = out + (c * 4 + h) * 256;
+#pragma GCC unroll 4
+      for (int64_t d = 0; d < 4; ++d) _mm512_store_si512(o + 64 * d, T[d]);
+    }
+  }
 }
 
 // The first of several groups over codes without tiles, which also stores

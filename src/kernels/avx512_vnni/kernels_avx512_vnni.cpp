@@ -26,6 +26,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_gemv_nf4 = i8_gemv_nf4_avx512<true>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
+    f.i8_tile_group = i8_tile_group_avx512;
     return f;
   }());
   return t;
