@@ -383,14 +383,14 @@ struct I8zNf4 {
   const float* tiled = nullptr;
   bool own_absmax = false;
   std::vector<float> own;
-  int64_t own_end = 0;  // blocks of the group in `own` so far
+  int64_t own_end = 0;  // blocks of the group in `own` so far (no `own`: the largest int64_t)
   int64_t rows[16] = {};
   void begin(const int64_t* row) {
     const int64_t nb = w.k >> w.block_shift;  // blocks per row when K % blocksize == 0
     tiled = w.tile_absmax != nullptr && row[0] % 16 == 0 && row[15] == row[0] + 15
                 ? w.tile_absmax + row[0] * nb
                 : nullptr;
-    own_end = -1;
+    own_end = std::numeric_limits<int64_t>::max();
     if (tiled == nullptr && own_absmax && w.k % w.blocksize == 0 && nb > 0) {
       own.resize(static_cast<size_t>((nb + 15) / 16 * 16 * 16));
       std::copy(row, row + 16, rows);
@@ -413,8 +413,9 @@ struct I8zNf4 {
     }
     return nf4_scale_span(w, r0, n, bytes);
   }
-  // Blocks [own_end, own_end + 16) of the group's rows into `own`.
-  void fill_own() {
+  // Blocks [own_end, own_end + 16) of the group's rows into `own` (once per
+  // 16 blocks: out of line, scale() stays small in the kernels' loops).
+  __attribute__((noinline)) void fill_own() {
     const int64_t nb = w.k >> w.block_shift, j0 = own_end;
     const int64_t nj = std::min<int64_t>(16, nb - j0);
     const __mmask16 lm = static_cast<__mmask16>(nj >= 16 ? 0xffffu : (1u << nj) - 1u);
@@ -433,7 +434,7 @@ struct I8zNf4 {
     if (tiled != nullptr) {
       if (q % qstep == 0) {
         const int64_t j = (c * 128 + int64_t{16} * q) >> w.block_shift;
-        if (j >= own_end && own_end >= 0) fill_own();  // (blocks are reached in order)
+        if (j >= own_end) fill_own();  // (blocks are reached in order)
         last = _mm512_loadu_ps(tiled + j * 16);
       }
       return last;
