@@ -1836,11 +1836,17 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
     const kern::KernelTable& kt = kern::table_for(isa);
     if (kt.i8_gemv_nvfp4 == nullptr || kt.i8_gemv_nf4 == nullptr) continue;
     reading += kt.i8_reads_tiles ? 1 : 0;
-    for (int64_t k : {256, 384}) {
+    for (int64_t k : {256, 384, 1152}) {
       const int64_t n = 53, kb = k / 16;  // three groups of 16 rows and 5 rows not tiled
       std::vector<uint8_t> wq, ws;
       random_nvfp4(n, k, static_cast<uint32_t>(51 + k), wq, ws, false);
       for (auto& b : ws) b &= 0x7f;
+      // Group 1 (rows 16..31) only normal codes, the others some zero or
+      // subnormal ones: both flags.
+      for (int64_t i = 16 * kb; i < 32 * kb; ++i)
+        ws[static_cast<size_t>(i)] = static_cast<uint8_t>(0x08 + ws[static_cast<size_t>(i)] % 0x77);
+      ws[static_cast<size_t>(2 * kb + 1)] = 0x00;
+      ws[static_cast<size_t>(40 * kb + 3)] = 0x03;
       std::vector<uint8_t> tiles(static_cast<size_t>(kern::i8_tile_bytes(n, k)), 0xee);
       REQUIRE(tiles.size() == static_cast<size_t>(48 * k / 2));
       kern::i8_tile_codes(wq.data(), n, k, tiles.data());
@@ -1850,6 +1856,25 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
       kern::NvWeights rows{wq.data(), ws.data(), 0.75f, k};
       kern::NvWeights tiled = rows;
       tiled.tiles = tiles.data();
+      const int64_t gb = kern::i8_tile_scale_group_bytes(k);
+      std::vector<uint8_t> tscales(static_cast<size_t>(3 * gb), 0xee), tflags(3, 0xee);
+      kern::i8_tile_scales(ws.data(), n, k, tscales.data(), tflags.data());
+      {  // the table's entry (where it has one), over threads: the same bytes
+        std::vector<uint8_t> t2(tscales.size(), 0x55), f2(3, 0x55);
+        kern::i8_tile_scales(kt, ws.data(), n, k, t2.data(), f2.data(), 2);
+        CHECK(t2 == tscales);
+        CHECK(f2 == tflags);
+      }
+      // The documented order: byte 64j + 16L + r of span p = block 64p + 16L + j of row r.
+      const int64_t blk = kb - 1;
+      CHECK(tscales[static_cast<size_t>(gb + blk / 64 * 1024 + 64 * (blk % 16) + 16 * (blk % 64 / 16) + 9)] ==
+            ws[static_cast<size_t>(25 * kb + blk)]);
+      CHECK(tflags[0] == 0);
+      CHECK(tflags[1] == 1);
+      CHECK(tflags[2] == 0);
+      kern::NvWeights tiled_s = tiled;  // codes and scales tiled
+      tiled_s.tile_scales = tscales.data();
+      tiled_s.tile_flags = tflags.data();
       Nf4Data d = random_nf4(n, k, 64, static_cast<uint32_t>(53 + k));
       std::vector<uint8_t> ntiles(tiles.size());
       kern::i8_tile_codes(d.q.data(), n, k, ntiles.data());
@@ -1873,6 +1898,9 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
           kern::linear_nvfp4_int8(kt, x.data(), m, rows, n, y0.data(), threads);
           kern::linear_nvfp4_int8(kt, x.data(), m, tiled, n, y1.data(), threads);
           CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+          std::fill(y1.begin(), y1.end(), -1.0f);
+          kern::linear_nvfp4_int8(kt, x.data(), m, tiled_s, n, y1.data(), threads);
+          CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
           kern::linear_nf4_int8(kt, x.data(), m, nrows, n, y0.data(), threads);
           kern::linear_nf4_int8(kt, x.data(), m, ntiled, n, y1.data(), threads);
           CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
@@ -1892,6 +1920,10 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
           kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, static_cast<int32_t>(m), rows, n0, n1,
                            0.5f, r0.data(), n1 - n0);
           kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, static_cast<int32_t>(m), tiled, n0, n1,
+                           0.5f, r1.data(), n1 - n0);
+          CHECK(std::memcmp(r0.data(), r1.data(), r0.size() * 4) == 0);
+          std::fill(r1.begin(), r1.end(), -1.0f);
+          kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, static_cast<int32_t>(m), tiled_s, n0, n1,
                            0.5f, r1.data(), n1 - n0);
           CHECK(std::memcmp(r0.data(), r1.data(), r0.size() * 4) == 0);
         }
@@ -1947,8 +1979,11 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         Q4_session_destroy(s);
       }
       // The tiles: the 32 rows of the two full groups of 16, K/2 bytes each
-      // (NF4: and their K/64 fp32 absmax).
-      const int64_t tiles = 32 * k / 2 + (format == Q4_FORMAT_NF4 ? 32 * (k / 64) * 4 : 0);
+      // (NF4: and their K/64 fp32 absmax; NVFP4 and MXFP4: their E4M3 scales
+      // in spans of 64 blocks, and a flag byte per group).
+      const int64_t tiles =
+          32 * k / 2 +
+          (format == Q4_FORMAT_NF4 ? 32 * (k / 64) * 4 : 2 * kern::i8_tile_scale_group_bytes(k) + 2);
       CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? tiles : 0));
     }
   }

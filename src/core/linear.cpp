@@ -233,6 +233,16 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
   kern::i8_tile_codes(kern::table_for(active_isa()), p.q, p.n, p.k, t, st.ops.num_threads);
   p.tiles = t;
+  if (p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
+    // (N*K/16 + N/16 bytes more: the E4M3 scales as the GEMV transposes
+    // them, and a flag per group of 16 rows)
+    const int64_t groups = p.n / 16;
+    uint8_t* ts = allocate(p, c, groups * kern::i8_tile_scale_group_bytes(p.k));
+    uint8_t* tf = allocate(p, c, groups);
+    kern::i8_tile_scales(kern::table_for(active_isa()), p.s, p.n, p.k, ts, tf, st.ops.num_threads);
+    p.tile_scales = ts;
+    p.tile_flags = tf;
+  }
   if (p.format == Q4_FORMAT_NF4 && p.absmax != nullptr && p.k % p.blocksize == 0) {
     // (N*K/blocksize floats more: the absmax in the same groups of rows)
     auto* a = reinterpret_cast<float*>(allocate(

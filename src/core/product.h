@@ -40,7 +40,9 @@ struct PreparedWeight {
   // order of kern::i8_tile_codes: a CPU linear in fast mode whose table
   // reads them (KernelTable::i8_reads_tiles), K % 128 == 0, N >= 16.
   const uint8_t* tiles = nullptr;
-  const float* tile_absmax = nullptr;  // NF4 with tiles, K % blocksize == 0: kern::i8_tile_absmax
+  const float* tile_absmax = nullptr;    // NF4 with tiles, K % blocksize == 0: kern::i8_tile_absmax
+  const uint8_t* tile_scales = nullptr;  // E4M3 scales with tiles: kern::i8_tile_scales
+  const uint8_t* tile_flags = nullptr;
   // A linear of a CUDA session: every pointer above is CUDA device or
   // managed memory on `device` (never dereferenced on the host), NF4 keeps
   // its 16 code values there too.
@@ -57,7 +59,7 @@ struct PreparedWeight {
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;
-  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k, nullptr, tiles}; }
+  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k, nullptr, tiles, tile_scales, tile_flags}; }
   kern::Nf4Weights nf4() const {
     return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift, tiles, tile_absmax};
   }

@@ -540,6 +540,44 @@ void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k
   });
 }
 
+int64_t i8_tile_scale_group_bytes(int64_t k) {
+  return (k / 16 + 63) / 64 * 1024;
+}
+
+namespace {
+uint8_t i8_tile_scale_group_scalar(const uint8_t* s, int64_t kb, uint8_t* o) {
+  std::memset(o, 0, static_cast<size_t>(i8_tile_scale_group_bytes(kb * 16)));
+  bool normal = true;
+  for (int64_t r = 0; r < 16; ++r) {
+    for (int64_t b = 0; b < kb; ++b) {
+      const uint8_t v = s[r * kb + b];
+      normal = normal && v >= 0x08 && v <= 0x7e;
+      o[b / 64 * 1024 + 64 * (b % 16) + 16 * (b % 64 / 16) + r] = v;
+    }
+  }
+  return normal ? 1 : 0;
+}
+}  // namespace
+
+void i8_tile_scales(const uint8_t* s, int64_t n, int64_t k, uint8_t* out, uint8_t* flags) {
+  const int64_t kb = k / 16, gb = i8_tile_scale_group_bytes(k);
+  for (int64_t t = 0; t < n / 16; ++t)
+    flags[t] = i8_tile_scale_group_scalar(s + 16 * t * kb, kb, out + t * gb);
+}
+
+void i8_tile_scales(const KernelTable& kt, const uint8_t* s, int64_t n, int64_t k, uint8_t* out,
+                    uint8_t* flags, int32_t threads) {
+  const int64_t kb = k / 16, gb = i8_tile_scale_group_bytes(k), groups = n / 16;
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * kb));
+  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
+    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) {
+      flags[t] = kt.i8_tile_scale_group != nullptr
+                     ? kt.i8_tile_scale_group(s + 16 * t * kb, kb, out + t * gb)
+                     : i8_tile_scale_group_scalar(s + 16 * t * kb, kb, out + t * gb);
+    }
+  });
+}
+
 int64_t i8_tile_absmax_floats(int64_t n, int64_t k, int64_t blocksize) {
   return n / 16 * 16 * (k / blocksize);
 }

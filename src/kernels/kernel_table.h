@@ -36,6 +36,13 @@ struct NvWeights {
   // i8_tile_codes (a session linear's copy for the tables with
   // i8_reads_tiles); only the integer GEMV entries read it.
   const uint8_t* tiles = nullptr;
+  // Optional with tiles: the E4M3 scale codes of every full group of 16
+  // rows in the order the AVX-512 integer GEMV transposes them to
+  // (i8_tile_scales), and one byte per group (bit 0: every code of the
+  // group is a normal positive E4M3), so that a group needs no transpose or
+  // check of its scales. Read only where signs is null.
+  const uint8_t* tile_scales = nullptr;
+  const uint8_t* tile_flags = nullptr;
 };
 
 // The tile order of 4-bit codes [N, K] (K % 128 == 0, K/2 bytes per row):
@@ -56,6 +63,17 @@ struct KernelTable;
 // i8_tile_codes otherwise).
 void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
                    int32_t threads);
+// NVFP4 E4M3 scale codes [N, K/16] (K % 128 == 0) of every full group of
+// 16 rows: per group (at t/16 * i8_tile_scale_group_bytes(k)), spans of 64
+// blocks of 1024 bytes, byte 64j + 16L + r of span p = the code of block
+// 64p + 16L + j of row t + r (zero past the row's last block); flags[t/16]
+// bit 0 = every code of the group's rows is in [0x08, 0x7e].
+int64_t i8_tile_scale_group_bytes(int64_t k);
+void i8_tile_scales(const uint8_t* s, int64_t n, int64_t k, uint8_t* out, uint8_t* flags);
+// The same bytes over `threads`, by kt.i8_tile_scale_group where the table
+// has one.
+void i8_tile_scales(const KernelTable& kt, const uint8_t* s, int64_t n, int64_t k, uint8_t* out,
+                    uint8_t* flags, int32_t threads);
 // NF4 absmax [N, K/blocksize] (K % blocksize == 0) of every full group of
 // 16 rows, block-major: float t*K/blocksize + 16j + r = absmax of block j
 // of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
@@ -275,6 +293,10 @@ struct KernelTable {
   // `chunks` = K/128) into the tile order of i8_tile_codes at `out` (64-byte
   // aligned: every 256-byte tile is stored whole); null: the scalar loop.
   void (*i8_tile_group)(const uint8_t* rows, int64_t rb, int64_t chunks, uint8_t* out) = nullptr;
+  // One group of 16 rows of E4M3 scale codes (kb per row, rows kb apart)
+  // into the order of i8_tile_scales at `out`; returns the group's flag
+  // byte. Null: the scalar loop.
+  uint8_t (*i8_tile_scale_group)(const uint8_t* s, int64_t kb, uint8_t* out) = nullptr;
   // The exact GEMV entries take up to this many rows of x when K % 128 ==
   // 0 (kGemvMaxRows otherwise), and the drivers give them those M instead
   // of the small-batch family. AVX-512: 16 (its chunk GEMV decodes each

@@ -316,6 +316,36 @@ inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, i
   i8_pack_scales(w, n0, rows, b0, nb, ws);
 }
 
+// The E4M3 codes of rows row[0..15] (kb per row, at s + row[r] * kb)
+// transposed into `out` in spans of 64 blocks (i8_transpose16x64's order,
+// zeros past the last block; i8_tile_scale_group_bytes in all). True when
+// every code is a normal positive E4M3 (in [0x08, 0x7e]); *signs |= the
+// codes' top bits.
+inline bool i8_transpose_scales(const uint8_t* s, const int64_t* row, int64_t kb, uint8_t* out,
+                                __mmask64* signs) {
+  __mmask64 odd = 0;
+  for (int64_t s0 = 0; s0 < kb; s0 += 64) {
+    const __mmask64 lm = kb - s0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (kb - s0)) - 1;
+    __m512i z[16];
+    for (int r = 0; r < 16; ++r) {
+      z[r] = _mm512_maskz_loadu_epi8(lm, s + row[r] * kb + s0);
+      // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
+      odd |= _mm512_mask_cmplt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x08)) |
+             _mm512_mask_cmpgt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x7e));
+      *signs |= _mm512_movepi8_mask(z[r]);  // (masked-off bytes are zero)
+    }
+    i8_transpose16x64(z, out + s0 / 64 * 1024);
+  }
+  return odd == 0;
+}
+
+// KernelTable::i8_tile_scale_group: i8_tile_scales for the 16 rows at s.
+inline uint8_t i8_tile_scale_group_avx512(const uint8_t* s, int64_t kb, uint8_t* out) {
+  const int64_t row[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  __mmask64 signs = 0;
+  return i8_transpose_scales(s, row, kb, out, &signs) ? 1 : 0;
+}
+
 // The two weight formats of the integer GEMV: nibble order, the biased
 // int8 table and its bias, and the fp32 scale of each (row, block) for 16
 // rows and the 8 blocks of a 128-element chunk (sc[q] lane r = block q of
@@ -325,37 +355,35 @@ struct I8zNvfp4 {
   const NvWeights& w;
   // The group's E4M3 codes, transposed once per group: per span of 64
   // blocks, i8_transpose16x64's 16 vectors (block 16 L + j of the 16 rows at
-  // span * 1024 + 64 j + 16 L).
+  // span * 1024 + 64 j + 16 L); sp: st, or the group's part of the weight's
+  // tile_scales (same order).
   std::vector<uint8_t> st;
+  const uint8_t* sp = nullptr;
   bool normal = true;            // every code of the group is a normal positive E4M3
   __mmask64 signs = 0;           // the top bits of every code loaded (NvWeights::signs)
   I8zNvfp4(const NvWeights& wt)  // NOLINT(google-explicit-constructor)
-      : w(wt), st(static_cast<size_t>((wt.k / 16 + 63) / 64 * 1024)) {}
+      : w(wt), st(static_cast<size_t>(i8_tile_scale_group_bytes(wt.k))) {}
   __m512i lut() const { return i8_biased_lut512(); }
   // row[r]: the weight row of lane r (rows past the end repeat the last).
   void begin(const int64_t* row) {
-    const int64_t kb = w.k / 16;
-    __mmask64 odd = 0;
-    for (int64_t s0 = 0; s0 < kb; s0 += 64) {
-      const __mmask64 lm = kb - s0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (kb - s0)) - 1;
-      __m512i z[16];
-      for (int r = 0; r < 16; ++r) {
-        z[r] = _mm512_maskz_loadu_epi8(lm, w.s + row[r] * kb + s0);
-        // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
-        odd |= _mm512_mask_cmplt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x08)) |
-               _mm512_mask_cmpgt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x7e));
-        signs |= _mm512_movepi8_mask(z[r]);  // (masked-off bytes are zero)
-      }
-      i8_transpose16x64(z, st.data() + s0 / 64 * 1024);
+    if (w.tile_scales != nullptr && w.signs == nullptr && row[0] % 16 == 0 && row[15] == row[0] + 15) {
+      sp = w.tile_scales + row[0] / 16 * i8_tile_scale_group_bytes(w.k);
+      normal = (w.tile_flags[row[0] / 16] & 1) != 0;
+      return;
     }
-    normal = odd == 0;
+    sp = st.data();
+    normal = i8_transpose_scales(w.s, row, w.k / 16, st.data(), &signs);
   }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    if (w.tile_scales != nullptr && w.signs == nullptr && r0 % 16 == 0 && n == 16) {  // (as begin reads)
+      *bytes = i8_tile_scale_group_bytes(w.k);
+      return reinterpret_cast<const char*>(w.tile_scales + r0 / 16 * *bytes);
+    }
     return nvfp4_scale_span(w, r0, n, bytes);
   }
   // The scales of block q of chunk c for the 16 rows.
   __m512 scale(int64_t c, int q) const {
-    const uint8_t* p = st.data() + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
+    const uint8_t* p = sp + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
     const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return normal ? i8_e4m3_normal16(codes) : i8_e4m3_decode16(codes);
   }

@@ -1146,6 +1146,7 @@ const KernelTable& avx512_table() {
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;
+    f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     f.small_batch_max_m = 16;
     return f;

@@ -27,6 +27,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;
+    f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     return f;
   }());
   return t;
