@@ -223,7 +223,9 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 // A fast-mode CPU linear's codes in the tile order its table's integer
 // GEMV reads (kern::i8_tile_codes; 1.1-1.4x at M = 1-64 on a Zen 5), kept
 // beside the row form that every other kernel reads: N*K/2 more bytes
-// (NF4: and its absmax regrouped), counted in the linear's bytes.
+// (NF4: and its absmax regrouped; NVFP4 and MXFP4: their E4M3 scales in
+// the GEMV's transposed order, kern::i8_tile_scales), counted in the
+// linear's bytes.
 void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters& c) {
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
       p.q == nullptr || p.dequant != nullptr || p.k < 128 || p.k % 128 != 0 || p.n < 16 ||

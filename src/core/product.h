@@ -42,7 +42,7 @@ struct PreparedWeight {
   const uint8_t* tiles = nullptr;
   const float* tile_absmax = nullptr;    // NF4 with tiles, K % blocksize == 0: kern::i8_tile_absmax
   const uint8_t* tile_scales = nullptr;  // E4M3 scales with tiles: kern::i8_tile_scales
-  const uint8_t* tile_flags = nullptr;
+  const uint8_t* tile_flags = nullptr;   // its flag byte per group of 16 rows
   // A linear of a CUDA session: every pointer above is CUDA device or
   // managed memory on `device` (never dereferenced on the host), NF4 keeps
   // its 16 code values there too.
