@@ -227,13 +227,14 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 // the GEMV's transposed order, kern::i8_tile_scales), counted in the
 // linear's bytes.
 void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters& c) {
+  const kern::KernelTable& kt = kern::table_for(active_isa());
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
       p.q == nullptr || p.dequant != nullptr || p.k < 128 || p.k % 128 != 0 || p.n < 16 ||
-      !kern::table_for(active_isa()).i8_reads_tiles) {
+      !kt.i8_reads_tiles) {
     return;
   }
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
-  kern::i8_tile_codes(kern::table_for(active_isa()), p.q, p.n, p.k, t, st.ops.num_threads);
+  kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads);
   p.tiles = t;
   if (p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
     // (N*K/16 + N/16 bytes more: the E4M3 scales as the GEMV transposes
@@ -241,7 +242,7 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
     const int64_t groups = p.n / 16;
     uint8_t* ts = allocate(p, c, groups * kern::i8_tile_scale_group_bytes(p.k));
     uint8_t* tf = allocate(p, c, groups);
-    kern::i8_tile_scales(kern::table_for(active_isa()), p.s, p.n, p.k, ts, tf, st.ops.num_threads);
+    kern::i8_tile_scales(kt, p.s, p.n, p.k, ts, tf, st.ops.num_threads);
     p.tile_scales = ts;
     p.tile_flags = tf;
   }

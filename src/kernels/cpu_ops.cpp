@@ -522,20 +522,28 @@ void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out) {
   for (int64_t t = 0; t + 16 <= n; t += 16) i8_tile_group_scalar(q + t * rb, rb, k / 128, out + t * rb);
 }
 
+namespace {
+// fn(t) for the n / 16 groups of 16 rows, over `threads` in tasks of about
+// task_bytes (group_bytes per group).
+template <class Fn>
+void for_row_groups(int64_t n, int64_t group_bytes, int64_t task_bytes, int32_t threads, const Fn& fn) {
+  const int64_t groups = n / 16, per = std::max<int64_t>(1, task_bytes / std::max<int64_t>(1, group_bytes));
+  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
+    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) fn(t);
+  });
+}
+}  // namespace
+
 void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
                    int32_t threads) {
   if (k < 128) return;
-  const int64_t rb = k / 2, groups = n / 16;
-  // Tasks of about 256 KiB of codes (16 groups at K = 4096).
-  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 18) / (16 * rb));
+  const int64_t rb = k / 2;
   const bool aligned = reinterpret_cast<uintptr_t>(out) % 64 == 0;
-  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
-    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) {
-      if (kt.i8_tile_group != nullptr && aligned) {
-        kt.i8_tile_group(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
-      } else {
-        i8_tile_group_scalar(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
-      }
+  for_row_groups(n, 16 * rb, int64_t{1} << 18, threads, [&](int64_t t) {  // tasks of about 256 KiB
+    if (kt.i8_tile_group != nullptr && aligned) {
+      kt.i8_tile_group(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
+    } else {
+      i8_tile_group_scalar(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
     }
   });
 }
@@ -567,14 +575,11 @@ void i8_tile_scales(const uint8_t* s, int64_t n, int64_t k, uint8_t* out, uint8_
 
 void i8_tile_scales(const KernelTable& kt, const uint8_t* s, int64_t n, int64_t k, uint8_t* out,
                     uint8_t* flags, int32_t threads) {
-  const int64_t kb = k / 16, gb = i8_tile_scale_group_bytes(k), groups = n / 16;
-  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 16 * kb));
-  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
-    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) {
-      flags[t] = kt.i8_tile_scale_group != nullptr
-                     ? kt.i8_tile_scale_group(s + 16 * t * kb, kb, out + t * gb)
-                     : i8_tile_scale_group_scalar(s + 16 * t * kb, kb, out + t * gb);
-    }
+  const int64_t kb = k / 16, gb = i8_tile_scale_group_bytes(k);
+  for_row_groups(n, 16 * kb, int64_t{1} << 16, threads, [&](int64_t t) {  // tasks of about 64 KiB
+    flags[t] = kt.i8_tile_scale_group != nullptr
+                   ? kt.i8_tile_scale_group(s + 16 * t * kb, kb, out + t * gb)
+                   : i8_tile_scale_group_scalar(s + 16 * t * kb, kb, out + t * gb);
   });
 }
 
