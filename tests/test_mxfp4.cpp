@@ -968,6 +968,51 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "MXFP4_linear at GEMV sizes makes its E4M3 scales piece by piece: NVFP4's bits across piece, task "
+    "and thread-count boundaries, linear and swizzled",
+    "[ops][mxfp4][kernels]") {
+  // The stateless GEMVs make the scales of each piece of rows (about 64 KiB
+  // of E4M3 codes: 256 rows at K = 4096, 896 at K = 1152) right before
+  // running it; N not a multiple of 16 or of the piece, several pieces per
+  // task, subnormal E4M3 codes (18 binades) and all-normal ones.
+  struct Shape {
+    int64_t n, k;
+    int lo, hi;
+  };
+  for (const Shape& sh :
+       {Shape{2200, 4096, 110, 127}, Shape{4000, 1152, 120, 125}, Shape{333, 96, 118, 126}}) {
+    MxWeight w(sh.n, sh.k, sh.lo, sh.hi, static_cast<uint32_t>(sh.n + sh.k));
+    const int64_t sw_bytes = swizzled_mx_bytes(sh.n, sh.k);
+    Tensor sw({sw_bytes}, t::u8());
+    DLTensor s_u8 = *w.s.t();
+    REQUIRE(NVFP4_swizzle_scales(&s_u8, sw.t()) == Q4_OK);
+    const auto s_before = w.s.snapshot();
+    for (int32_t isa : runnable_isas()) {
+      IsaCap cap(isa);
+      for (int64_t m : {1, 2, 5, 8}) {
+        Tensor x = t::random_float({m, sh.k}, t::f32(), static_cast<uint32_t>(m * 7 + isa));
+        for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+          for (int32_t threads : {1, 2, 3}) {
+            INFO("n " << sh.n << " k " << sh.k << " isa " << isa << " m " << m << " math " << math
+                      << " threads " << threads);
+            Q4_op_options o = opts_with(Q4_PATH_KERNEL_ONLY, math);
+            o.num_threads = threads;
+            Tensor y({m, sh.n}, t::f32()), ysw({m, sh.n}, t::f32()), ynv({m, sh.n}, t::f32());
+            REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &o) == Q4_OK);
+            REQUIRE(MXFP4_linear(x.t(), w.q.t(), sw.t(), Q4_SCALE_SWIZZLED, nullptr, ysw.t(), &o) == Q4_OK);
+            REQUIRE(NVFP4_linear(x.t(), w.q.t(), w.s16.t(), Q4_SCALE_LINEAR, w.g, nullptr, ynv.t(), &o) ==
+                    Q4_OK);
+            CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * sh.n * 4)) == 0);
+            CHECK(std::memcmp(ysw.data(), ynv.data(), static_cast<size_t>(m * sh.n * 4)) == 0);
+          }
+        }
+      }
+    }
+    CHECK(w.s.snapshot() == s_before);  // the caller's E8M0 bytes untouched
+  }
+}
+
+TEST_CASE(
     "MXFP4_scaled_mm on the E2M1 kernels: NVFP4_scaled_mm's bits with alpha * 2^(ta+tb), identical "
     "across tables",
     "[ops][mxfp4][kernels]") {

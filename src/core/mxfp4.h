@@ -35,7 +35,9 @@ CpuPath mxfp4_cpu_path(const ResolvedOptions& o);
 
 // The ready form of an MXFP4 weight [op.rows, op.k] for `path`: Kernel =
 // the NVFP4 form (format stays MXFP4; codes copied when `copy`, else
-// borrowed; the E4M3 scales owned), DequantMatmul = the owned fp32 weight.
+// borrowed; the E4M3 scales owned, or, borrowed and every scale inside the
+// window, not made here at all: w.e8m0 keeps the E8M0 bytes for the
+// kernels), DequantMatmul = the owned fp32 weight.
 // Buffers are counted in `counters` when not null. When the Kernel form is
 // impossible, the fp32 form is built instead and the reason returned (""
 // otherwise); under compute_path KernelOnly that is Q4_ERR_UNSUPPORTED

@@ -99,6 +99,40 @@ bool e8m0_to_e4m3_pairs(const uint8_t* __restrict in, int64_t n, int32_t t, bool
   return all != 0;
 }
 
+// Pass 1 of the mapping: the smallest and largest scale byte per task of
+// kRowsPerTask rows (branch-free, vectorized; a largest byte of 0xFF means
+// a NaN scale there).
+void byte_ranges(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, std::vector<int32_t>& lo,
+                 std::vector<int32_t>& hi) {
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  lo.assign(static_cast<size_t>(tasks), 255);
+  hi.assign(static_cast<size_t>(tasks), -1);
+  parallel_for(tasks, threads, [&](int64_t task) {
+    const int64_t b0 = task * kRowsPerTask * cols, b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
+    uint8_t l = 255, h = 0;
+    for (int64_t b = b0; b < b1; ++b) {
+      l = std::min(l, s[b]);
+      h = std::max(h, s[b]);
+    }
+    lo[static_cast<size_t>(task)] = l;
+    hi[static_cast<size_t>(task)] = h;
+  });
+}
+
+// Whether every byte of linear E8M0 scales [rows, cols] maps into one
+// window (no NaN, the smallest byte inside the window of the largest), and
+// then its global exponent *t. False: the full mapping
+// (mxfp4_to_nvfp4_scales) says why, or takes the zero-code blocks out.
+bool scales_in_window(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t* t) {
+  std::vector<int32_t> lo, hi;
+  byte_ranges(s, rows, cols, threads, lo, hi);
+  const int32_t e_lo = *std::min_element(lo.begin(), lo.end());
+  const int32_t e_hi = *std::max_element(hi.begin(), hi.end());
+  if (e_hi == static_cast<int32_t>(fmt::kE8M0NaN)) return false;
+  *t = fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
+  return fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
+}
+
 }  // namespace
 
 std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8_t* s16, int32_t* t) {
@@ -114,24 +148,12 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
   }
   const uint8_t* q = op.q.data;
   const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  // Pass 1: the byte range per task, branch-free (vectorized): a maximum
-  // of 0xFF means a NaN byte, looked up again only then.
-  std::vector<int32_t> lo(static_cast<size_t>(tasks), 255), hi(static_cast<size_t>(tasks), -1);
+  std::vector<int32_t> lo, hi;
+  byte_ranges(s, rows, cols, threads, lo, hi);
   auto task_blocks = [&](int64_t task, int64_t* b0, int64_t* b1) {
     *b0 = task * kRowsPerTask * cols;
     *b1 = std::min(rows, (task + 1) * kRowsPerTask) * cols;
   };
-  parallel_for(tasks, threads, [&](int64_t task) {
-    int64_t b0 = 0, b1 = 0;
-    task_blocks(task, &b0, &b1);
-    uint8_t l = 255, h = 0;
-    for (int64_t b = b0; b < b1; ++b) {
-      l = std::min(l, s[b]);
-      h = std::max(h, s[b]);
-    }
-    lo[task] = l;
-    hi[task] = h;
-  });
   for (int64_t task = 0; task < tasks; ++task) {
     if (hi[task] == static_cast<int32_t>(fmt::kE8M0NaN)) {
       int64_t b0 = 0, b1 = 0;
@@ -214,7 +236,31 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
   w.k = op.k;
   w.storage.clear();
   w.dequant = nullptr;
+  w.e8m0 = nullptr;
   std::string why;
+  if (path == CpuPath::Kernel && !copy && op.rows > 0 && op.k > 0) {
+    // A borrowed weight (a stateless product) whose scales all map: no E4M3
+    // copy; the kernels read the E8M0 bytes in place (swizzled ones
+    // unswizzled first), or the drivers make E4M3 codes piece by piece.
+    const int64_t cols = op.k / fmt::kMxBlock;
+    const uint8_t* s = op.s.data;
+    if (op.layout == Q4_SCALE_SWIZZLED) {
+      uint8_t* lin = allocate(w, counters, op.rows * cols);
+      kern::unswizzle_scales(op.s.data, op.rows, cols, lin);
+      s = lin;
+    }
+    int32_t t = 0;
+    if (scales_in_window(s, op.rows, cols, threads, &t)) {
+      w.path = CpuPath::Kernel;
+      w.q = op.q.data;
+      w.s = nullptr;
+      w.g = fmt::pow2_f32(t);
+      w.e8m0 = s;
+      w.e8m0_t = t;
+      return "";
+    }
+    w.storage.clear();
+  }
   if (path == CpuPath::Kernel) {
     auto* s16 = allocate(w, counters, checked_mul(op.rows, op.k / 16, name));
     int32_t t = 0;

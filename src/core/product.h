@@ -56,10 +56,17 @@ struct PreparedWeight {
   // unswizzled on the host), g unused. False: an MXFP4 weight is in a CPU
   // ready form (the NVFP4 form, s = E4M3 [N, K/16] under g, or dequant).
   bool e8m0_scales = false;
+  // A borrowed MXFP4 weight of a stateless product whose scales all lie in
+  // the window: s is null, its E8M0 scales [N, K/32] are read in place
+  // under g = 2^e8m0_t (kern::NvWeights::e8m0).
+  const uint8_t* e8m0 = nullptr;
+  int32_t e8m0_t = 0;
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;
-  kern::NvWeights nv() const { return kern::NvWeights{q, s, g, k, nullptr, tiles, tile_scales, tile_flags}; }
+  kern::NvWeights nv() const {
+    return kern::NvWeights{q, s, g, k, nullptr, tiles, tile_scales, tile_flags, e8m0, e8m0_t};
+  }
   kern::Nf4Weights nf4() const {
     return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift, tiles, tile_absmax};
   }

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #endif
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_types.h"
 #include "kernels/portable.h"
@@ -48,6 +49,52 @@ int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
 int64_t gemv_chunk(int64_t n, int32_t threads) {
   const int64_t tasks = std::max<int64_t>(1, int64_t{4} * threads_or_default(threads));
   return std::max<int64_t>(16, (n + tasks - 1) / tasks);
+}
+
+// A GEMV task's rows [n0, n1) of w: run(wl, j0, j1, r0) runs rows
+// [j0, j1) of wl with outputs from row r0 of w. Once, on w itself (j0 = r0
+// = n0), unless w has MXFP4's E8M0 scales (NvWeights::e8m0) that the
+// table's GEMV does not read: then in pieces of whole groups of 16 rows
+// holding about kMadeScaleBytes of E4M3 codes, each piece's codes made into
+// the task's own buffer right before its rows run (read back from L2).
+constexpr int64_t kMadeScaleBytes = int64_t{256} << 10;
+template <class Run>
+void gemv_rows(const KernelTable& kt, const NvWeights& w, int64_t n0, int64_t n1, const Run& run) {
+  if (w.s != nullptr || w.e8m0 == nullptr || (kt.reads_e8m0 && w.k % 128 == 0)) {
+    run(w, n0, n1, n0);
+    return;
+  }
+  const int64_t kb = w.k / 16;
+  const int64_t piece = std::max<int64_t>(16, kMadeScaleBytes / std::max<int64_t>(1, kb) / 16 * 16);
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min(piece, n1 - n0) * kb));
+  for (int64_t r0 = n0; r0 < n1; r0 += piece) {
+    const int64_t r1 = std::min(n1, r0 + piece);
+    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), r1 - r0, w.k, w.e8m0_t, buf.data());
+    NvWeights wl = w;
+    wl.q = w.q + r0 * (w.k / 2);
+    wl.s = buf.data();
+    wl.e8m0 = nullptr;
+    run(wl, 0, r1 - r0, r0);
+  }
+}
+
+// w with E4M3 scales: w itself, or (NvWeights::e8m0) all of its codes made
+// into buf first, for the paths that read whole columns of rows.
+NvWeights with_e4m3_scales(const NvWeights& w, int64_t n, int32_t threads, std::vector<uint8_t>& buf) {
+  if (w.s != nullptr || w.e8m0 == nullptr) return w;
+  const int64_t kb = w.k / 16, chunk = gemv_chunk(n, threads);
+  buf.resize(static_cast<size_t>(n * kb));
+  parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
+    const int64_t r0 = t * chunk;
+    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), std::min(n, r0 + chunk) - r0, w.k, w.e8m0_t, buf.data() + r0 * kb);
+  });
+  NvWeights all = w;
+  all.s = buf.data();
+  all.e8m0 = nullptr;
+  return all;
+}
+const Nf4Weights& with_e4m3_scales(const Nf4Weights& w, int64_t, int32_t, std::vector<uint8_t>&) {
+  return w;
 }
 
 // The panel GEMM on fp16/bf16 rows of X: each task converts the block of X
@@ -176,12 +223,16 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // so the bits do not depend on the path.
 // seen(n0, n1): called by each panel task for its weight rows (the GEMV
 // entries check their own: NvWeights::signs).
+bool i8_runs_gemv(const KernelTable& kt, int64_t m, int64_t k, bool use_gemv) {
+  return m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv && k % 128 == 0;
+}
+
 template <class Gemv, class Pack, class Seen>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
                 float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack,
                 const Seen& seen) {
   const int64_t kb = k / 16;
-  if (m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv && k % 128 == 0) {
+  if (i8_runs_gemv(kt, m, k, use_gemv)) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
@@ -242,15 +293,21 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   });
 }
 
-void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w, int64_t n,
-                      float post, float* y, int32_t threads, ScaleSigns* signs) {
+// (MXFP4's E8M0 scales: as linear_packed.)
+void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w_in,
+                      int64_t n, float post, float* y, int32_t threads, ScaleSigns* signs) {
+  const bool use_gemv = kt.i8_gemv_nvfp4 != nullptr;
+  std::vector<uint8_t> made;
+  const NvWeights w = i8_runs_gemv(kt, m, w_in.k, use_gemv) ? w_in : with_e4m3_scales(w_in, n, threads, made);
   NvWeights wg = w;
   wg.signs = signs;
   i8_product(
-      kt, a, m, w.k, n, post, y, threads, kt.i8_gemv_nvfp4 != nullptr,
+      kt, a, m, w.k, n, post, y, threads, use_gemv,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
-        kt.i8_gemv_nvfp4(a.q.data() + i0 * a.ldq, a.ldq, a.s.data() + i0 * a.lds, a.c.data() + i0 * a.lds,
-                         a.lds, mm, wg, n0, n1, post, yy, n);
+        gemv_rows(kt, wg, n0, n1, [&](const NvWeights& wl, int64_t j0, int64_t j1, int64_t r0) {
+          kt.i8_gemv_nvfp4(a.q.data() + i0 * a.ldq, a.ldq, a.s.data() + i0 * a.lds, a.c.data() + i0 * a.lds,
+                           a.lds, mm, wl, j0, j1, post, yy + (r0 - n0), n);
+        });
       },
       [&](int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq, float* ws) {
         kt.i8_pack_nvfp4(w, n0, rows, b0, nb, wq, ws);
@@ -456,10 +513,20 @@ void small_batch_product(ActRows x, int64_t m, const Weights& w, int64_t n, floa
 // small_ok says whether the small-batch kernels take these weights.
 // signs: NVFP4's sign rule on the way (ScaleSigns): by the GEMV kernels for
 // their own rows, otherwise in one parallel pass before the product.
+// MXFP4's E8M0 scales (NvWeights::e8m0): read by the GEMV (or made into
+// E4M3 codes piece by piece, gemv_rows), all made at once for the others.
 template <class Weights, class Gemv, class Small, class Panel>
-void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w, int64_t n, float* y,
+void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w_in, int64_t n, float* y,
                    int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok, ScaleSigns* signs) {
   if (m == 0 || n == 0) return;
+  const SmallBatchConfig sb = small_batch_config();
+  const int32_t sb_max = small_batch_max_m(kt, sb);
+  const int64_t gemv_max =
+      w_in.k % 128 == 0 ? std::max<int64_t>(kGemvMaxRows, kt.gemv_max_m_k128) : kGemvMaxRows;
+  const bool use_small =
+      small_ok && small != nullptr && m >= sb.min_m && m <= sb_max && !(m > kGemvMaxRows && m <= gemv_max);
+  std::vector<uint8_t> made;
+  const Weights w = use_small || m > gemv_max ? with_e4m3_scales(w_in, n, threads, made) : w_in;
   Weights wg = w;  // the GEMV's weights: NVFP4 with the sign rule on the way
   auto seen_all = [&] {
     if constexpr (std::is_same_v<Weights, NvWeights>) {
@@ -470,12 +537,6 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
     }
   };
   if constexpr (std::is_same_v<Weights, NvWeights>) wg.signs = signs;
-  const SmallBatchConfig sb = small_batch_config();
-  const int32_t sb_max = small_batch_max_m(kt, sb);
-  const int64_t gemv_max =
-      w.k % 128 == 0 ? std::max<int64_t>(kGemvMaxRows, kt.gemv_max_m_k128) : kGemvMaxRows;
-  const bool use_small =
-      small_ok && small != nullptr && m >= sb.min_m && m <= sb_max && !(m > kGemvMaxRows && m <= gemv_max);
   if (use_small) {
     seen_all();
     small_batch_product(x, m, w, n, y, threads, sb, small);
@@ -486,7 +547,13 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
     const int64_t chunk = gemv_chunk(n, threads);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
-      gemv(x, w.k, static_cast<int32_t>(m), wg, n0, n1, y + n0, n);
+      if constexpr (std::is_same_v<Weights, NvWeights>) {
+        gemv_rows(kt, wg, n0, n1, [&](const NvWeights& wl, int64_t j0, int64_t j1, int64_t r0) {
+          gemv(x, w.k, static_cast<int32_t>(m), wl, j0, j1, y + r0, n);
+        });
+      } else {
+        gemv(x, w.k, static_cast<int32_t>(m), wg, n0, n1, y + n0, n);
+      }
     });
     return;
   }
@@ -497,6 +564,15 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 }
 
 }  // namespace
+
+void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8_t* out) {
+  const int64_t n = rows * (k / 32);
+  for (int64_t i = 0; i < n; ++i) {  // (plain selects: vectorized)
+    const uint8_t v = fmt::mx_nv_scale_byte_u8(e8m0[i], t);
+    out[2 * i] = v;
+    out[2 * i + 1] = v;
+  }
+}
 
 int64_t i8_tile_bytes(int64_t n, int64_t k) {
   return n / 16 * 16 * (k / 2);

@@ -31,6 +31,10 @@ inline void with_rows(int32_t m, F&& f) {
 
 // The scales of weight rows [r0, r0 + n), one contiguous span (*bytes).
 inline const char* nvfp4_scale_span(const NvWeights& w, int64_t r0, int64_t n, int64_t* bytes) {
+  if (w.s == nullptr && w.e8m0 != nullptr) {  // (MXFP4's E8M0 scales in place)
+    *bytes = n * (w.k / 32);
+    return reinterpret_cast<const char*>(w.e8m0 + r0 * (w.k / 32));
+  }
   *bytes = n * (w.k / 16);
   return reinterpret_cast<const char*>(w.s + r0 * (w.k / 16));
 }

@@ -43,7 +43,20 @@ struct NvWeights {
   // check of its scales. Read only where signs is null.
   const uint8_t* tile_scales = nullptr;
   const uint8_t* tile_flags = nullptr;
+  // Optional, with s null: MXFP4's E8M0 scales [N, K/32] in place of s
+  // (a stateless MXFP4 product, every byte checked to lie in E4M3's window
+  // under g = 2^e8m0_t): NVFP4 block b of row r is scaled by
+  // 2^(e8m0[r * K/32 + b/2] - 127 - e8m0_t), exactly the E4M3 code
+  // e8m0_to_e4m3 gives. Read by nvfp4_gemv and i8_gemv_nvfp4 of the tables
+  // with reads_e8m0 when K % 128 == 0; the drivers (cpu_ops.h) make E4M3
+  // codes for every other entry.
+  const uint8_t* e8m0 = nullptr;
+  int32_t e8m0_t = 0;
 };
+
+// The E4M3 codes [rows, K/16] of `rows` rows of E8M0 scales [rows, K/32]
+// (each byte twice) under 2^t, every byte inside the window (NvWeights::e8m0).
+void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8_t* out);
 
 // The tile order of 4-bit codes [N, K] (K % 128 == 0, K/2 bytes per row):
 // the rows of every full group of 16 (rows 16t .. 16t+15, t < N/16) at
@@ -289,6 +302,10 @@ struct KernelTable {
   // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
   // linears in fast mode keep that copy of their codes for such a table.
   bool i8_reads_tiles = false;
+  // Whether nvfp4_gemv and i8_gemv_nvfp4 read NvWeights::e8m0 when K % 128
+  // == 0 (the AVX-512 tables: decoded in registers as they reach each
+  // group of rows, so MXFP4's scales cross memory once, as E8M0).
+  bool reads_e8m0 = false;
   // One group of 16 rows of 4-bit codes (row r at rows + r*rb, rb = K/2,
   // `chunks` = K/128) into the tile order of i8_tile_codes at `out` (64-byte
   // aligned: every 256-byte tile is stored whole); null: the scalar loop.

@@ -339,6 +339,35 @@ inline bool i8_transpose_scales(const uint8_t* s, const int64_t* row, int64_t kb
   return odd == 0;
 }
 
+// i8_transpose_scales from MXFP4's E8M0 scales in place (NvWeights::e8m0,
+// cols = K/32 bytes per row, every byte inside the window under 2^t): each
+// row's 32 bytes per span made into the E4M3 codes they stand for, each
+// twice, in registers (d = e - 120 - t = the exponent field: normal codes
+// d << 3 for d >= 1, subnormal 1 << (d + 2) for d = -2 .. 0), then the same
+// transpose. Returns whether every code is a normal E4M3.
+inline bool i8_transpose_e8m0(const uint8_t* e, const int64_t* row, int64_t cols, int32_t t, uint8_t* out) {
+  const int64_t kb = 2 * cols;
+  const __m512i c = _mm512_set1_epi16(static_cast<int16_t>(120 + t)), one = _mm512_set1_epi16(1);
+  __mmask32 sub = 0;
+  for (int64_t s0 = 0; s0 < kb; s0 += 64) {
+    const int64_t left = (kb - s0) / 2;  // E8M0 bytes of this span
+    const __mmask32 lm = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+    __m512i z[16];
+    for (int r = 0; r < 16; ++r) {
+      const __m512i d =
+          _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lm, e + row[r] * cols + s0 / 2)), c);
+      const __mmask32 normal = _mm512_cmpgt_epi16_mask(d, _mm512_setzero_si512());
+      sub |= ~normal & lm;
+      const __m512i code = _mm512_mask_blend_epi16(
+          normal, _mm512_sllv_epi16(one, _mm512_add_epi16(d, _mm512_set1_epi16(2))), _mm512_slli_epi16(d, 3));
+      // Each code in both bytes of its word; words past the row's end zero.
+      z[r] = _mm512_maskz_mov_epi16(lm, _mm512_or_si512(code, _mm512_slli_epi16(code, 8)));
+    }
+    i8_transpose16x64(z, out + s0 / 64 * 1024);
+  }
+  return sub == 0;
+}
+
 // KernelTable::i8_tile_scale_group: i8_tile_scales for the 16 rows at s.
 inline uint8_t i8_tile_scale_group_avx512(const uint8_t* s, int64_t kb, uint8_t* out) {
   const int64_t row[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -372,6 +401,10 @@ struct I8zNvfp4 {
       return;
     }
     sp = st.data();
+    if (w.s == nullptr && w.e8m0 != nullptr) {  // MXFP4's E8M0 scales in place
+      normal = i8_transpose_e8m0(w.e8m0, row, w.k / 32, w.e8m0_t, st.data());
+      return;
+    }
     normal = i8_transpose_scales(w.s, row, w.k / 16, st.data(), &signs);
   }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {

@@ -399,6 +399,27 @@ struct Gemv128NvScale {
   __m512 get(__m512 p, int half) const { return _mm512_permutexvar_ps(half ? hi : lo, p); }
 };
 
+// MXFP4's E8M0 scales in place (NvWeights::e8m0): the 8 bytes of two
+// chunks (4 blocks of 32 each), each byte twice (NVFP4's 16 blocks of 16),
+// made fp32 2^(e - 127 - t) by putting e - t in the exponent field (a
+// normal fp32: the weight's scales lie in the window), the value
+// e4m3_decode gives for the E4M3 code standing for it: the same bits as on
+// those codes.
+struct Gemv128MxScale {
+  using Pair = __m512;
+  const uint8_t* e;  // row j's bytes at e + j * cols
+  int64_t cols;      // K / 32
+  __m512i t;
+  __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m512i hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  __m512 pair(int64_t j, int64_t c, bool both) const {
+    const __m128i b = _mm_maskz_loadu_epi8(both ? 0xff : 0x0f, e + j * cols + c * 4);
+    const __m512i cw = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(cw, t), 23));
+  }
+  __m512 get(__m512 p, int half) const { return _mm512_permutexvar_ps(half ? hi : lo, p); }
+};
+
 // NF4: lane l of chunk c takes absmax (c * 128 + 16 (l / 2)) >> block_shift
 // of its row (one value for the chunk when blocksize >= 128): a masked
 // load of the chunk's values and one permute, per chunk.
@@ -510,6 +531,11 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
     // The sign rule fused: every code of rows [n0, n1) goes through the
     // scale decode, whose slow path (any code outside 0x08 .. 0x7e) notes
     // the sign bits; no pass of its own over the scales.
+    if (w.s == nullptr && w.e8m0 != nullptr) {
+      const Gemv128MxScale scale{w.e8m0, w.k / 32, _mm512_set1_epi32(w.e8m0_t)};
+      gemv128(x, ldx, m, w.k, 0, w.q, n0, n1, w.g, y, ldy, e2m1_lut(), span, scale);
+      return;
+    }
     const Gemv128NvScale scale{w.s, kb};
     gemv128(x, ldx, m, w.k, 0, w.q, n0, n1, w.g, y, ldy, e2m1_lut(), span, scale);
     if (w.signs != nullptr && scale.sign_bits != 0) w.signs->negative.store(true, std::memory_order_relaxed);
@@ -1147,6 +1173,7 @@ const KernelTable& avx512_table() {
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
+    f.reads_e8m0 = true;  // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     f.small_batch_max_m = 16;
     return f;
