@@ -23,6 +23,7 @@
 
 #include "common/cpu_features.h"
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_table.h"
@@ -1445,6 +1446,73 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
     }
   }
   CHECK(native >= 1);  // the scalar table at least
+}
+
+TEST_CASE(
+    "kernel tables: MXFP4's E8M0 scales in place (NvWeights::e8m0) give the bits of their E4M3 codes, "
+    "exact, fast and W4A4, GEMV pieces included",
+    "[kernels][int8][mxfp4]") {
+  // Tables whose GEMVs read E8M0 (reads_e8m0, K % 128 == 0) decode it in
+  // registers; the others get E4M3 codes made per piece of rows (here
+  // pieces of 1 KiB: a few groups of 16 rows, several per task) or all at
+  // once (larger M). Each must give the bits of the same weight with the E4M3
+  // codes of fmt::mx_nv_scale_byte.
+  struct Shape {
+    int64_t n, k;
+    int lo, hi;  // E8M0 bytes: 18 binades (E4M3 subnormals) or all normal
+  };
+  const int64_t default_piece = kern::e8m0_piece_bytes();
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9}}) {
+      const int64_t n = sh.n, k = sh.k;
+      std::mt19937 rng(static_cast<uint32_t>(n * k + isa));
+      std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));
+      for (auto& b : q) b = static_cast<uint8_t>(rng());
+      for (auto& b : e) b = static_cast<uint8_t>(sh.lo + static_cast<int>(rng() % (sh.hi - sh.lo + 1)));
+      e[0] = static_cast<uint8_t>(sh.hi);
+      e[1] = static_cast<uint8_t>(sh.lo);
+      const int32_t t = std::max(sh.hi - 135, -126);
+      std::vector<uint8_t> s16(static_cast<size_t>(n * k / 16));
+      for (size_t i = 0; i < e.size(); ++i) {
+        const int32_t b = q4::fmt::mx_nv_scale_byte(e[i], t);
+        REQUIRE(b >= 0);
+        s16[2 * i] = s16[2 * i + 1] = static_cast<uint8_t>(b);
+      }
+      const float g = std::ldexp(1.0f, t);
+      kern::NvWeights we{q.data(), nullptr, g, k};
+      we.e8m0 = e.data();
+      we.e8m0_t = t;
+      const kern::NvWeights w4{q.data(), s16.data(), g, k};
+      for (int64_t m : {1, 3, 8, 16, 40}) {
+        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
+        std::vector<uint8_t> aq, as;
+        random_nvfp4(m, k, static_cast<uint32_t>(5 * m + k), aq, as);
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+        for (int64_t piece : {default_piece, int64_t{1024}}) {
+          kern::set_e8m0_piece_bytes(piece);
+          for (int32_t threads : {1, 3}) {
+            INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k << " m=" << m << " piece " << piece
+                        << " threads " << threads);
+            kern::linear_nvfp4(kt, x.data(), m, w4, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::linear_nvfp4(kt, x.data(), m, we, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            if (k % 16 != 0) continue;
+            kern::linear_nvfp4_int8(kt, x.data(), m, w4, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::linear_nvfp4_int8(kt, x.data(), m, we, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, w4, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, we, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+          }
+        }
+      }
+    }
+  }
+  kern::set_e8m0_piece_bytes(default_piece);
 }
 
 TEST_CASE("integer GEMV entries: more rows of x than i8_gemv_max_m run in passes with the same bits",

@@ -968,19 +968,18 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "MXFP4_linear at GEMV sizes makes its E4M3 scales piece by piece: NVFP4's bits across piece, task "
-    "and thread-count boundaries, linear and swizzled",
+    "MXFP4_linear at GEMV sizes reads its E8M0 scales in place: NVFP4's bits on every table and thread "
+    "count, linear and swizzled",
     "[ops][mxfp4][kernels]") {
-  // The stateless GEMVs make the scales of each piece of rows (about 64 KiB
-  // of E4M3 codes: 256 rows at K = 4096, 896 at K = 1152) right before
-  // running it; N not a multiple of 16 or of the piece, several pieces per
-  // task, subnormal E4M3 codes (18 binades) and all-normal ones.
+  // The stateless products keep the E8M0 bytes (the AVX-512 GEMVs read them
+  // in place, the others get E4M3 codes made per piece of rows: the kernel
+  // tests cross those pieces); N not a multiple of 16, subnormal E4M3 codes
+  // (18 binades) and all-normal ones, K % 128 == 0 and not, every table.
   struct Shape {
     int64_t n, k;
     int lo, hi;
   };
-  for (const Shape& sh :
-       {Shape{2200, 4096, 110, 127}, Shape{4000, 1152, 120, 125}, Shape{333, 96, 118, 126}}) {
+  for (const Shape& sh : {Shape{300, 4096, 110, 127}, Shape{200, 1152, 120, 125}, Shape{333, 96, 118, 126}}) {
     MxWeight w(sh.n, sh.k, sh.lo, sh.hi, static_cast<uint32_t>(sh.n + sh.k));
     const int64_t sw_bytes = swizzled_mx_bytes(sh.n, sh.k);
     Tensor sw({sw_bytes}, t::u8());
@@ -989,10 +988,10 @@ TEST_CASE(
     const auto s_before = w.s.snapshot();
     for (int32_t isa : runnable_isas()) {
       IsaCap cap(isa);
-      for (int64_t m : {1, 2, 5, 8}) {
+      for (int64_t m : {1, 5, 16}) {
         Tensor x = t::random_float({m, sh.k}, t::f32(), static_cast<uint32_t>(m * 7 + isa));
         for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
-          for (int32_t threads : {1, 2, 3}) {
+          for (int32_t threads : {1, 3}) {
             INFO("n " << sh.n << " k " << sh.k << " isa " << isa << " m " << m << " math " << math
                       << " threads " << threads);
             Q4_op_options o = opts_with(Q4_PATH_KERNEL_ONLY, math);

@@ -51,13 +51,16 @@ int64_t gemv_chunk(int64_t n, int32_t threads) {
   return std::max<int64_t>(16, (n + tasks - 1) / tasks);
 }
 
+std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
+
 // A GEMV task's rows [n0, n1) of w: run(wl, j0, j1, r0) runs rows
 // [j0, j1) of wl with outputs from row r0 of w. Once, on w itself (j0 = r0
 // = n0), unless w has MXFP4's E8M0 scales (NvWeights::e8m0) that the
 // table's GEMV does not read: then in pieces of whole groups of 16 rows
-// holding about kMadeScaleBytes of E4M3 codes, each piece's codes made into
-// the task's own buffer right before its rows run (read back from L2).
-constexpr int64_t kMadeScaleBytes = int64_t{256} << 10;
+// holding about e8m0_piece_bytes() of E4M3 codes, each piece's codes made
+// into the task's own buffer right before its rows run. (Each piece is a
+// GEMV call, which stages x again: pieces of 256 KiB keep that to about
+// 2 % of a piece's codes at K = 11008.)
 template <class Run>
 void gemv_rows(const KernelTable& kt, const NvWeights& w, int64_t n0, int64_t n1, const Run& run) {
   if (w.s != nullptr || w.e8m0 == nullptr || (kt.reads_e8m0 && w.k % 128 == 0)) {
@@ -65,7 +68,7 @@ void gemv_rows(const KernelTable& kt, const NvWeights& w, int64_t n0, int64_t n1
     return;
   }
   const int64_t kb = w.k / 16;
-  const int64_t piece = std::max<int64_t>(16, kMadeScaleBytes / std::max<int64_t>(1, kb) / 16 * 16);
+  const int64_t piece = std::max<int64_t>(16, e8m0_piece_bytes() / std::max<int64_t>(1, kb) / 16 * 16);
   std::vector<uint8_t> buf(static_cast<size_t>(std::min(piece, n1 - n0) * kb));
   for (int64_t r0 = n0; r0 < n1; r0 += piece) {
     const int64_t r1 = std::min(n1, r0 + piece);
@@ -564,6 +567,14 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 }
 
 }  // namespace
+
+int64_t e8m0_piece_bytes() {
+  return g_e8m0_piece_bytes.load(std::memory_order_relaxed);
+}
+
+void set_e8m0_piece_bytes(int64_t bytes) {
+  g_e8m0_piece_bytes.store(std::max<int64_t>(1, bytes), std::memory_order_relaxed);
+}
 
 void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8_t* out) {
   const int64_t n = rows * (k / 32);

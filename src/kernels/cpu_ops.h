@@ -44,6 +44,13 @@ inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& 
 }
 void set_small_batch_config(const SmallBatchConfig& c);
 
+// MXFP4's E8M0 scales in place (NvWeights::e8m0) under a GEMV that does not
+// read them: E4M3 codes are made per piece of rows of about this many
+// bytes (default 256 KiB, read back from L2; a piece is at least 16 rows).
+// Tests set it small to cross piece boundaries.
+int64_t e8m0_piece_bytes();
+void set_e8m0_piece_bytes(int64_t bytes);
+
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused
 // GEMV kernels, m in [min_m,
 // max_m] the small-batch kernels, both reading fp16/bf16 rows directly
