@@ -1397,7 +1397,15 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
                           // weight rows a padded tail)
                           {40, 35, 384},
                           {64, 48, 1024},
-                          {27, 16, 128}};
+                          {27, 16, 128},
+                          // k % 128 == 64: the GEMV on tables with i8_gemv_k64 (a last half
+                          // chunk; M = 1 too), the panels elsewhere
+                          {1, 37, 64},
+                          {1, 50, 2880},
+                          {2, 33, 192},
+                          {5, 16, 320},
+                          {9, 40, 576},
+                          {33, 21, 192}};
   int native = 0;
   for (int32_t isa : runnable) {
     const kern::KernelTable& kt = kern::table_for(isa);
@@ -1778,7 +1786,13 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
                           {5, 19, 768, 16},
                           {4, 23, 1408, 32},
                           // m > 16: several groups of x rows over one tiled copy of 16 weight rows
-                          {33, 45, 512, 64}};
+                          {33, 45, 512, 64},
+                          // k % 128 == 64 (the GEMV's last half chunk where a table has
+                          // i8_gemv_k64): blocks inside rows, straddling rows, transposed absmax
+                          {1, 40, 2880, 64},
+                          {2, 19, 192, 128},
+                          {6, 33, 320, 32},
+                          {12, 17, 448, 64}};
   const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
   for (const Shape& sh : shapes) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;

@@ -227,7 +227,8 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // seen(n0, n1): called by each panel task for its weight rows (the GEMV
 // entries check their own: NvWeights::signs).
 bool i8_runs_gemv(const KernelTable& kt, int64_t m, int64_t k, bool use_gemv) {
-  return m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv && k % 128 == 0;
+  return m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv &&
+         (k % 128 == 0 || (kt.i8_gemv_k64 && k % 64 == 0));
 }
 
 template <class Gemv, class Pack, class Seen>

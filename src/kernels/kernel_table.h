@@ -257,8 +257,9 @@ struct KernelTable {
                     int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) = nullptr;
   // Optional (null: the drivers use pack + micro): the same fixed sequence
   // for m <= i8_gemv_max_m rows straight from the NVFP4 weight, rows j in
-  // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0.
-  // With w.signs set, also the sign rule on those rows (as nvfp4_gemv).
+  // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0
+  // (k % 64 == 0 on the tables with i8_gemv_k64). With w.signs set, also
+  // the sign rule on those rows (as nvfp4_gemv).
   void (*i8_gemv_nvfp4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                         int64_t ldy) = nullptr;
@@ -268,7 +269,8 @@ struct KernelTable {
   // use them as the NVFP4 entries use the biased E2M1x2 values, with ws =
   // the fp32 absmax of the block holding the 16 elements, and the activation
   // correction xc = -kI8Nf4Bias * sum xq. Requires k % 16 == 0 and
-  // blocksize >= 16 (the GEMV: k % 128 == 0). The same fixed fp32 sequence.
+  // blocksize >= 16 (the GEMV: k % 128 == 0, or k % 64 == 0 with
+  // i8_gemv_k64). The same fixed fp32 sequence.
   void (*i8_pack_nf4)(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0,
                       int64_t nb, uint8_t* wq, float* ws) = nullptr;
   void (*i8_gemv_nf4)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
@@ -306,6 +308,12 @@ struct KernelTable {
   // == 0 (the AVX-512 tables: decoded in registers as they reach each
   // group of rows, so MXFP4's scales cross memory once, as E8M0).
   bool reads_e8m0 = false;
+  // Whether the integer GEMV entries also take k % 128 == 64 (a last half
+  // chunk: the AVX-512 tables, whose direct GEMV steps 32 elements at a
+  // time). Without it such a K runs the packed panels, at M = 1-2 slower
+  // than the exact GEMV (gpt-oss's K = 2880, Zen 5: 2.1x the time of K =
+  // 2816).
+  bool i8_gemv_k64 = false;
   // One group of 16 rows of 4-bit codes (row r at rows + r*rb, rb = K/2,
   // `chunks` = K/128) into the tile order of i8_tile_codes at `out` (64-byte
   // aligned: every 256-byte tile is stored whole); null: the scalar loop.

@@ -678,7 +678,8 @@ __attribute__((always_inline)) inline void i8_load_quarters(const uint8_t* p, in
 // decode per block done once, not per group); sbuf null: each block's
 // scales are worked out in place. kStore (tile null): the transposed codes
 // are also stored at tile_out in the tile order, for the groups that
-// follow.
+// follow. K % 128 == 64 (rb % 64 == 32): the last of the `chunks` chunks
+// is half a chunk, its first two quarters.
 template <int M, bool kVnni, bool kStore, class Fmt>
 inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int64_t rb, int64_t chunks,
                             NextGroupPrefetch* next, float* sbuf, bool fill, float post, float* y,
@@ -691,6 +692,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
+  const int64_t last_quarters = rb % 64 == 0 ? 4 : 2;
   for (int64_t c = 0; c < chunks; ++c) {
     if (next != nullptr) {
       next->step();
@@ -702,8 +704,9 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
         }
       }
     }
+    const int64_t quarters = c + 1 < chunks ? 4 : last_quarters;
 #pragma GCC unroll 1
-    for (int64_t h = 0; h < 4; ++h) {
+    for (int64_t h = 0; h < quarters; ++h) {
       __m512i T[4];
       if (tile != nullptr) {
         const uint8_t* p = tile + (c * 4 + h) * 256;
@@ -795,7 +798,7 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     }
     return;
   }
-  const int64_t rb = k / 2, chunks = k / 128;
+  const int64_t rb = k / 2, chunks = (k + 127) / 128;  // (K % 128 == 64: a last half chunk)
   const int32_t groups = (m + kI8DirectGroup - 1) / kI8DirectGroup;
   I8Staged st[kI8DirectMaxRows / kI8DirectGroup];
   for (int32_t g = 0; g < groups; ++g) {
@@ -916,8 +919,9 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
                     int64_t ldy) {
   I8zNvfp4 f(w);
   // M = 1 from tiles too: no per-row transpose of sums, and the tile
-  // stream (hot 1.3-1.4x the row GEMV on a Zen 5, from DRAM 1.0-1.1x).
-  if (m > 1 || w.tiles != nullptr) {
+  // stream (hot 1.3-1.4x the row GEMV on a Zen 5, from DRAM 1.0-1.1x);
+  // and K % 128 == 64, which only the direct GEMV takes.
+  if (m > 1 || w.tiles != nullptr || w.k % 128 != 0) {
     i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   } else {
     i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
@@ -936,7 +940,7 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
   // M = 8 1.03-1.06x / 1.05-1.06x; at M = 1-2 hot 1.02-1.16x but from
   // DRAM 0.87-0.98x, 4096x11008 the least).
   f.own_absmax = m >= 4;
-  if (m > 1 || w.tiles != nullptr)  // (as i8_gemv_avx512)
+  if (m > 1 || w.tiles != nullptr || w.k % 128 != 0)  // (as i8_gemv_avx512)
     return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
 }

@@ -1173,7 +1173,8 @@ const KernelTable& avx512_table() {
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
-    f.reads_e8m0 = true;  // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)
+    f.reads_e8m0 = true;   // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)
+    f.i8_gemv_k64 = true;  // i8_gemv_direct
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     f.small_batch_max_m = 16;
     return f;
