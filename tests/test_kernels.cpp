@@ -803,7 +803,7 @@ size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_
 // that take the decoders' slow paths (zero, subnormal, NaN) are not signs,
 // and y does not depend on whether the check runs.
 void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
-  for (int64_t k : {128, 272, 640}) {  // the chunk GEMV and the even/odd one
+  for (int64_t k : {128, 272, 640, 192}) {  // the chunk GEMV (a half chunk last), the even/odd one
     const int64_t n = 13, n0 = 2, n1 = 11, kb = k / 16;
     NvMatrix mat(n, k, static_cast<uint32_t>(3 * k));
     mat.s[static_cast<size_t>(n0 * kb + 1)] = 0x00;             // zero
@@ -837,8 +837,9 @@ void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
 }
 
 void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
-  // (K % 128 == 0: the tables' whole-chunk GEMV paths.)
-  for (int64_t k : {16, 32, 48, 128, 272, 528, 640}) {
+  // (K % 128 == 0: the tables' whole-chunk GEMV paths; K % 128 == 64: the
+  // AVX-512 chunk GEMV's last half chunk.)
+  for (int64_t k : {16, 32, 48, 128, 272, 528, 640, 64, 192, 704}) {
     const int64_t n = 19, n0 = 3, n1 = n;
     NvMatrix mat(n, k, static_cast<uint32_t>(k));
     for (int32_t m = 1; m <= kern::kGemvMaxRows; ++m) {
@@ -1207,15 +1208,17 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
     const kern::KernelTable& t = kern::table_for(isa);
     // NVFP4: 1027 blocks of 16, a tail after the 256-element groups; NF4:
     // K % 32 == 0 (its vector kernels' condition).
-    for (const int64_t kmul : {int64_t{0}, int64_t{1}}) {  // K % 128 != 0, then == 0
-      const int64_t kn = kmul ? 4224 : 16432, kf = kmul ? 4224 : 16416, n = 17;
+    // K % 128 == 48 (NF4 32), == 64 (AVX-512: the chunk GEMV with a last
+    // half chunk), == 0.
+    for (const int64_t kmul : {int64_t{0}, int64_t{2}, int64_t{1}}) {
+      const int64_t kn = kmul == 1 ? 4224 : kmul == 2 ? 4160 : 16432, kf = kmul == 0 ? 16416 : kn, n = 17;
       NvMatrix nv(n, kn, 5);
       Nf4Matrix nf(n, kf, 6, 6);
       // Row groups of 4 and 2, odd, the most; with K % 128 == 0 also the
       // wider M the table's GEMV takes there (AVX-512: two groups of x rows).
       for (int32_t m : {2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
-        if (m > (kmul ? t.gemv_max_m_k128 : kern::kGemvMaxRows)) continue;
-        INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 == 0: " << kmul);
+        if (m > (kmul == 1 ? t.gemv_max_m_k128 : kern::kGemvMaxRows)) continue;
+        INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 = " << kn % 128);
         for (int fmt = 0; fmt < 2; ++fmt) {
           INFO((fmt == 0 ? "nvfp4" : "nf4"));
           const int64_t k = fmt == 0 ? kn : kf;

@@ -63,7 +63,7 @@ std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
 // 2 % of a piece's codes at K = 11008.)
 template <class Run>
 void gemv_rows(const KernelTable& kt, const NvWeights& w, int64_t n0, int64_t n1, const Run& run) {
-  if (w.s != nullptr || w.e8m0 == nullptr || (kt.reads_e8m0 && w.k % 128 == 0)) {
+  if (w.s != nullptr || w.e8m0 == nullptr || (kt.reads_e8m0 && w.k % 64 == 0)) {
     run(w, n0, n1, n0);
     return;
   }

@@ -48,7 +48,7 @@ struct NvWeights {
   // under g = 2^e8m0_t): NVFP4 block b of row r is scaled by
   // 2^(e8m0[r * K/32 + b/2] - 127 - e8m0_t), exactly the E4M3 code
   // e8m0_to_e4m3 gives. Read by nvfp4_gemv and i8_gemv_nvfp4 of the tables
-  // with reads_e8m0 when K % 128 == 0; the drivers (cpu_ops.h) make E4M3
+  // with reads_e8m0 when K % 64 == 0; the drivers (cpu_ops.h) make E4M3
   // codes for every other entry.
   const uint8_t* e8m0 = nullptr;
   int32_t e8m0_t = 0;
@@ -304,7 +304,7 @@ struct KernelTable {
   // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
   // linears in fast mode keep that copy of their codes for such a table.
   bool i8_reads_tiles = false;
-  // Whether nvfp4_gemv and i8_gemv_nvfp4 read NvWeights::e8m0 when K % 128
+  // Whether nvfp4_gemv and i8_gemv_nvfp4 read NvWeights::e8m0 when K % 64
   // == 0 (the AVX-512 tables: decoded in registers as they reach each
   // group of rows, so MXFP4's scales cross memory once, as E8M0).
   bool reads_e8m0 = false;

@@ -253,17 +253,23 @@ void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
 // 5 decode ops per 32 weights).
 // out[(c*m + i)*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
 // converted on the way): chunk c of all m rows is contiguous, so a K block
-// of x is one contiguous L1-sized range.
+// of x is one contiguous L1-sized range. K % 128 == 64: the last chunk's
+// elements 64-127 are zeros (out holds m * ceil(k/128) * 128 floats).
 void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
   alignas(64) float tmp[128];
   const __m512i base = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
   for (int32_t i = 0; i < m; ++i) {
-    for (int64_t c = 0; c < k / 128; ++c) {
+    for (int64_t c = 0; c < (k + 127) / 128; ++c) {
+      const int64_t len = std::min<int64_t>(128, k - c * 128);
       const float* src = tmp;
-      if (x.type == FType::F32) {
+      if (x.type == FType::F32 && len == 128) {
         src = static_cast<const float*>(x.data) + i * ldx + c * 128;
+      } else if (x.type == FType::F32) {
+        std::memcpy(tmp, static_cast<const float*>(x.data) + i * ldx + c * 128, static_cast<size_t>(len) * 4);
+        std::fill(tmp + len, tmp + 128, 0.0f);
       } else {
-        for (int j = 0; j < 128; j += 16) {
+        std::fill(tmp + len, tmp + 128, 0.0f);
+        for (int j = 0; j < len; j += 16) {
           const __m256i h = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(x.data) + i * ldx + c * 128 + j));
           _mm512_store_ps(tmp + j, x.type == FType::F16 ? _mm512_cvtph_ps(h)
@@ -304,7 +310,7 @@ constexpr int64_t kGemv128BlockAbove = 32768;
 // the rows that follow. Not inlined: inside
 // gemv128's loops over row blocks, K blocks and x groups the loop counters
 // and row pointers of the chunk loop were spilled to the stack.
-template <int M, int R, class Scale>
+template <int M, int R, bool kHalfLast, class Scale>
 __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_t c0, int64_t c1,
                                             const uint8_t* q, int64_t rb, int64_t j0, __m512 lut,
                                             const Scale& scale, float* mem, bool last, float post, float* y,
@@ -312,7 +318,12 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
   GemvAcc<M, R> ga;
   ga.begin(mem, c0 == 0);
   __m512(&acc)[M][R] = ga.a;
-  auto chunk = [&](int64_t c, const typename Scale::Pair(&sp)[R], int half) {
+  // kHalfLast (K % 128 == 64): the weight's last chunk is half a chunk (32
+  // bytes per row, 4 blocks): its codes and scales loaded masked, x's
+  // missing half zeros (x128_order), so lanes 8-15 add 0 x 0. (A template
+  // parameter: K % 128 == 0 keeps its own code.)
+  const int64_t c_half = kHalfLast ? rb / 64 : -1;
+  auto chunk = [&](int64_t c, const typename Scale::Pair(&sp)[R], int half, auto half_chunk) {
     next.step();
     const float* xc = xo + c * ldc;  // chunk c of the M rows, 128 floats each
     // M = 1: x of the chunk in 8 registers for the R rows (as many
@@ -334,7 +345,9 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
       auto x_at = [&](int i, int n) {
         return M == 1 ? xv[M == 1 ? n : 0] : _mm512_loadu_ps(xr + int64_t{128} * i + int64_t{16} * n);
       };
-      const __m512i v = _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
+      const __m512i v = decltype(half_chunk)::value
+                            ? _mm512_maskz_loadu_epi8(0xffffffffULL, q + (j0 + r) * rb + c * 64)
+                            : _mm512_loadu_si512(q + (j0 + r) * rb + c * 64);
       _mm_prefetch(reinterpret_cast<const char*>(q + (j0 + r) * rb + c * 64 + ahead), _MM_HINT_T0);
       __m512 t[M];
 #pragma GCC unroll 8
@@ -351,25 +364,34 @@ __attribute__((noinline)) void gemv128_rows(const float* xo, int64_t ldc, int64_
   };
   // Chunks two at a time: the scales of both are fetched (decoded, for
   // NVFP4) in one step per row, and each chunk takes its half.
+  const int64_t cf = c_half >= c0 && c_half < c1 ? c_half : c1;  // the full chunks: [c0, cf)
   int64_t c = c0;
-  for (; c + 2 <= c1; c += 2) {
+  for (; c + 2 <= cf; c += 2) {
     typename Scale::Pair sp[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sp[r] = scale.pair(j0 + r, c, true);
-    chunk(c, sp, 0);
-    chunk(c + 1, sp, 1);
+    for (int r = 0; r < R; ++r) sp[r] = scale.pair(j0 + r, c, 16);
+    chunk(c, sp, 0, std::false_type{});
+    chunk(c + 1, sp, 1, std::false_type{});
   }
-  if (c < c1) {
+  if (c < cf) {
     typename Scale::Pair sp[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) sp[r] = scale.pair(j0 + r, c, false);
-    chunk(c, sp, 0);
+    for (int r = 0; r < R; ++r) sp[r] = scale.pair(j0 + r, c, 8);
+    chunk(c, sp, 0, std::false_type{});
+  }
+  if (cf < c1) {
+    typename Scale::Pair sp[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) sp[r] = scale.pair(j0 + r, cf, 4);
+    chunk(cf, sp, 0, std::true_type{});
   }
   ga.end(mem, last, post, y, ldy);
 }
 
 // Block scales of the chunk GEMV, fetched per row for two chunks at a time
-// (pair(j, c, both): chunks c and c + 1 of row j, only c when !both) and
+// (pair(j, c, blocks): the first `blocks` blocks from block 8c of row j:
+// 16 = chunks c and c + 1, 8 = chunk c alone, 4 = a last half chunk;
+// lanes past them 0) and
 // taken per chunk (get(pair, half)) as the vector whose lanes 2b and 2b+1
 // hold the scale of the chunk's block b.
 // NVFP4: the 16 E4M3 codes of two chunks decoded in one vector (the plain
@@ -385,9 +407,9 @@ struct Gemv128NvScale {
   mutable int sign_bits = 0;  // the top bits of every code read
   __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   __m512i hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  __m512 pair(int64_t j, int64_t c, bool both) const {
+  __m512 pair(int64_t j, int64_t c, int blocks) const {
     // (one chunk: the row's last 8 codes may end its allocation)
-    const __m128i b = _mm_maskz_loadu_epi8(both ? 0xffff : 0x00ff, s + j * kb + c * 8);
+    const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1u), s + j * kb + c * 8);
     const __m512i cw = _mm512_cvtepu8_epi32(b);
     // codes 0x08 .. 0x7e: (code - 8) < 0x77 unsigned
     if (_mm_cmpge_epu8_mask(_mm_sub_epi8(b, _mm_set1_epi8(8)), _mm_set1_epi8(0x77)) == 0) {
@@ -412,10 +434,12 @@ struct Gemv128MxScale {
   __m512i t;
   __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   __m512i hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  __m512 pair(int64_t j, int64_t c, bool both) const {
-    const __m128i b = _mm_maskz_loadu_epi8(both ? 0xff : 0x0f, e + j * cols + c * 4);
+  __m512 pair(int64_t j, int64_t c, int blocks) const {
+    const __m128i b =
+        _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << (blocks / 2)) - 1u), e + j * cols + c * 4);
     const __m512i cw = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(cw, t), 23));
+    return _mm512_castsi512_ps(
+        _mm512_maskz_slli_epi32(static_cast<__mmask16>((1u << blocks) - 1u), _mm512_sub_epi32(cw, t), 23));
   }
   __m512 get(__m512 p, int half) const { return _mm512_permutexvar_ps(half ? hi : lo, p); }
 };
@@ -430,7 +454,7 @@ struct Gemv128Nf4Scale {
   const Nf4Weights& w;
   __mmask16 lm;  // the chunk's absmax values: max(1, 128 >> block_shift)
   __m512i idx;
-  Pair pair(int64_t j, int64_t c, bool) const { return {j * w.k + c * 128}; }
+  Pair pair(int64_t j, int64_t c, int) const { return {j * w.k + c * 128}; }  // (K % 128 == 0)
   __m512 get(Pair p, int half) const {
     return _mm512_permutexvar_ps(
         idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((p.e + int64_t{128} * half) >> w.block_shift)));
@@ -450,9 +474,10 @@ struct Gemv128Nf4Scale {
 template <class Span, class Scale>
 void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8_t* q, int64_t n0, int64_t n1,
              float post, float* y, int64_t ldy, __m512 lut, Span&& span, const Scale& scale) {
-  AlignedFloats xo = aligned_floats(int64_t{m} * k);
+  const int64_t rb = k / 2, chunks = (k + 127) / 128,
+                ldc = int64_t{m} * 128;  // (K % 128 == 64: a half chunk)
+  AlignedFloats xo = aligned_floats(int64_t{m} * chunks * 128);
   x128_order(x, ldx, m, k, flip, xo.get());
-  const int64_t rb = k / 2, chunks = k / 128, ldc = int64_t{m} * 128;
   const bool blocked = m >= 2 && int64_t{4} * m * k > kGemv128BlockAbove;
   const int64_t cb =
       blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows))) : chunks;
@@ -488,9 +513,11 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
             const int64_t ahead_rows =
                 blocked && !(last && i0 + kGemvMaxRows >= m) ? 0 : std::min<int64_t>(G, n1 - ahead);
             NextGroupPrefetch next(span, q, rb, ahead, ahead_rows, c1 - c0);
-            gemv128_rows<M, G>(xo.get() + int64_t{i0} * 128, ldc, c0, c1, q, rb, j, lut, scale,
-                               blocked ? gmem + (j - jb) * M * 16 : gmem, last, post,
-                               y + int64_t{i0} * ldy + (j - n0), ldy, ahead_bytes, next);
+            const auto rows =
+                k % 128 == 0 ? gemv128_rows<M, G, false, Scale> : gemv128_rows<M, G, true, Scale>;
+            rows(xo.get() + int64_t{i0} * 128, ldc, c0, c1, q, rb, j, lut, scale,
+                 blocked ? gmem + (j - jb) * M * 16 : gmem, last, post, y + int64_t{i0} * ldy + (j - n0), ldy,
+                 ahead_bytes, next);
           };
           int64_t j = jb;
           for (; j + R <= je; j += R) group(std::integral_constant<int, R>{}, j);
@@ -523,7 +550,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
       nvfp4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy);
     });
   }
-  if (w.k % 128 == 0) {
+  if (w.k % 64 == 0) {  // the chunk GEMV (K % 128 == 64: a last half chunk)
     const int64_t kb = w.k / 16;
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) {
       return nvfp4_scale_span(w, r0, n, bytes);
