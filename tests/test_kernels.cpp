@@ -1480,7 +1480,8 @@ TEST_CASE(
   const int64_t default_piece = kern::e8m0_piece_bytes();
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
-    for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9}}) {
+    for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9},
+                            Shape{60, 2880, 112, 129}}) {
       const int64_t n = sh.n, k = sh.k;
       std::mt19937 rng(static_cast<uint32_t>(n * k + isa));
       std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));

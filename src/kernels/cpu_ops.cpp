@@ -553,8 +553,9 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
       if constexpr (std::is_same_v<Weights, NvWeights>) {
-        // (the exact GEMV reads E8M0 in its chunk kernel: K % 128 == 0)
-        gemv_rows(kt.reads_e8m0 && w.k % 128 == 0, wg, n0, n1,
+        // (the exact GEMV reads E8M0 where its chunk kernel runs)
+        const bool chunk_kernel = w.k % 128 == 0 || (w.k % 64 == 0 && m <= kt.gemv_chunk_max_m_k64);
+        gemv_rows(kt.reads_e8m0 && chunk_kernel, wg, n0, n1,
                   [&](const NvWeights& wl, int64_t j0, int64_t j1, int64_t r0) {
                     gemv(x, w.k, static_cast<int32_t>(m), wl, j0, j1, y + r0, n);
                   });

@@ -47,9 +47,10 @@ struct NvWeights {
   // (a stateless MXFP4 product, every byte checked to lie in E4M3's window
   // under g = 2^e8m0_t): NVFP4 block b of row r is scaled by
   // 2^(e8m0[r * K/32 + b/2] - 127 - e8m0_t), exactly the E4M3 code
-  // e8m0_to_e4m3 gives. Read by nvfp4_gemv (K % 128 == 0) and i8_gemv_nvfp4
-  // (any K it takes) of the tables with reads_e8m0; the drivers (cpu_ops.h)
-  // make E4M3 codes for every other entry.
+  // e8m0_to_e4m3 gives. Read by nvfp4_gemv (K % 128 == 0, or K % 64 == 0 up
+  // to gemv_chunk_max_m_k64 rows) and i8_gemv_nvfp4 (any K it takes) of the
+  // tables with reads_e8m0; the drivers (cpu_ops.h) make E4M3 codes for
+  // every other entry.
   const uint8_t* e8m0 = nullptr;
   int32_t e8m0_t = 0;
 };
@@ -304,10 +305,13 @@ struct KernelTable {
   // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
   // linears in fast mode keep that copy of their codes for such a table.
   bool i8_reads_tiles = false;
-  // Whether nvfp4_gemv (K % 128 == 0) and i8_gemv_nvfp4 read
+  // Whether nvfp4_gemv (as NvWeights::e8m0 says) and i8_gemv_nvfp4 read
   // NvWeights::e8m0 (the AVX-512 tables: decoded in registers as they reach
   // each group of rows, so MXFP4's scales cross memory once, as E8M0).
   bool reads_e8m0 = false;
+  // Up to this many rows of x nvfp4_gemv runs its chunk kernel (a last
+  // half chunk) when K % 128 == 64 (AVX-512: 2; 0: never).
+  int32_t gemv_chunk_max_m_k64 = 0;
   // Whether the integer GEMV entries also take k % 128 == 64 (a last half
   // chunk: the AVX-512 tables, whose direct GEMV steps 32 elements at a
   // time). Without it such a K runs the packed panels, at M = 1-2 slower

@@ -300,6 +300,9 @@ constexpr int gemv128_row_group() {
 // blocks), once x of M rows exceeds kGemv128BlockAbove. M = 1 is never
 // blocked (its x is read once per 4 weight rows).
 constexpr int64_t kGemv128L1Bytes = 16384;
+
+// KernelTable::gemv_chunk_max_m_k64 (see nvfp4_gemv).
+constexpr int32_t kGemvChunkMaxMK64 = 2;
 constexpr int64_t kGemv128BlockAbove = 32768;
 
 // Rows j0 .. j0+R-1 over chunks [c0, c1) of M rows of x (chunk c at
@@ -550,12 +553,12 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
       nvfp4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy);
     });
   }
-  // The chunk GEMV; K % 128 == 64 with a last half chunk at M <= 2 only
-  // (gpt-oss's K = 2880 and 4096x4160, Zen 5, against the even/odd GEMV:
-  // M = 1 1.25-1.35x hot, 1.5x from DRAM, M = 2 1.09-1.12x, M = 3-7
-  // 0.82-0.99x), so at that K the rows of M <= 2 and of M = 3-8 differ in
-  // their last bits.
-  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= 2)) {
+  // The chunk GEMV; K % 128 == 64 with a last half chunk at M <=
+  // kGemvChunkMaxMK64 only (gpt-oss's K = 2880 and 4096x4160, Zen 5,
+  // against the even/odd GEMV: M = 1 1.25-1.35x hot, 1.5x from DRAM, M = 2
+  // 1.09-1.12x, M = 3-7 0.82-0.99x), so at that K the rows of M <= 2 and
+  // of M = 3-8 differ in their last bits.
+  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= kGemvChunkMaxMK64)) {
     const int64_t kb = w.k / 16;
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) {
       return nvfp4_scale_span(w, r0, n, bytes);
@@ -1207,6 +1210,7 @@ const KernelTable& avx512_table() {
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     f.reads_e8m0 = true;   // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)
     f.i8_gemv_k64 = true;  // i8_gemv_direct
+    f.gemv_chunk_max_m_k64 = kGemvChunkMaxMK64;
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     f.small_batch_max_m = 16;
     return f;
