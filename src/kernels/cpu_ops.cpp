@@ -56,11 +56,11 @@ std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
 // A GEMV task's rows [n0, n1) of w: run(wl, j0, j1, r0) runs rows
 // [j0, j1) of wl with outputs from row r0 of w. Once, on w itself (j0 = r0
 // = n0), unless w has MXFP4's E8M0 scales (NvWeights::e8m0) that the
-// GEMV does not read (reads_e8m0 false): then in pieces of whole groups of 16 rows
-// holding about e8m0_piece_bytes() of E4M3 codes, each piece's codes made
-// into the task's own buffer right before its rows run. (Each piece is a
-// GEMV call, which stages x again: pieces of 256 KiB keep that to about
-// 2 % of a piece's codes at K = 11008.)
+// GEMV does not read (reads_e8m0 false): then in pieces of whole groups of
+// 16 rows holding about e8m0_piece_bytes() of E4M3 codes, each piece's
+// codes made into the task's own buffer right before its rows run. (Each
+// piece is a GEMV call, which stages x again: pieces of 256 KiB keep that
+// to about 2 % of a piece's codes at K = 11008.)
 template <class Run>
 void gemv_rows(bool reads_e8m0, const NvWeights& w, int64_t n0, int64_t n1, const Run& run) {
   if (w.s != nullptr || w.e8m0 == nullptr || reads_e8m0) {
@@ -221,16 +221,18 @@ constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed pane
 // depend on the thread count. gemv(i0, m, n0, n1, y) is the table's
 // integer GEMV for rows i0 .. i0+m-1 of x (nullptr-able: `use_gemv`),
 // pack(n0, rows, b0, nb, wq, ws) its panel packer for the weight format.
-// Up to KernelTable::i8_gemv_max_m rows of x (k % 128 == 0) run the GEMV,
-// more the packed panels. GEMV and panels compute the same fixed sequence,
-// so the bits do not depend on the path.
-// seen(n0, n1): called by each panel task for its weight rows (the GEMV
-// entries check their own: NvWeights::signs).
+// Whether i8_product runs the table's integer GEMV (use_gemv: it has one)
+// for m rows of x: up to KernelTable::i8_gemv_max_m rows with k % 128 == 0
+// (k % 64 == 0 on tables with i8_gemv_k64).
 bool i8_runs_gemv(const KernelTable& kt, int64_t m, int64_t k, bool use_gemv) {
   return m <= std::max(kI8GemvMaxRows, kt.i8_gemv_max_m) && use_gemv &&
          (k % 128 == 0 || (kt.i8_gemv_k64 && k % 64 == 0));
 }
 
+// The rows i8_runs_gemv gives it run the GEMV, more the packed panels.
+// GEMV and panels compute the same fixed sequence, so the bits do not
+// depend on the path. seen(n0, n1): called by each panel task for its
+// weight rows (the GEMV entries check their own: NvWeights::signs).
 template <class Gemv, class Pack, class Seen>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
                 float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack,
