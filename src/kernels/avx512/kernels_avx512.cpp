@@ -450,17 +450,25 @@ struct Gemv128MxScale {
 // NF4: lane l of chunk c takes absmax (c * 128 + 16 (l / 2)) >> block_shift
 // of its row (one value for the chunk when blocksize >= 128): a masked
 // load of the chunk's values and one permute, per chunk.
+// K % 128 == 64 (blocksize <= 64, so a chunk's blocks start at its
+// element 0 or 64 and lanes 0-7 / 8-15 never share a value wrongly): a last
+// half chunk loads only its own max(1, 64 >> block_shift) values, the lanes
+// of its missing half 0.
 struct Gemv128Nf4Scale {
   struct Pair {
-    int64_t e;  // element index j * k + c * 128 of the pair's first chunk
+    int64_t e;     // element index j * k + c * 128 of the pair's first chunk
+    __mmask16 lm;  // the absmax values to load
   };
   const Nf4Weights& w;
-  __mmask16 lm;  // the chunk's absmax values: max(1, 128 >> block_shift)
+  __mmask16 lm;       // the chunk's absmax values: max(1, 128 >> block_shift)
+  __mmask16 lm_half;  // a half chunk's: max(1, 64 >> block_shift)
   __m512i idx;
-  Pair pair(int64_t j, int64_t c, int) const { return {j * w.k + c * 128}; }  // (K % 128 == 0)
+  Pair pair(int64_t j, int64_t c, int blocks) const {
+    return {j * w.k + c * 128, blocks == 4 ? lm_half : lm};
+  }
   __m512 get(Pair p, int half) const {
     return _mm512_permutexvar_ps(
-        idx, _mm512_maskz_loadu_ps(lm, w.absmax + ((p.e + int64_t{128} * half) >> w.block_shift)));
+        idx, _mm512_maskz_loadu_ps(p.lm, w.absmax + ((p.e + int64_t{128} * half) >> w.block_shift)));
   }
 };
 
@@ -624,18 +632,21 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
                        [&](ActRows xi, int32_t mi, float* yi) { nf4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy); });
   }
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  if (w.k % 128 == 0) {
+  // The chunk GEMV, as nvfp4_gemv (K % 128 == 64: M <= kGemvChunkMaxMK64
+  // and blocksize <= 64).
+  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= kGemvChunkMaxMK64 && w.blocksize <= 64)) {
     // The chunk's absmax values are contiguous: 128 >> shift of them (at
     // least 1; blocksize >= 32 here), lane l takes (16 (l / 2)) >> shift.
     const int32_t sh = w.block_shift;
-    const int64_t nv = std::max<int64_t>(1, 128 >> sh);
+    const int64_t nv = std::max<int64_t>(1, 128 >> sh), nv_half = std::max<int64_t>(1, 64 >> sh);
     const __mmask16 lm = static_cast<__mmask16>((1u << nv) - 1u);
+    const __mmask16 lm_half = static_cast<__mmask16>((1u << nv_half) - 1u);
     const __m512i idx =
         _mm512_srl_epi32(_mm512_setr_epi32(0, 0, 16, 16, 32, 32, 48, 48, 64, 64, 80, 80, 96, 96, 112, 112),
                          _mm_cvtsi32_si128(sh));
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) { return nf4_scale_span(w, r0, n, bytes); };
     return gemv128(x, ldx, m, w.k, 1, w.q, n0, n1, 1.0f, y, ldy, _mm512_loadu_ps(w.lut), span,
-                   Gemv128Nf4Scale{w, lm, idx});
+                   Gemv128Nf4Scale{w, lm, lm_half, idx});
   }
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
