@@ -1466,6 +1466,35 @@ TEST_CASE("integer kernels: W4A4 and fast mode are bit-identical to the referenc
   CHECK(native >= 1);  // the scalar table at least
 }
 
+TEST_CASE("e8m0_to_e4m3: every byte's code under every t, 0xFF outside the window, both loops",
+          "[kernels][mxfp4]") {
+  // All 255 finite bytes at once (the select loop), and each window of 15
+  // bytes that are all normal E4M3 codes under t (the plain byte loop),
+  // against fmt::mx_nv_scale_byte.
+  size_t bad = 0;
+  std::vector<uint8_t> in, out;
+  auto check = [&](int32_t t) {
+    out.assign(2 * in.size(), 0x55);
+    kern::e8m0_to_e4m3(in.data(), static_cast<int64_t>(in.size()), t, out.data());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const int32_t want = q4::fmt::mx_nv_scale_byte(in[i], t);
+      const uint8_t w8 = static_cast<uint8_t>(want < 0 ? 0xff : want);
+      bad += out[2 * i] != w8 || out[2 * i + 1] != w8 ? 1 : 0;
+    }
+  };
+  for (int32_t t = -126; t <= 260; ++t) {
+    in.clear();
+    for (uint32_t e = 0; e < 255; ++e) in.push_back(static_cast<uint8_t>(e));
+    check(t);
+    const int32_t lo = 121 + t;  // 2^-6: the smallest normal code
+    if (lo < 0 || lo + 14 > 254) continue;
+    in.clear();
+    for (int32_t e = lo; e <= lo + 14; ++e) in.push_back(static_cast<uint8_t>(e));
+    check(t);
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE(
     "kernel tables: MXFP4's E8M0 scales in place (NvWeights::e8m0) give the bits of their E4M3 codes, "
     "exact, fast and W4A4, GEMV pieces included",

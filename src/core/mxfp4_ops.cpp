@@ -73,30 +73,13 @@ std::string block_at(int64_t at, int64_t cols) {
   return "row " + std::to_string(at / cols) + ", block " + std::to_string(at % cols);
 }
 
-// out[2i] = out[2i+1] = the E4M3 byte of in[i] under t (n bytes); true
-// when some byte is outside the window (written as 0xFF). `normal`: the
-// caller knows every byte maps to a normal E4M3 (2^-6 .. 2^8), whose byte is
-// then (e - (120 + t)) << 3 (exponent field e - 127 - t + 7, mantissa 0): a
-// plain byte loop the compiler vectorizes.
-bool e8m0_to_e4m3_pairs(const uint8_t* __restrict in, int64_t n, int32_t t, bool normal,
-                        uint8_t* __restrict out) {
-  if (normal) {
-    const auto c = static_cast<uint8_t>(120 + t);
-    for (int64_t i = 0; i < n; ++i) {
-      const auto v = static_cast<uint8_t>(static_cast<uint8_t>(in[i] - c) << 3);
-      out[2 * i] = v;
-      out[2 * i + 1] = v;
-    }
-    return false;
-  }
-  uint8_t all = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t v = fmt::mx_nv_scale_byte_u8(in[i], t);
-    out[2 * i] = v;
-    out[2 * i + 1] = v;
-    all |= static_cast<uint8_t>(v == 0xff);
-  }
-  return all != 0;
+// out[2i] = out[2i+1] = the E4M3 byte of in[i] under t (n bytes,
+// kern::e8m0_to_e4m3); true when some byte is outside the window (written
+// as 0xFF). `normal`: the caller knows every byte maps to a normal E4M3, so
+// none is.
+bool e8m0_to_e4m3_pairs(const uint8_t* in, int64_t n, int32_t t, bool normal, uint8_t* out) {
+  kern::e8m0_to_e4m3(in, n, t, out);
+  return !normal && std::find(out, out + 2 * n, uint8_t{0xff}) != out + 2 * n;
 }
 
 // Pass 1 of the mapping: the smallest and largest scale byte per task of

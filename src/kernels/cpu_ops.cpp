@@ -72,7 +72,7 @@ void gemv_rows(bool reads_e8m0, const NvWeights& w, int64_t n0, int64_t n1, cons
   std::vector<uint8_t> buf(static_cast<size_t>(std::min(piece, n1 - n0) * kb));
   for (int64_t r0 = n0; r0 < n1; r0 += piece) {
     const int64_t r1 = std::min(n1, r0 + piece);
-    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), r1 - r0, w.k, w.e8m0_t, buf.data());
+    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), (r1 - r0) * (w.k / 32), w.e8m0_t, buf.data());
     NvWeights wl = w;
     wl.q = w.q + r0 * (w.k / 2);
     wl.s = buf.data();
@@ -89,7 +89,8 @@ NvWeights with_e4m3_scales(const NvWeights& w, int64_t n, int32_t threads, std::
   buf.resize(static_cast<size_t>(n * kb));
   parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
     const int64_t r0 = t * chunk;
-    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), std::min(n, r0 + chunk) - r0, w.k, w.e8m0_t, buf.data() + r0 * kb);
+    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), (std::min(n, r0 + chunk) - r0) * (w.k / 32), w.e8m0_t,
+                 buf.data() + r0 * kb);
   });
   NvWeights all = w;
   all.s = buf.data();
@@ -583,11 +584,14 @@ void set_e8m0_piece_bytes(int64_t bytes) {
   g_e8m0_piece_bytes.store(std::max<int64_t>(1, bytes), std::memory_order_relaxed);
 }
 
-void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8_t* out) {
-  const int64_t n = rows * (k / 32);
-  uint8_t lo = 255;
-  for (int64_t i = 0; i < n; ++i) lo = std::min(lo, e8m0[i]);
-  if (static_cast<int32_t>(lo) - 120 - t >= 1) {
+void e8m0_to_e4m3(const uint8_t* e8m0, int64_t n, int32_t t, uint8_t* out) {
+  uint8_t lo = 255, hi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, e8m0[i]);
+    hi = std::max(hi, e8m0[i]);
+  }
+  if (static_cast<int32_t>(lo) - 120 - t >= 1 &&
+      static_cast<int32_t>(hi) - fmt::kE8M0Bias - t <= fmt::kNvPow2High) {
     // Every code a normal E4M3 (the common case): exponent field e - 127 -
     // t + 7, mantissa 0, a byte loop the compiler vectorizes well (the
     // selects below, with the generic flags, were 0.06 ms of an MXFP4
@@ -600,7 +604,7 @@ void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8
     }
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {  // (plain selects)
+  for (int64_t i = 0; i < n; ++i) {  // (plain selects; 0xFF outside the window)
     const uint8_t v = fmt::mx_nv_scale_byte_u8(e8m0[i], t);
     out[2 * i] = v;
     out[2 * i + 1] = v;

@@ -55,9 +55,11 @@ struct NvWeights {
   int32_t e8m0_t = 0;
 };
 
-// The E4M3 codes [rows, K/16] of `rows` rows of E8M0 scales [rows, K/32]
-// (each byte twice) under 2^t, every byte inside the window (NvWeights::e8m0).
-void e8m0_to_e4m3(const uint8_t* e8m0, int64_t rows, int64_t k, int32_t t, uint8_t* out);
+// out[2i] = out[2i+1] = the E4M3 code of E8M0 byte e8m0[i] under 2^t (n
+// bytes: NvWeights::e8m0's rows, each byte standing for two blocks of 16),
+// 0xFF for a byte outside the window (formats/mxfp4.h,
+// mx_nv_scale_byte_u8).
+void e8m0_to_e4m3(const uint8_t* e8m0, int64_t n, int32_t t, uint8_t* out);
 
 // The tile order of 4-bit codes [N, K] (K % 128 == 0, K/2 bytes per row):
 // the rows of every full group of 16 (rows 16t .. 16t+15, t < N/16) at
