@@ -635,15 +635,9 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
   ga.begin(mem, k0 == 0);
   __m512(&acc)[M][R] = ga.a;
   const int64_t f0 = j0 * k;
-  // Unrolled by 8 (Zen 5, 2880x2880 hot, against GCC's own choice: M = 6-8
-  // 1.12-1.28x, M = 1 at K = 2912 1.23x, M = 3-5 within the noise, M = 2
-  // 0.97x).
-#pragma GCC unroll 8
-  for (int64_t c = k0; c < k1; c += 32) {
+  const auto step = [&](int64_t c) __attribute__((always_inline)) {
     for (int r = 0; r < R; ++r) {
       const int64_t f = f0 + r * k + c;
-      if (c % 256 == 0)
-        prefetch_group_ahead<2>(w.q + (f + R * k) / 2, w.absmax + ((f + R * k) >> w.block_shift), true);
       const __m512i bytes =
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + f / 2)));
       const __m512 ve = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), lut);
@@ -655,6 +649,38 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
         acc[i][r] = _mm512_fmadd_ps(t, sc, acc[i][r]);
       }
     }
+  };
+  // Each row prefetches the next group's row at its position once per 256
+  // elements (prefetch_group_ahead). Against GCC's own choice for a plain
+  // loop of steps of 32 without the prefetch (Zen 5, 2880x2880, blocksize 64
+  // and 128): from DRAM M = 1-8 1.1-1.9x (blocksize 64 at M = 2 1.0x); hot
+  // M = 6-8 1.12-1.28x, M = 1 at blocksize 128 1.33-1.41x, M = 2-4 0.96-1.0x.
+  // M >= 5: one loop unrolled by 8 (steps of 256 elements, each with its
+  // prefetch, measured 0.96x at M = 6); M <= 4: steps of 256 elements, the
+  // 8 steps of 32 not unrolled (unrolled by 2-8: M = 1 at blocksize 128
+  // 0.76x, M = 4 0.95x).
+  int64_t c = k0;
+  if constexpr (M >= 5) {
+#pragma GCC unroll 8
+    for (; c < k1; c += 32) {
+      if (c % 256 == 0) {
+        for (int r = 0; r < R; ++r) {
+          const int64_t f = f0 + (r + R) * k + c;
+          prefetch_group_ahead<2>(w.q + f / 2, w.absmax + (f >> w.block_shift), true);
+        }
+      }
+      step(c);
+    }
+  } else {
+    for (; c + 256 <= k1; c += 256) {
+      for (int r = 0; r < R; ++r) {
+        const int64_t f = f0 + (r + R) * k + c;
+        prefetch_group_ahead<2>(w.q + f / 2, w.absmax + (f >> w.block_shift), true);
+      }
+#pragma GCC unroll 1
+      for (int u = 0; u < 8; ++u) step(c + int64_t{32} * u);
+    }
+    for (; c < k1; c += 32) step(c);
   }
   ga.end(mem, k1 == k, 1.0f, y, ldy);
 }
