@@ -135,11 +135,14 @@ struct GemvAcc {
 // group are short at the K these kernels take (K = 2880: 1440
 // bytes), so the hardware prefetcher did not keep up (Zen 5, 2880x2880 from
 // DRAM: M = 3-8 1.4-1.7x, NF4 1.04-2.0x; hot within the noise).
+// Addresses are integers: past the last group they lie past the arrays
+// (a prefetch does not fault; a pointer there would be undefined).
 template <int kLines>
-inline void prefetch_group_ahead(const void* q, const void* s, bool scales) {
+inline void prefetch_group_ahead(uintptr_t q, uintptr_t s, bool scales) {
 #pragma GCC unroll 4
-  for (int l = 0; l < kLines; ++l) __builtin_prefetch(static_cast<const char*>(q) + 64 * l, 0, 3);
-  if (scales) __builtin_prefetch(s, 0, 3);
+  for (int l = 0; l < kLines; ++l)
+    __builtin_prefetch(reinterpret_cast<const void*>(q + uintptr_t{64} * static_cast<uintptr_t>(l)), 0, 3);
+  if (scales) __builtin_prefetch(reinterpret_cast<const void*>(s), 0, 3);
 }
 
 // Rows j0 .. j0+R-1 of an NVFP4 GEMV over elements [k0, k1) (k0 a multiple
@@ -172,7 +175,9 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
     for (int r = 0; r < R; ++r) {
       sv[r] = i8_e4m3_decode16(
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
-      prefetch_group_ahead<2>(q[r] + ahead_q + b0 * 8, s[r] + ahead_s + b0, b0 % 64 == 0);
+      prefetch_group_ahead<2>(reinterpret_cast<uintptr_t>(q[r]) + static_cast<uintptr_t>(ahead_q + b0 * 8),
+                              reinterpret_cast<uintptr_t>(s[r]) + static_cast<uintptr_t>(ahead_s + b0),
+                              b0 % 64 == 0);
     }
     // Scale lanes of pair p: pair_index(p), stepped by 2 per pair (one add,
     // not a vector built from scalars on every step). The 8 pairs unrolled
@@ -623,6 +628,15 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
   report_scale_signs(w, n0, n1);
 }
 
+// prefetch_group_ahead for NF4 element f (of the whole weight, row-major):
+// its codes and its absmax value.
+inline void prefetch_nf4_ahead(const Nf4Weights& w, int64_t f) {
+  prefetch_group_ahead<2>(reinterpret_cast<uintptr_t>(w.q) + static_cast<uintptr_t>(f / 2),
+                          reinterpret_cast<uintptr_t>(w.absmax) +
+                              static_cast<uintptr_t>((f >> w.block_shift) * int64_t{sizeof(float)}),
+                          true);
+}
+
 // NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0 and
 // blocksize >= 32, so each 32-element step lies in one absmax block, whose
 // value is broadcast straight from memory; the codebook is a permute.
@@ -655,18 +669,17 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
   // loop of steps of 32 without the prefetch (Zen 5, 2880x2880, blocksize 64
   // and 128): from DRAM M = 1-8 1.1-1.9x (blocksize 64 at M = 2 1.0x); hot
   // M = 6-8 1.12-1.28x, M = 1 at blocksize 128 1.33-1.41x, M = 2-4 0.96-1.0x.
-  // M >= 5: one loop unrolled by 8 (steps of 256 elements, each with its
-  // prefetch, measured 0.96x at M = 6); M <= 4: steps of 256 elements, the
-  // 8 steps of 32 not unrolled (unrolled by 2-8: M = 1 at blocksize 128
-  // 0.76x, M = 4 0.95x).
+  // M >= 5: one loop of steps of 32 unrolled by 8 (the other form measured
+  // 0.96x at M = 6); M <= 4: steps of 256 elements, their 8 steps of 32
+  // not unrolled (unrolled by 2-8: M = 1 at blocksize 128 0.76x, M = 4
+  // 0.95x).
   int64_t c = k0;
   if constexpr (M >= 5) {
 #pragma GCC unroll 8
     for (; c < k1; c += 32) {
       if (c % 256 == 0) {
         for (int r = 0; r < R; ++r) {
-          const int64_t f = f0 + (r + R) * k + c;
-          prefetch_group_ahead<2>(w.q + f / 2, w.absmax + (f >> w.block_shift), true);
+          prefetch_nf4_ahead(w, f0 + (r + R) * k + c);
         }
       }
       step(c);
@@ -674,8 +687,7 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
   } else {
     for (; c + 256 <= k1; c += 256) {
       for (int r = 0; r < R; ++r) {
-        const int64_t f = f0 + (r + R) * k + c;
-        prefetch_group_ahead<2>(w.q + f / 2, w.absmax + (f >> w.block_shift), true);
+        prefetch_nf4_ahead(w, f0 + (r + R) * k + c);
       }
 #pragma GCC unroll 1
       for (int u = 0; u < 8; ++u) step(c + int64_t{32} * u);
