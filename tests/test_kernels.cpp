@@ -24,6 +24,7 @@
 #include "common/cpu_features.h"
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
+#include "formats/nf4_block.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_table.h"
@@ -1323,6 +1324,93 @@ TEST_CASE("kernel tables compiled in that this CPU cannot run", "[.][isa-skipped
   for (int32_t isa : skipped) std::cout << "SKIPPED kernel table " << q4::isa_name(isa) << "\n";
   std::cout << "SKIPPED: " << skipped.size() << " kernel table(s) this CPU cannot run\n";
   SUCCEED();
+}
+
+TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's bytes and absmax",
+          "[kernels][nf4]") {
+  // fmt::nf4_quantize_block (the CUDA kernel's coding) is the reference.
+  auto reference = [](const std::vector<float>& x, int64_t bs, std::vector<uint8_t>& q,
+                      std::vector<float>& am) {
+    const int64_t n = static_cast<int64_t>(x.size()), nb = (n + bs - 1) / bs;
+    q.assign(static_cast<size_t>((n + 1) / 2), 0);
+    am.assign(static_cast<size_t>(nb), 0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      q4::fmt::nf4_quantize_block([&](int64_t i) { return x[static_cast<size_t>(i)]; }, b * bs,
+                                  std::min(n, (b + 1) * bs), q.data(), am.data() + b);
+    }
+  };
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t bs : {32, 64, 256, 4096}) {
+    for (int64_t n : {int64_t{1}, int64_t{31}, bs - 2, bs + 1, 3 * bs, 40 * bs + 7}) {
+      if (n <= 0) continue;
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = nd(rng) * 0.02f;
+      // Special blocks: all zero (code 7); the values on the thresholds
+      // with absmax 1 (y == t goes to the lower code); subnormals; -0.
+      if (n >= bs) std::fill(x.begin(), x.begin() + bs, 0.0f);
+      if (n >= 3 * bs) {
+        float* b1 = x.data() + bs;
+        b1[0] = 1.0f;
+        for (int i = 0; i < 15 && i + 1 < bs; ++i) b1[i + 1] = q4::fmt::nf4_threshold(i);
+        float* b2 = x.data() + 2 * bs;
+        for (int64_t i = 0; i < bs; ++i)
+          b2[i] = (i % 3 == 0 ? -1.0f : 1.0f) * 1e-42f * static_cast<float>(i + 1);
+        b2[1] = -0.0f;
+      }
+      std::vector<uint8_t> qr, qk(static_cast<size_t>((n + 1) / 2)), qt(qk.size());
+      std::vector<float> ar, ak(static_cast<size_t>((n + bs - 1) / bs)), at(ak.size());
+      reference(x, bs, qr, ar);
+      kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, n, bs, qk.data(), ak.data());
+      CHECK(qk == qr);
+      CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
+      kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, n, bs, qt.data(), at.data(), 3);
+      CHECK(qt == qr);
+      CHECK(std::memcmp(at.data(), ar.data(), ar.size() * 4) == 0);
+      // fp16 and bf16 inputs: the reference on their fp32 values.
+      for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
+        std::vector<uint16_t> h(x.size());
+        std::vector<float> xf(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          h[i] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(x[i]) : q4::fmt::f32_to_bf16(x[i]);
+          xf[i] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[i]) : q4::fmt::bf16_to_f32(h[i]);
+        }
+        reference(xf, bs, qr, ar);
+        kern::nf4_quantize(kern::FloatPtr{h.data(), ft}, n, bs, qt.data(), at.data(), 2);
+        CHECK(qt == qr);
+        CHECK(std::memcmp(at.data(), ar.data(), ar.size() * 4) == 0);
+      }
+    }
+  }
+  // NaN and Inf (the entry point rejects them; the kernel codes them as the
+  // reference does: a NaN skipped by the absmax and coded 0, an Inf absmax
+  // coding its finite neighbours 7 and itself 0; an all-NaN block 7).
+  std::vector<float> x(256);
+  for (auto& v : x) v = nd(rng);
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  x[70] = std::numeric_limits<float>::infinity();
+  x[71] = -std::numeric_limits<float>::infinity();
+  std::fill(x.begin() + 128, x.begin() + 192, std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint8_t> qr, qk(128);
+  std::vector<float> ar, ak(4);
+  reference(x, 64, qr, ar);
+  kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, qk.data(), ak.data(), 2);
+  CHECK(qk == qr);
+  CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
+  // Through the entry point, several threads.
+  Tensor xt({4096 + 9}, t::f32()), qt({(4096 + 10) / 2}, t::u8()), amt({(4096 + 9 + 63) / 64}, t::f32());
+  std::vector<float> xs(4096 + 9);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = nd(rng);
+    xt.set(static_cast<int64_t>(i), xs[i]);
+  }
+  reference(xs, 64, qr, ar);
+  Q4_op_options o;
+  REQUIRE(Q4_op_options_init(&o) == Q4_OK);
+  o.num_threads = 3;
+  REQUIRE(NF4_quantize(xt.t(), qt.t(), amt.t(), 64, &o) == Q4_OK);
+  CHECK(std::memcmp(qt.data(), qr.data(), qr.size()) == 0);
+  CHECK(std::memcmp(amt.data(), ar.data(), ar.size() * 4) == 0);
 }
 
 TEST_CASE("NF4 quantize of an odd count writes code 7 in the spare nibble, as bitsandbytes does",

@@ -202,14 +202,17 @@ Q4_HD float nf4_decode(uint32_t code) {
 // double and rounded to fp32 (bitsandbytes' constants); a value exactly on a
 // threshold goes to the lower code. NaN maps to code 0 like bitsandbytes'
 // comparison tree.
-Q4_HD uint32_t nf4_encode(float y) {
+Q4_HD float nf4_threshold(int32_t k) {  // k = 0..14: between codes k and k + 1
   constexpr float thresholds[15] = {-0.8480964004993439f,   -0.6106329262256622f,  -0.4599952697753906f,
                                     -0.33967943489551544f,  -0.23460740596055984f, -0.13791173323988914f,
                                     -0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
                                     0.2035212516784668f,    0.2920137718319893f,   0.3893125355243683f,
                                     0.5016634166240692f,    0.6427869200706482f,   0.8614784181118011f};
+  return thresholds[k];
+}
+Q4_HD uint32_t nf4_encode(float y) {
   uint32_t code = 0;
-  for (float threshold : thresholds) code += (y > threshold) ? 1u : 0u;
+  for (int32_t k = 0; k < 15; ++k) code += (y > nf4_threshold(k)) ? 1u : 0u;
   return code;
 }
 

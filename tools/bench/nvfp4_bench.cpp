@@ -1251,6 +1251,18 @@ int bench_main(int argc, char** argv) {
     });
     add(result("dequantize", "nvfp4", "nvfp4->fp32", rows, 0, k, ms, bytes, 0, threads, 0), "dram_read",
         bytes / (ms * 1e6) / bw);
+    // NF4 (blocksize 64) of the same fp32 tensor, flat.
+    std::vector<uint8_t> nq(static_cast<size_t>(rows * k / 2));
+    std::vector<float> na(static_cast<size_t>(rows * k / 64));
+    int64_t ff[1] = {rows * k}, nqs[1] = {rows * k / 2}, nas[1] = {rows * k / 64};
+    DLTensor tff = tensor(f.data(), ff, 1, kDLFloat, 32), tnq = tensor(nq.data(), nqs, 1, kDLUInt, 8),
+             tna = tensor(na.data(), nas, 1, kDLFloat, 32);
+    const double nf_bytes = static_cast<double>(rows * k) * (4.0 + 0.5 + 4.0 / 64);
+    ms = median_ms(reps, [&](int) {
+      if (NF4_quantize(&tff, &tnq, &tna, 64, &opts) != Q4_OK) std::abort();
+    });
+    add(result("quantize", "nf4", "fp32->nf4, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
+        "dram_read", nf_bytes / (ms * 1e6) / bw);
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
