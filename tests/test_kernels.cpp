@@ -1326,7 +1326,7 @@ TEST_CASE("kernel tables compiled in that this CPU cannot run", "[.][isa-skipped
   SUCCEED();
 }
 
-TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's bytes and absmax",
+TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the reference's bytes and absmax",
           "[kernels][nf4]") {
   // fmt::nf4_quantize_block (the CUDA kernel's coding) is the reference.
   auto reference = [](const std::vector<float>& x, int64_t bs, std::vector<uint8_t>& q,
@@ -1339,6 +1339,8 @@ TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's by
                                   std::min(n, (b + 1) * bs), q.data(), am.data() + b);
     }
   };
+  warn_skipped_tables();
+  const std::vector<int32_t> runnable = compiled_tables(true);
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t bs : {32, 64, 256, 4096}) {
@@ -1364,9 +1366,14 @@ TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's by
       kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, n, bs, qk.data(), ak.data());
       CHECK(qk == qr);
       CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
-      kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, n, bs, qt.data(), at.data(), 3);
-      CHECK(qt == qr);
-      CHECK(std::memcmp(at.data(), ar.data(), ar.size() * 4) == 0);
+      // Every table this CPU runs (its nf4_quantize_blocks), threaded.
+      for (int32_t isa : runnable) {
+        INFO("table " << q4::isa_name(isa));
+        const kern::KernelTable& kt = kern::table_for(isa);
+        kern::nf4_quantize(kt, kern::FloatPtr{x.data(), kern::FType::F32}, n, bs, qt.data(), at.data(), 3);
+        CHECK(qt == qr);
+        CHECK(std::memcmp(at.data(), ar.data(), ar.size() * 4) == 0);
+      }
       // fp16 and bf16 inputs: the reference on their fp32 values.
       for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
         std::vector<uint16_t> h(x.size());
@@ -1375,10 +1382,16 @@ TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's by
           h[i] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(x[i]) : q4::fmt::f32_to_bf16(x[i]);
           xf[i] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[i]) : q4::fmt::bf16_to_f32(h[i]);
         }
-        reference(xf, bs, qr, ar);
-        kern::nf4_quantize(kern::FloatPtr{h.data(), ft}, n, bs, qt.data(), at.data(), 2);
-        CHECK(qt == qr);
-        CHECK(std::memcmp(at.data(), ar.data(), ar.size() * 4) == 0);
+        std::vector<uint8_t> qh;
+        std::vector<float> ah;
+        reference(xf, bs, qh, ah);
+        for (int32_t isa : runnable) {
+          INFO("table " << q4::isa_name(isa) << ", 16-bit input");
+          kern::nf4_quantize(kern::table_for(isa), kern::FloatPtr{h.data(), ft}, n, bs, qt.data(), at.data(),
+                             2);
+          CHECK(qt == qh);
+          CHECK(std::memcmp(at.data(), ah.data(), ah.size() * 4) == 0);
+        }
       }
     }
   }
@@ -1394,9 +1407,13 @@ TEST_CASE("NF4 quantize: the vectorized, threaded blocks give the reference's by
   std::vector<uint8_t> qr, qk(128);
   std::vector<float> ar, ak(4);
   reference(x, 64, qr, ar);
-  kern::nf4_quantize(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, qk.data(), ak.data(), 2);
-  CHECK(qk == qr);
-  CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
+  for (int32_t isa : runnable) {
+    INFO("table " << q4::isa_name(isa) << ", NaN and Inf");
+    kern::nf4_quantize(kern::table_for(isa), kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, qk.data(),
+                       ak.data(), 2);
+    CHECK(qk == qr);
+    CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
+  }
   // Through the entry point, several threads.
   Tensor xt({4096 + 9}, t::f32()), qt({(4096 + 10) / 2}, t::u8()), amt({(4096 + 9 + 63) / 64}, t::f32());
   std::vector<float> xs(4096 + 9);

@@ -51,8 +51,8 @@ void run(const Nvfp4DequantizeDesc& d) {
 }
 
 void run(const Nf4QuantizeDesc& d) {
-  kern::nf4_quantize(as_input(d.x), d.numel, d.blocksize, d.q.data, reinterpret_cast<float*>(d.absmax.data),
-                     d.ctx.opts.num_threads);
+  kern::nf4_quantize(kern::active_table(), as_input(d.x), d.numel, d.blocksize, d.q.data,
+                     reinterpret_cast<float*>(d.absmax.data), d.ctx.opts.num_threads);
 }
 
 void run(const Nf4DequantizeDesc& d) {

@@ -762,12 +762,13 @@ void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s,
   });
 }
 
-void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax, int32_t threads) {
+void nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax,
+                  int32_t threads) {
   const int64_t nblocks = (n + blocksize - 1) / blocksize;
   const int64_t per_task = std::max<int64_t>(1, 65536 / blocksize);  // 64 Ki elements
   parallel_for((nblocks + per_task - 1) / per_task, threads, [&](int64_t t) {
     const int64_t b0 = t * per_task;
-    nf4_quantize_blocks(x, n, blocksize, b0, std::min(nblocks, b0 + per_task), q, absmax);
+    kt.nf4_quantize_blocks(x, n, blocksize, b0, std::min(nblocks, b0 + per_task), q, absmax);
   });
 }
 

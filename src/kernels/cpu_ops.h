@@ -129,10 +129,11 @@ void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s,
                       int64_t k, float* out, int32_t threads);
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 
-// NF4 quantization (nf4_quantize_blocks) over `threads`, tasks of whole
+// NF4 quantization (the table's nf4_quantize_blocks) over `threads`, tasks of whole
 // blocks (every block's bytes and absmax depend on it alone: the result does
 // not depend on the thread count).
-void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax, int32_t threads);
+void nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax,
+                  int32_t threads);
 
 // NVFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] with the finite
 // check fused into the passes over x (16-bit rows converted exactly, a task's

@@ -91,6 +91,7 @@ KernelTable complete_table(KernelTable t) {
   if (t.nvfp4_quantize == nullptr) t.nvfp4_quantize = portable::nvfp4_quantize;
   if (t.nvfp4_dequantize == nullptr) t.nvfp4_dequantize = portable::nvfp4_dequantize;
   if (t.amax == nullptr) t.amax = portable::amax;
+  if (t.nf4_quantize_blocks == nullptr) t.nf4_quantize_blocks = nf4_quantize_blocks;
   if (t.act_to_f32 == nullptr) t.act_to_f32 = load_row;
   if (t.absmax_bits == nullptr) t.absmax_bits = portable::absmax_bits;
   if (t.fma_probe == nullptr) t.fma_probe = fma_probe<Scalar>;

@@ -10,6 +10,7 @@
 #include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/avx2/small_batch_avx2.h"
 #include "kernels/isa_common.h"
+#include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
 
@@ -675,6 +676,10 @@ const KernelTable& avx2_table() {
     f.nvfp4_small = sb_nvfp4_small<SbAvx2>;
     f.nf4_small = sb_nf4_small<SbAvx2>;
     f.act_to_f32 = sb_act_to_f32<SbAvx2>;
+    f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
+                               float* am) {
+      nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>);
+    };
     f.gemm_micro = gemm_micro;
     f.nvfp4_panel = nvfp4_panel;
     f.nf4_panel = nf4_panel;
