@@ -724,6 +724,18 @@ const char* const kKindName[kKinds] = {"nvfp4_gemv",     "nf4_gemv",    "nvfp4_p
 using Coverage = std::set<std::pair<int32_t, int>>;
 
 // Kernel tables compiled into this build, split by whether this CPU runs them.
+// x as fp16 or bf16 (h, round to nearest even) and those values back in
+// fp32 (back): the inputs a 16-bit path must treat as exactly `back`.
+void to_16bit(kern::FType ft, const std::vector<float>& x, std::vector<uint16_t>& h,
+              std::vector<float>& back) {
+  h.resize(x.size());
+  back.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    h[i] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(x[i]) : q4::fmt::f32_to_bf16(x[i]);
+    back[i] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[i]) : q4::fmt::bf16_to_f32(h[i]);
+  }
+}
+
 std::vector<int32_t> compiled_tables(bool runnable) {
   std::vector<int32_t> out;
   for (int32_t isa : q4::kIsaPreference) {
@@ -1107,12 +1119,9 @@ void check_small_entry(Small small, const Weights& w, int64_t n, int kind, Dot&&
       }
       // fp16 / bf16 activations: the bits of the fp32 result on their values.
       for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
-        std::vector<uint16_t> h(x.size());
-        std::vector<float> hv(x.size());
-        for (size_t e = 0; e < x.size(); ++e) {
-          h[e] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(xnan[e]) : q4::fmt::f32_to_bf16(xnan[e]);
-          hv[e] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[e]) : q4::fmt::bf16_to_f32(h[e]);
-        }
+        std::vector<uint16_t> h;
+        std::vector<float> hv;
+        to_16bit(ft, xnan, h, hv);
         std::vector<float> yh(static_cast<size_t>(m * ldy), -7.0f), yf(static_cast<size_t>(m * ldy), -7.0f);
         small(kern::ActRows(h.data(), ft), ldx, m, w, n0, n1, k0, k1, yh.data(), ldy, 64);
         small(hv.data(), ldx, m, w, n0, n1, k0, k1, yf.data(), ldy, 64);
@@ -1376,12 +1385,9 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
       }
       // fp16 and bf16 inputs: the reference on their fp32 values.
       for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
-        std::vector<uint16_t> h(x.size());
-        std::vector<float> xf(x.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-          h[i] = ft == kern::FType::F16 ? q4::fmt::f32_to_f16(x[i]) : q4::fmt::f32_to_bf16(x[i]);
-          xf[i] = ft == kern::FType::F16 ? q4::fmt::f16_to_f32(h[i]) : q4::fmt::bf16_to_f32(h[i]);
-        }
+        std::vector<uint16_t> h;
+        std::vector<float> xf;
+        to_16bit(ft, x, h, xf);
         std::vector<uint8_t> qh;
         std::vector<float> ah;
         reference(xf, bs, qh, ah);
