@@ -34,10 +34,11 @@ void nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
   std::vector<int32_t> codes(static_cast<size_t>(blocksize + 1));
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
-    const float* xb = static_cast<const float*>(x.data) + lo;
-    if (x.type != FType::F32) {
+    const float* xb = buf.data();
+    if (x.type == FType::F32) {
+      xb = static_cast<const float*>(x.data) + lo;
+    } else {
       convert(x.data, x.type, lo, len, buf.data());
-      xb = buf.data();
     }
     // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the bits:
     // non-negative floats order as their bit patterns; a NaN's are above
