@@ -1428,7 +1428,7 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
     xt.set(static_cast<int64_t>(i), xs[i]);
   }
   reference(xs, 64, qr, ar);
-  Q4_op_options o;
+  Q4_op_options o{};
   REQUIRE(Q4_op_options_init(&o) == Q4_OK);
   o.num_threads = 3;
   REQUIRE(NF4_quantize(xt.t(), qt.t(), amt.t(), 64, &o) == Q4_OK);
