@@ -131,18 +131,16 @@ struct GemvAcc {
 
 // The even/odd GEMVs' loads of the next group of rows, one group's time
 // before they are read: each row of a group prefetches, at the position it
-// reads, the same position of the row R rows on (`q`: kLines lines of
+// reads, the same position of the row R rows on (`q`: two lines of
 // codes there; `s`: a line of its scales, when `scales`). The rows of a
 // group are short at the K these kernels take (K = 2880: 1440
 // bytes), so the hardware prefetcher did not keep up (Zen 5, 2880x2880 from
 // DRAM: M = 3-8 1.4-1.7x, NF4 1.04-2.0x; hot within the noise).
 // Addresses are integers: past the last group they lie past the arrays
 // (a prefetch does not fault; a pointer there would be undefined).
-template <int kLines>
 inline void prefetch_group_ahead(uintptr_t q, uintptr_t s, bool scales) {
-#pragma GCC unroll 4
-  for (int l = 0; l < kLines; ++l)
-    __builtin_prefetch(reinterpret_cast<const void*>(q + uintptr_t{64} * static_cast<uintptr_t>(l)), 0, 3);
+  __builtin_prefetch(reinterpret_cast<const void*>(q), 0, 3);
+  __builtin_prefetch(reinterpret_cast<const void*>(q + 64), 0, 3);
   if (scales) __builtin_prefetch(reinterpret_cast<const void*>(s), 0, 3);
 }
 
@@ -176,9 +174,9 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
     for (int r = 0; r < R; ++r) {
       sv[r] = i8_e4m3_decode16(
           _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[r] + b0))));
-      prefetch_group_ahead<2>(reinterpret_cast<uintptr_t>(q[r]) + static_cast<uintptr_t>(ahead_q + b0 * 8),
-                              reinterpret_cast<uintptr_t>(s[r]) + static_cast<uintptr_t>(ahead_s + b0),
-                              b0 % 64 == 0);
+      prefetch_group_ahead(reinterpret_cast<uintptr_t>(q[r]) + static_cast<uintptr_t>(ahead_q + b0 * 8),
+                           reinterpret_cast<uintptr_t>(s[r]) + static_cast<uintptr_t>(ahead_s + b0),
+                           b0 % 64 == 0);
     }
     // Scale lanes of pair p: pair_index(p), stepped by 2 per pair (one add,
     // not a vector built from scalars on every step). The 8 pairs unrolled
@@ -632,10 +630,10 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
 // prefetch_group_ahead for NF4 element f (of the whole weight, row-major):
 // its codes and its absmax value.
 inline void prefetch_nf4_ahead(const Nf4Weights& w, int64_t f) {
-  prefetch_group_ahead<2>(reinterpret_cast<uintptr_t>(w.q) + static_cast<uintptr_t>(f / 2),
-                          reinterpret_cast<uintptr_t>(w.absmax) +
-                              static_cast<uintptr_t>((f >> w.block_shift) * int64_t{sizeof(float)}),
-                          true);
+  prefetch_group_ahead(reinterpret_cast<uintptr_t>(w.q) + static_cast<uintptr_t>(f / 2),
+                       reinterpret_cast<uintptr_t>(w.absmax) +
+                           static_cast<uintptr_t>((f >> w.block_shift) * int64_t{sizeof(float)}),
+                       true);
 }
 
 // NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0 and
