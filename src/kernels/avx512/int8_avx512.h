@@ -323,20 +323,25 @@ inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, i
 // codes' top bits.
 inline bool i8_transpose_scales(const uint8_t* s, const int64_t* row, int64_t kb, uint8_t* out,
                                 __mmask64* signs) {
-  __mmask64 odd = 0;
+  // The byte-wise minimum and maximum over the rows (masked-off bytes keep
+  // 0x08 / 0), tested once per span: a mask test per row and the OR of the
+  // masks cost about as much as the transpose (Zen 5: 1.4x the whole
+  // begin of a group).
+  __m512i lo = _mm512_set1_epi8(0x08), hi = _mm512_setzero_si512();
   for (int64_t s0 = 0; s0 < kb; s0 += 64) {
     const __mmask64 lm = kb - s0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (kb - s0)) - 1;
     __m512i z[16];
     for (int r = 0; r < 16; ++r) {
       z[r] = _mm512_maskz_loadu_epi8(lm, s + row[r] * kb + s0);
-      // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
-      odd |= _mm512_mask_cmplt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x08)) |
-             _mm512_mask_cmpgt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x7e));
-      *signs |= _mm512_movepi8_mask(z[r]);  // (masked-off bytes are zero)
+      lo = _mm512_mask_min_epu8(lo, lm, lo, z[r]);
+      hi = _mm512_max_epu8(hi, z[r]);
     }
     i8_transpose16x64(z, out + s0 / 64 * 1024);
   }
-  return odd == 0;
+  *signs |= _mm512_movepi8_mask(hi);
+  // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
+  return (_mm512_cmplt_epu8_mask(lo, _mm512_set1_epi8(0x08)) |
+          _mm512_cmpgt_epu8_mask(hi, _mm512_set1_epi8(0x7e))) == 0;
 }
 
 // i8_transpose_scales from MXFP4's E8M0 scales in place (NvWeights::e8m0,
@@ -414,6 +419,24 @@ struct I8zNvfp4 {
     }
     return nvfp4_scale_span(w, r0, n, bytes);
   }
+  // fn(scale) with scale(c, q) = scale(c, q) below, the test of `normal`
+  // taken once for the group (i8_gemv_rows).
+  template <class Fn>
+  __m512 with_scales(Fn&& fn) const {
+    auto at = [this](int64_t c, int q) {
+      return sp + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
+    };
+    if (normal) {
+      return fn([&](int64_t c, int q) {
+        return i8_e4m3_normal16(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(c, q)))));
+      });
+    }
+    return fn([&](int64_t c, int q) {
+      return i8_e4m3_decode16(
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(c, q)))));
+    });
+  }
   // The scales of block q of chunk c for the 16 rows.
   __m512 scale(int64_t c, int q) const {
     const uint8_t* p = sp + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
@@ -488,6 +511,10 @@ struct I8zNf4 {
     for (int j = 0; j < 16; ++j) _mm512_storeu_ps(own.data() + (j0 + j) * 16, t[j]);
     own_end = j0 + 16;
   }
+  template <class Fn>
+  __m512 with_scales(Fn&& fn) {
+    return fn([this](int64_t c, int q) { return scale(c, q); });
+  }
   // The absmax of block q of chunk c for the 16 rows (one gather, or one
   // load from the tiled absmax, per qstep blocks: the last one is kept).
   __m512 last{};
@@ -512,122 +539,122 @@ struct I8zNf4 {
 
 // GEMV of one row of x (M = 1 on row-major codes; the table's entries run
 // i8_gemv_direct for m >= 2, where M rows would each repeat the transposes
-// below, and for tiled codes, which need no transpose) straight
-// from the 4-bit rows, 16 rows of W at a time, 128 elements
-// (8 blocks) per step: one 64-byte load per row, nibbles -> biased values
+// below, and for tiled codes, which need no transpose) straight from the
+// 4-bit rows, 16 rows of W at a time (rows p + r * rb), 128 elements (8
+// blocks) per step: one 64-byte load per row, nibbles -> biased values
 // (vpshufb), two 4-byte dot products per lane give half-block sums, pairs
 // of rows are folded into (row, block) sums and an 8x8 qword transpose puts
 // the 16 rows of one block in the lanes of one vector; then the bias
 // correction and the fixed fp32 sequence per lane (row), blocks ascending.
-
-template <int M, bool kVnni, class Fmt>
-void i8_gemv_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, Fmt& f,
-                  int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
-  const int64_t rb = k / 2, chunks = k / 128;
-  const uint8_t* q = f.w.q;
-  const __m512i lut = f.lut();
+// xp: x's bytes of each chunk as the two vectors of its even and odd
+// dwords (steps 0, 2 and 1, 3 of each block); scale(c, q): the fp32 scales
+// of block q of chunk c for the 16 rows. The rows are addressed from four
+// base pointers and rb, 3 rb (GCC 12 kept an array of 16 row pointers
+// partly in vector registers and on the stack).
+template <bool kVnni, bool kEvenLow, class Scale>
+inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const int8_t* xp, const float* xs,
+                           const int32_t* xc, __m512i lut, NextGroupPrefetch& next, Scale&& scale) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
+  const int64_t rb3 = 3 * rb;
+  const uint8_t* pq[4] = {p, p + 4 * rb, p + 8 * rb, p + 12 * rb};
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    next.step();
+    const __m512i xlo = _mm512_load_si512(xp + c * 128), xhi = _mm512_load_si512(xp + c * 128 + 64);
+    // Pair (a, b) = rows (4h + 2s, 4h + 2s + 1): qword b of its sums C is
+    // (block b of row a, of row b). T[e][h] (pairs 2h, 2h+1): 128-bit lane
+    // L = block 2L+e of rows 4h..4h+3; U[e][g] / V[e][g] (g: rows
+    // 8g..8g+7): lanes = blocks (e, 4+e) / (2+e, 6+e) of rows 8g..8g+3,
+    // then of 8g+4..8g+7; D[b] = block b of rows 0..15.
+    __m512i T[2][2], U[2][2], V[2][2];
+#pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h) {
+      __m512i C[2];
+#pragma GCC unroll 2
+      for (int s = 0; s < 2; ++s) {
+        const uint8_t* ra = pq[h] + (s == 0 ? 0 : 2 * rb);
+        const uint8_t* rbp = pq[h] + (s == 0 ? rb : rb3);
+        const __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
+        _mm_prefetch(reinterpret_cast<const char*>(ra + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rbp + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+        const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
+        const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
+        const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
+        const __m512i hb = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib));
+        const __m512i ea = kEvenLow ? la : ha, oa = kEvenLow ? ha : la;
+        const __m512i eb = kEvenLow ? lb : hb, ob = kEvenLow ? hb : lb;
+        const __m512i z = _mm512_setzero_si512();
+        const __m512i A = i8_dot4<kVnni>(i8_dot4<kVnni>(z, ea, xlo), oa, xhi);
+        const __m512i B = i8_dot4<kVnni>(i8_dot4<kVnni>(z, eb, xlo), ob, xhi);
+        C[s] = _mm512_add_epi32(_mm512_mask_blend_epi32(0xaaaa, A, B),
+                                _mm512_shuffle_epi32(_mm512_mask_blend_epi32(0x5555, A, B), _MM_PERM_CDAB));
+      }
+      T[0][h % 2] = _mm512_unpacklo_epi64(C[0], C[1]);
+      T[1][h % 2] = _mm512_unpackhi_epi64(C[0], C[1]);
+      if (h % 2 == 1) {
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; ++e) {
+          U[e][h / 2] = _mm512_shuffle_i64x2(T[e][0], T[e][1], 0x88);
+          V[e][h / 2] = _mm512_shuffle_i64x2(T[e][0], T[e][1], 0xdd);
+        }
+      }
+    }
+    __m512i D[8];
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; ++e) {
+      D[e] = _mm512_shuffle_i64x2(U[e][0], U[e][1], 0x88);
+      D[4 + e] = _mm512_shuffle_i64x2(U[e][0], U[e][1], 0xdd);
+      D[2 + e] = _mm512_shuffle_i64x2(V[e][0], V[e][1], 0x88);
+      D[6 + e] = _mm512_shuffle_i64x2(V[e][0], V[e][1], 0xdd);
+    }
+#pragma GCC unroll 8
+    for (int qb = 0; qb < 8; ++qb) {
+      const __m512i d = _mm512_add_epi32(D[qb], _mm512_set1_epi32(xc[c * 8 + qb]));
+      const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[c * 8 + qb]), scale(c, qb));
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc);
+    }
+  }
+  return acc;
+}
+
+// i8_row_group over rows [n0, n1) (k % 128 == 0); a last group of < 16
+// rows is copied to a buffer with its last row repeated (not stored).
+template <bool kVnni, class Fmt>
+void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, int64_t k, int64_t n0,
+                  int64_t n1, float post, float* y) {
+  const int64_t rb = k / 2, chunks = k / 128;
+  AlignedFloats xbuf = aligned_floats(k / 4);  // k bytes: x's even and odd dwords per chunk
+  int8_t* xp = reinterpret_cast<int8_t*>(xbuf.get());
   const __m512i even_dw = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_dw = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512i x0 = _mm512_loadu_si512(xq + c * 128), x1 = _mm512_loadu_si512(xq + c * 128 + 64);
+    _mm512_store_si512(xp + c * 128, _mm512_permutex2var_epi32(x0, even_dw, x1));
+    _mm512_store_si512(xp + c * 128 + 64, _mm512_permutex2var_epi32(x0, odd_dw, x1));
+  }
+  const __m512i lut = f.lut();
+  std::vector<uint8_t> tail;
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
-    const __mmask16 km =
-        rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
-    const uint8_t* rp[16];
     int64_t row[16];
 #pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) {
-      row[r] = j0 + std::min(r, rows - 1);  // rows past the end repeat the last (not stored)
-      rp[r] = q + row[r] * rb;
+    for (int r = 0; r < 16; ++r) row[r] = j0 + std::min(r, rows - 1);  // past the end: not stored
+    const uint8_t* base = f.w.q + j0 * rb;
+    if (rows < 16) {
+      tail.resize(static_cast<size_t>(16 * rb));
+      for (int r = 0; r < 16; ++r)
+        std::memcpy(tail.data() + r * rb, f.w.q + row[r] * rb, static_cast<size_t>(rb));
+      base = tail.data();
     }
     f.begin(row);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
-                           q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
-    __m512 acc[M];
-#pragma GCC unroll 16
-    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < chunks; ++c) {
-      next.step();
-      __m512i xlo[M], xhi[M];
-#pragma GCC unroll 16
-      for (int i = 0; i < M; ++i) {
-        const int8_t* xc128 = xq + i * ldxq + c * 128;
-        const __m512i x0 = _mm512_loadu_si512(xc128), x1 = _mm512_loadu_si512(xc128 + 64);
-        xlo[i] = _mm512_permutex2var_epi32(x0, even_dw, x1);  // steps 0, 2 of each block
-        xhi[i] = _mm512_permutex2var_epi32(x0, odd_dw, x1);   // steps 1, 3
-      }
-      // Pair p = (rows 2p, 2p+1): qword b of its sums C is (block b of row
-      // 2p, of row 2p+1). T[e][h] (pairs 2h, 2h+1): 128-bit lane L = block
-      // 2L+e of rows 4h..4h+3; U[e][g] / V[e][g] (g: rows 8g..8g+7): lanes =
-      // blocks (e, 4+e) / (2+e, 6+e) of rows 8g..8g+3, then of 8g+4..8g+7;
-      // D[b] = block b of rows 0..15. Only non-destructive shuffles (no
-      // register copies), built in that order so that few vectors are live.
-      __m512i T[M][2][2], U[M][2][2], V[M][2][2];
-#pragma GCC unroll 16
-      for (int h = 0; h < 4; ++h) {
-        __m512i C[M][2];
-#pragma GCC unroll 16
-        for (int s = 0; s < 2; ++s) {
-          const int64_t p = int64_t{2} * h + s;
-          const __m512i va = _mm512_loadu_si512(rp[2 * p] + c * 64);
-          const __m512i vb = _mm512_loadu_si512(rp[2 * p + 1] + c * 64);
-          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p] + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(rp[2 * p + 1] + c * 64 + kRowPrefetchBytes),
-                       _MM_HINT_T0);
-          const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
-          const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
-          const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
-          const __m512i hb = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(vb, 4), nib));
-          const __m512i ea = Fmt::kEvenLow ? la : ha, oa = Fmt::kEvenLow ? ha : la;
-          const __m512i eb = Fmt::kEvenLow ? lb : hb, ob = Fmt::kEvenLow ? hb : lb;
-#pragma GCC unroll 16
-          for (int i = 0; i < M; ++i) {
-            const __m512i z = _mm512_setzero_si512();
-            const __m512i A = i8_dot4<kVnni>(i8_dot4<kVnni>(z, ea, xlo[i]), oa, xhi[i]);
-            const __m512i B = i8_dot4<kVnni>(i8_dot4<kVnni>(z, eb, xlo[i]), ob, xhi[i]);
-            C[i][s] =
-                _mm512_add_epi32(_mm512_mask_blend_epi32(0xaaaa, A, B),
-                                 _mm512_shuffle_epi32(_mm512_mask_blend_epi32(0x5555, A, B), _MM_PERM_CDAB));
-          }
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < M; ++i) {
-          T[i][0][h % 2] = _mm512_unpacklo_epi64(C[i][0], C[i][1]);
-          T[i][1][h % 2] = _mm512_unpackhi_epi64(C[i][0], C[i][1]);
-          if (h % 2 == 1) {
-#pragma GCC unroll 16
-            for (int e = 0; e < 2; ++e) {
-              U[i][e][h / 2] = _mm512_shuffle_i64x2(T[i][e][0], T[i][e][1], 0x88);
-              V[i][e][h / 2] = _mm512_shuffle_i64x2(T[i][e][0], T[i][e][1], 0xdd);
-            }
-          }
-        }
-      }
-#pragma GCC unroll 16
-      for (int i = 0; i < M; ++i) {
-        const float* xsb = xs + i * ldxs + c * 8;
-        const int32_t* xcb = xc + i * ldxs + c * 8;
-        __m512i D[8];
-#pragma GCC unroll 16
-        for (int e = 0; e < 2; ++e) {
-          D[e] = _mm512_shuffle_i64x2(U[i][e][0], U[i][e][1], 0x88);
-          D[4 + e] = _mm512_shuffle_i64x2(U[i][e][0], U[i][e][1], 0xdd);
-          D[2 + e] = _mm512_shuffle_i64x2(V[i][e][0], V[i][e][1], 0x88);
-          D[6 + e] = _mm512_shuffle_i64x2(V[i][e][0], V[i][e][1], 0xdd);
-        }
-#pragma GCC unroll 16
-        for (int qb = 0; qb < 8; ++qb) {
-          const __m512i d = _mm512_add_epi32(D[qb], _mm512_set1_epi32(xcb[qb]));
-          const __m512 wsc = f.scale(c, qb);
-          const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xsb[qb]), wsc);
-          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc[i]);
-        }
-      }
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < M; ++i) {
-      _mm512_mask_storeu_ps(y + i * ldy + (j0 - n0), km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
-    }
+                           f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
+    const __m512 acc = f.with_scales([&](auto&& scale) {
+      return i8_row_group<kVnni, Fmt::kEvenLow>(base, rb, chunks, xp, xs, xc, lut, next, scale);
+    });
+    const __mmask16 km =
+        rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
+    _mm512_mask_storeu_ps(y + (j0 - n0), km, _mm512_mul_ps(acc, _mm512_set1_ps(post)));
   }
 }
 
@@ -924,7 +951,7 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
   if (m > 1 || w.tiles != nullptr || w.k % 128 != 0) {
     i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   } else {
-    i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
+    i8_gemv_rows<kVnni>(xq, xs, xc, f, w.k, n0, n1, post, y);
   }
   // The sign rule fused: begin() loaded every code of rows [n0, n1).
   if (w.signs != nullptr && f.signs != 0) w.signs->negative.store(true, std::memory_order_relaxed);
@@ -939,10 +966,10 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
   // 4096x4096, stateless: M = 4 hot 1.07-1.11x, from DRAM 1.01-1.04x;
   // M = 8 1.03-1.06x / 1.05-1.06x; at M = 1-2 hot 1.02-1.16x but from
   // DRAM 0.87-0.98x, 4096x11008 the least).
-  f.own_absmax = m >= 4;
+  f.own_absmax = m >= 1;
   if (m > 1 || w.tiles != nullptr || w.k % 128 != 0)  // (as i8_gemv_avx512)
     return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
-  i8_gemv_rows<1, kVnni>(xq, ldxq, xs, xc, ldxs, f, w.k, n0, n1, post, y, ldy);
+  i8_gemv_rows<kVnni>(xq, xs, xc, f, w.k, n0, n1, post, y);
 }
 
 }  // namespace
