@@ -1415,10 +1415,30 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
   reference(x, 64, qr, ar);
   for (int32_t isa : runnable) {
     INFO("table " << q4::isa_name(isa) << ", NaN and Inf");
-    kern::nf4_quantize(kern::table_for(isa), kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, qk.data(),
-                       ak.data(), 2);
+    // The table's blocks code them as the reference and say so ...
+    const kern::KernelTable& kt = kern::table_for(isa);
+    CHECK_FALSE(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 0, 4, qk.data(),
+                                       ak.data()));
     CHECK(qk == qr);
     CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
+    CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 0, 1, qk.data(),
+                                 ak.data()) == false);  // (x[3] is in block 0)
+    CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 3, 4, qk.data(),
+                                 ak.data()));
+    // ... and the threaded driver names the first one, writing nothing.
+    std::vector<uint8_t> q0(128, 0x5a);
+    std::vector<float> a0(4, -1.0f);
+    for (const int64_t at : {int64_t{3}, int64_t{70}, int64_t{200}}) {
+      std::vector<float> y = x;
+      for (int64_t i = 0; i < at; ++i) {
+        if (!std::isfinite(y[static_cast<size_t>(i)])) y[static_cast<size_t>(i)] = 0.5f;
+      }
+      y[static_cast<size_t>(at)] = std::numeric_limits<float>::infinity();
+      CHECK(kern::nf4_quantize(kt, kern::FloatPtr{y.data(), kern::FType::F32}, 256, 64, q0.data(), a0.data(),
+                               2) == at);
+      CHECK(std::all_of(q0.begin(), q0.end(), [](uint8_t b) { return b == 0x5a; }));
+      CHECK(std::all_of(a0.begin(), a0.end(), [](float v) { return v == -1.0f; }));
+    }
   }
   // Through the entry point, several threads.
   Tensor xt({4096 + 9}, t::f32()), qt({(4096 + 10) / 2}, t::u8()), amt({(4096 + 9 + 63) / 64}, t::f32());
@@ -1434,6 +1454,18 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
   REQUIRE(NF4_quantize(xt.t(), qt.t(), amt.t(), 64, &o) == Q4_OK);
   CHECK(std::memcmp(qt.data(), qr.data(), qr.size()) == 0);
   CHECK(std::memcmp(amt.data(), ar.data(), ar.size() * 4) == 0);
+  // Several tasks (64 Ki elements each), two of them failing: the first
+  // bad index is named, in whichever order the tasks ran, and nothing is
+  // written.
+  const int64_t big = 3 * 65536 + 100;
+  Tensor bx({big}, t::bf16()), bq({(big + 1) / 2}, t::u8()), ba({(big + 63) / 64}, t::f32());
+  for (int64_t i = 0; i < big; ++i) bx.set(i, 0.25f * static_cast<float>(i % 7) - 0.5f);
+  bx.set(3 * 65536 + 7, std::numeric_limits<float>::quiet_NaN());
+  bx.set(65536 + 5, -std::numeric_limits<float>::infinity());
+  std::fill(bq.data(), bq.data() + (big + 1) / 2, uint8_t{0x5a});
+  CHECK(NF4_quantize(bx.t(), bq.t(), ba.t(), 64, &o) == Q4_ERR_NON_FINITE);
+  CHECK(std::string(Q4_last_error()).find("flat index 65541") != std::string::npos);
+  CHECK(std::all_of(bq.data(), bq.data() + (big + 1) / 2, [](uint8_t b) { return b == 0x5a; }));
 }
 
 TEST_CASE("NF4 quantize of an odd count writes code 7 in the spare nibble, as bitsandbytes does",

@@ -51,8 +51,13 @@ void run(const Nvfp4DequantizeDesc& d) {
 }
 
 void run(const Nf4QuantizeDesc& d) {
-  kern::nf4_quantize(kern::active_table(), as_input(d.x), d.numel, d.blocksize, d.q.data,
-                     reinterpret_cast<float*>(d.absmax.data), d.ctx.opts.num_threads);
+  // The finite check is fused into the pass (validate_nf4_quantize leaves it
+  // to here); nothing is written when it fails.
+  const int64_t bad = kern::nf4_quantize(kern::active_table(), as_input(d.x), d.numel, d.blocksize, d.q.data,
+                                         reinterpret_cast<float*>(d.absmax.data), d.ctx.opts.num_threads);
+  if (bad >= 0) {
+    fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  }
 }
 
 void run(const Nf4DequantizeDesc& d) {

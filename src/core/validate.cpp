@@ -374,7 +374,7 @@ Nf4QuantizeDesc validate_nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTens
   place_call(d.ctx, {&d.x, &d.q, &d.absmax});
   require_no_overlap(d.q, {&d.x, &d.absmax});
   require_no_overlap(d.absmax, {&d.x});
-  if (d.ctx.place == Place::Host) require_finite(d.x);
+  // NaN/Inf on the host: checked in the quantizing pass (cpu_backend.cpp).
   return d;
 }
 

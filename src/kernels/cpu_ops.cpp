@@ -762,16 +762,6 @@ void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s,
   });
 }
 
-void nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax,
-                  int32_t threads) {
-  const int64_t nblocks = (n + blocksize - 1) / blocksize;
-  const int64_t per_task = std::max<int64_t>(1, 65536 / blocksize);  // 64 Ki elements
-  parallel_for((nblocks + per_task - 1) / per_task, threads, [&](int64_t t) {
-    const int64_t b0 = t * per_task;
-    kt.nf4_quantize_blocks(x, n, blocksize, b0, std::min(nblocks, b0 + per_task), q, absmax);
-  });
-}
-
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads) {
   constexpr int64_t kChunk = 1 << 16;
   const int64_t tasks = (n + kChunk - 1) / kChunk;
@@ -978,6 +968,40 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   parallel_copy(q, sq, qbytes, threads);
   parallel_copy(s, ss, sbytes, threads);
   *g_used = g;
+  return -1;
+}
+
+int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,
+                     float* absmax, int32_t threads) {
+  if (n <= 0) return -1;
+  const int64_t nblocks = (n + blocksize - 1) / blocksize;
+  const int64_t per_task = std::max<int64_t>(1, 65536 / blocksize);  // 64 Ki elements
+  const int64_t tasks = (nblocks + per_task - 1) / per_task;
+  // One pass over x: each task codes its blocks into staging with the
+  // finite check riding on the block maxima; the outputs are written only
+  // when every element was finite (a separate check pass read x twice).
+  const int64_t qbytes = (n + 1) / 2, qspan = (qbytes + 63) / 64 * 64;
+  Staging st(qspan + nblocks * static_cast<int64_t>(sizeof(float)));
+  uint8_t* sq = st.p;
+  auto* sa = reinterpret_cast<float*>(st.p + qspan);
+  std::atomic<int64_t> bad_task{std::numeric_limits<int64_t>::max()};
+  parallel_for(tasks, threads, [&](int64_t t) {
+    // Tasks past a failed one need not run (as quantize_nvfp4_checked).
+    if (t > bad_task.load(std::memory_order_relaxed)) return;
+    const int64_t b0 = t * per_task;
+    if (!kt.nf4_quantize_blocks(x, n, blocksize, b0, std::min(nblocks, b0 + per_task), sq, sa)) {
+      int64_t cur = bad_task.load(std::memory_order_relaxed);
+      while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
+      }
+    }
+  });
+  const int64_t bad = bad_task.load();
+  if (bad != std::numeric_limits<int64_t>::max()) {
+    return first_non_finite(ActRows(x.data, x.type), bad * per_task * blocksize, n);
+  }
+  parallel_copy(q, sq, qbytes, threads);
+  parallel_copy(reinterpret_cast<uint8_t*>(absmax), reinterpret_cast<const uint8_t*>(sa),
+                nblocks * static_cast<int64_t>(sizeof(float)), threads);
   return -1;
 }
 

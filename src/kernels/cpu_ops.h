@@ -131,9 +131,11 @@ float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 
 // NF4 quantization (the table's nf4_quantize_blocks) over `threads`, tasks of whole
 // blocks (every block's bytes and absmax depend on it alone: the result does
-// not depend on the thread count).
-void nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax,
-                  int32_t threads);
+// not depend on the thread count). Validate-before-write in one pass over
+// x: returns -1 after writing q and absmax, or the flat index of the first
+// NaN/Inf with nothing written.
+int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,
+                     float* absmax, int32_t threads);
 
 // NVFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] with the finite
 // check fused into the passes over x (16-bit rows converted exactly, a task's

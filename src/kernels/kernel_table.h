@@ -219,8 +219,9 @@ struct KernelTable {
   bool (*nvfp4_quantize_checked)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                                  uint8_t* s) = nullptr;
   // NF4 quantization of blocks [b0, b1) of x (n elements, fp32/fp16/bf16):
-  // the bytes and absmax of fmt::nf4_quantize_block (nf4_quantize_impl.h).
-  void (*nf4_quantize_blocks)(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
+  // the bytes and absmax of fmt::nf4_quantize_block (nf4_quantize_impl.h);
+  // false when some element is NaN or Inf (every block is still coded).
+  bool (*nf4_quantize_blocks)(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                               float* absmax) = nullptr;
   // max |x_i| (finite input).
   float (*amax)(const float* x, int64_t n) = nullptr;

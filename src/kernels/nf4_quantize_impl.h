@@ -24,14 +24,17 @@ namespace {
 // (1/absmax) coded by the thresholds below it (a NaN y, code 0), an
 // all-zero (or all-NaN) block coded 7 everywhere, the spare nibble of an
 // odd count 7. convert(src, type, first, count, dst): fp16/bf16 elements
-// to fp32 (the table's act_to_f32).
+// to fp32 (the table's act_to_f32). Returns whether every element is finite
+// (the check rides on the absmax loop: the callers that must not write on
+// NaN/Inf quantize into staging).
 template <class Convert>
-void nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
+bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                               float* absmax, Convert&& convert) {
   float thresholds[15];
   for (int32_t k = 0; k < 15; ++k) thresholds[k] = fmt::nf4_threshold(k);
   std::vector<float> buf(static_cast<size_t>(x.type == FType::F32 ? 0 : blocksize));
   std::vector<int32_t> codes(static_cast<size_t>(blocksize + 1));
+  int32_t non_finite = 0;
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
     const float* xb = buf.data();
@@ -43,14 +46,16 @@ void nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
     // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the bits:
     // non-negative floats order as their bit patterns; a NaN's are above
     // Inf's and count as 0.
-    int32_t mb = 0;
+    int32_t mb = 0, bad = 0;
     for (int64_t i = 0; i < len; ++i) {
       int32_t a;
       std::memcpy(&a, xb + i, 4);
       a &= 0x7fffffff;
+      bad |= a >= 0x7f800000 ? 1 : 0;
       a = a > 0x7f800000 ? 0 : a;
       mb = a > mb ? a : mb;
     }
+    non_finite |= bad;
     float m;
     std::memcpy(&m, &mb, 4);
     absmax[b] = m;
@@ -75,6 +80,7 @@ void nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
                                    codes[static_cast<size_t>(2 * j + 1)]);
     }
   }
+  return non_finite == 0;
 }
 
 }  // namespace

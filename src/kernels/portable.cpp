@@ -67,13 +67,13 @@ void store_row(void* base, FType t, int64_t first, int64_t n, const float* src) 
 // ---------------------------------------------------------------------------
 // NF4
 // ---------------------------------------------------------------------------
-void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax) {
-  nf4_quantize_blocks(x, n, blocksize, 0, (n + blocksize - 1) / blocksize, q, absmax);
+bool nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax) {
+  return nf4_quantize_blocks(x, n, blocksize, 0, (n + blocksize - 1) / blocksize, q, absmax);
 }
 
-void nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
+bool nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                          float* absmax) {
-  nf4_quantize_blocks_impl(x, n, blocksize, b0, b1, q, absmax, load_row);
+  return nf4_quantize_blocks_impl(x, n, blocksize, b0, b1, q, absmax, load_row);
 }
 
 void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out) {

@@ -21,10 +21,11 @@ namespace q4::kern {
 // NF4: x (n elements) -> q (ceil(n/2) bytes, element 2j in the high nibble)
 // and one fp32 absmax per block. For an odd n the spare low nibble of the
 // last byte holds code 7 (the code of 0.0), as bitsandbytes writes it.
-void nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax);
+// NaN/Inf are coded as the reference codes them; false when there was one.
+bool nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* absmax);
 // Blocks [b0, b1) of it (each block's bytes and absmax depend on that block
 // only: the drivers split the blocks over threads).
-void nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
+bool nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                          float* absmax);
 
 void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out);

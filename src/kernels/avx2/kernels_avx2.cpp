@@ -678,7 +678,7 @@ const KernelTable& avx2_table() {
     f.act_to_f32 = sb_act_to_f32<SbAvx2>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {
-      nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>);
+      return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>);
     };
     f.gemm_micro = gemm_micro;
     f.nvfp4_panel = nvfp4_panel;
