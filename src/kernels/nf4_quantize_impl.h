@@ -26,58 +26,78 @@ namespace {
 // odd count 7. convert(src, type, first, count, dst): fp16/bf16 elements
 // to fp32 (the table's act_to_f32). Returns whether every element is finite
 // (the check rides on the absmax loop: the callers that must not write on
-// NaN/Inf quantize into staging).
-template <class Convert>
+// NaN/Inf quantize into staging). code(xb, len, inv, thresholds, qb), when
+// given: an ISA's coding of a block with a non-zero absmax into its packed
+// bytes (the same y = x * inv and comparisons), or false to leave the
+// block to the loops here.
+struct Nf4NoCoder {
+  bool operator()(const float*, int64_t, float, const float*, uint8_t*) const { return false; }
+};
+
+// Blocks are taken in groups of about 2 Ki elements: the maxima of a
+// group first, then its codes, so that coding a block does not wait on the
+// maximum (and the division) of the next one (Zen 5, AVX-512 coder: the
+// block-at-a-time loop ran at the latency of that chain).
+template <class Convert, class Code = Nf4NoCoder>
 bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
-                              float* absmax, Convert&& convert) {
+                              float* absmax, Convert&& convert, Code&& code = Code{}) {
   float thresholds[15];
   for (int32_t k = 0; k < 15; ++k) thresholds[k] = fmt::nf4_threshold(k);
-  std::vector<float> buf(static_cast<size_t>(x.type == FType::F32 ? 0 : blocksize));
+  const int64_t per = std::max<int64_t>(1, 2048 / blocksize);
+  std::vector<float> buf(static_cast<size_t>(x.type == FType::F32 ? 0 : per * blocksize));
   std::vector<int32_t> codes(static_cast<size_t>(blocksize + 1));
   int32_t non_finite = 0;
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
-    const float* xb = buf.data();
+  for (int64_t g0 = b0; g0 < b1; g0 += per) {
+    const int64_t g1 = std::min(b1, g0 + per);
+    const float* xg = buf.data();
     if (x.type == FType::F32) {
-      xb = static_cast<const float*>(x.data) + lo;
+      xg = static_cast<const float*>(x.data) + g0 * blocksize;
     } else {
-      convert(x.data, x.type, lo, len, buf.data());
+      convert(x.data, x.type, g0 * blocksize, std::min(n, g1 * blocksize) - g0 * blocksize, buf.data());
     }
-    // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the bits:
-    // non-negative floats order as their bit patterns; a NaN's are above
-    // Inf's and count as 0.
-    int32_t mb = 0, bad = 0;
-    for (int64_t i = 0; i < len; ++i) {
-      int32_t a;
-      std::memcpy(&a, xb + i, 4);
-      a &= 0x7fffffff;
-      bad |= a >= 0x7f800000 ? 1 : 0;
-      a = a > 0x7f800000 ? 0 : a;
-      mb = a > mb ? a : mb;
-    }
-    non_finite |= bad;
-    float m;
-    std::memcpy(&m, &mb, 4);
-    absmax[b] = m;
-    if (m > 0.0f) {
-      const float inv = 1.0f / m;
+    for (int64_t b = g0; b < g1; ++b) {
+      const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
+      const float* xb = xg + (b - g0) * blocksize;
+      // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the
+      // bits: non-negative floats order as their bit patterns; a NaN's are
+      // above Inf's and count as 0.
+      int32_t mb = 0, bad = 0;
       for (int64_t i = 0; i < len; ++i) {
-        // (The reference's clamp to [-1, 1] changes no code: every
-        // threshold lies inside, and a NaN y, -1 there, is below all.)
-        const float y = xb[i] * inv;
-        int32_t c = 0;
-#pragma GCC unroll 15
-        for (const float t : thresholds) c += static_cast<int32_t>(y > t);
-        codes[static_cast<size_t>(i)] = c;
+        int32_t a;
+        std::memcpy(&a, xb + i, 4);
+        a &= 0x7fffffff;
+        bad |= a >= 0x7f800000 ? 1 : 0;
+        a = a > 0x7f800000 ? 0 : a;
+        mb = a > mb ? a : mb;
       }
-    } else {
-      std::fill(codes.begin(), codes.begin() + len, 7);
+      non_finite |= bad;
+      std::memcpy(absmax + b, &mb, 4);
     }
-    codes[static_cast<size_t>(len)] = 7;  // the spare nibble of an odd count
-    uint8_t* qb = q + lo / 2;
-    for (int64_t j = 0; j < (len + 1) / 2; ++j) {
-      qb[j] = static_cast<uint8_t>((codes[static_cast<size_t>(2 * j)] << 4) |
-                                   codes[static_cast<size_t>(2 * j + 1)]);
+    for (int64_t b = g0; b < g1; ++b) {
+      const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
+      const float* xb = xg + (b - g0) * blocksize;
+      const float m = absmax[b];
+      uint8_t* qb = q + lo / 2;
+      if (m > 0.0f && code(xb, len, 1.0f / m, thresholds, qb)) continue;
+      if (m > 0.0f) {
+        const float inv = 1.0f / m;
+        for (int64_t i = 0; i < len; ++i) {
+          // (The reference's clamp to [-1, 1] changes no code: every
+          // threshold lies inside, and a NaN y, -1 there, is below all.)
+          const float y = xb[i] * inv;
+          int32_t c = 0;
+#pragma GCC unroll 15
+          for (const float t : thresholds) c += static_cast<int32_t>(y > t);
+          codes[static_cast<size_t>(i)] = c;
+        }
+      } else {
+        std::fill(codes.begin(), codes.begin() + len, 7);
+      }
+      codes[static_cast<size_t>(len)] = 7;  // the spare nibble of an odd count
+      for (int64_t j = 0; j < (len + 1) / 2; ++j) {
+        qb[j] = static_cast<uint8_t>((codes[static_cast<size_t>(2 * j)] << 4) |
+                                     codes[static_cast<size_t>(2 * j + 1)]);
+      }
     }
   }
   return non_finite == 0;

@@ -1113,6 +1113,72 @@ inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 
 // to kGroups x 16 blocks (in L1/L2): all scales, then all elements, so that
 // the long latency chain of a scale group (max network, division, E4M3
 // encode) never stalls the element work behind it.
+// NF4 coding of a block (nf4_quantize_blocks_impl's `code`), 16 elements
+// per vector: y = x * inv as the reference, then its code = the number of
+// thresholds below y found by a 4-step binary search (the threshold of
+// each step picked by vpermps from tables shifted by the step's offset;
+// a NaN y compares false everywhere: code 0), the codes packed two per
+// byte (element 2j in the high nibble). The comparisons are the
+// reference's `y > t`, so the bytes are the same. Four vectors at a time
+// (the search is a chain of dependent permutes and compares). len % 16 !=
+// 0: false.
+struct Nf4CodeAvx512 {
+  __m512 T0, T1, T3, t7;
+  Nf4CodeAvx512() {
+    alignas(64) float t0[16], t1[16], t3[16];
+    for (int32_t i = 0; i < 16; ++i) {
+      t0[i] = fmt::nf4_threshold(std::min(i, 14));
+      t1[i] = fmt::nf4_threshold(std::min(i + 1, 14));
+      t3[i] = fmt::nf4_threshold(std::min(i + 3, 14));
+    }
+    T0 = _mm512_load_ps(t0);
+    T1 = _mm512_load_ps(t1);
+    T3 = _mm512_load_ps(t3);
+    t7 = _mm512_set1_ps(fmt::nf4_threshold(7));
+  }
+  template <int V>
+  void code(const float* xb, __m512 vinv, uint8_t* qb) const {
+    __m512 y[V];
+    __m512i c[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      y[v] = _mm512_mul_ps(_mm512_loadu_ps(xb + int64_t{16} * v), vinv);
+      c[v] = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(y[v], t7, _CMP_GT_OQ), _mm512_set1_epi32(8));
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      c[v] =
+          _mm512_mask_add_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(c[v], T3), _CMP_GT_OQ),
+                                c[v], _mm512_set1_epi32(4));
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      c[v] =
+          _mm512_mask_add_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(c[v], T1), _CMP_GT_OQ),
+                                c[v], _mm512_set1_epi32(2));
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      c[v] =
+          _mm512_mask_add_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(c[v], T0), _CMP_GT_OQ),
+                                c[v], _mm512_set1_epi32(1));
+      // Bytes c0..c15; 16-bit lane j = c(2j) | c(2j+1) << 8 -> c(2j) << 4 | c(2j+1).
+      const __m128i b = _mm512_cvtepi32_epi8(c[v]);
+      const __m128i w =
+          _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), _mm_packus_epi16(w, w));
+    }
+  }
+  bool operator()(const float* xb, int64_t len, float inv, const float* /*thresholds*/, uint8_t* qb) const {
+    if (len % 16 != 0) return false;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    int64_t i = 0;
+    for (; i + 64 <= len; i += 64) code<4>(xb + i, vinv, qb + i / 2);
+    for (; i < len; i += 16) code<1>(xb + i, vinv, qb + i / 2);
+    return true;
+  }
+};
+
 // KernelTable::nvfp4_quantize_checked: the finite check rides on the block
 // maxima (integer max of the |x| bits); false as soon as a group of 16
 // blocks holds a NaN or Inf (q and s then partly written).
@@ -1271,7 +1337,7 @@ const KernelTable& avx512_table() {
     f.act_to_f32 = sb_act_to_f32<SbAvx512>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {
-      return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx512>);
+      return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx512>, Nf4CodeAvx512{});
     };
     f.nvfp4_panel = nvfp4_panel;
     f.nf4_panel = nf4_panel;
