@@ -534,6 +534,65 @@ struct E2m1Encoder8 {
   }
 };
 
+// NF4 coding of a block (nf4_quantize_blocks_impl's `code`), 8 elements
+// per vector: y = x * inv as the reference, then the number of thresholds
+// below y by a 4-step binary search, each step's threshold picked by
+// vpermps from an 8-entry table indexed by the code so far shifted right
+// (step 2: thresholds 3, 11 by c >> 3; step 3: 1, 5, 9, 13 by c >> 2; step
+// 4: the even ones by c >> 1), a NaN y comparing false everywhere (code 0);
+// the reference's `y > t`, so the same bytes. Two vectors at a time. len %
+// 16 != 0: false.
+struct Nf4CodeAvx2 {
+  __m256 Ta, Tb, Tc, t7;
+  Nf4CodeAvx2() {
+    alignas(32) float a[8], b[8], c[8];
+    for (int32_t i = 0; i < 8; ++i) {
+      a[i] = fmt::nf4_threshold(i < 2 ? 8 * i + 3 : 11);
+      b[i] = fmt::nf4_threshold(i < 4 ? 4 * i + 1 : 13);
+      c[i] = fmt::nf4_threshold(2 * i);
+    }
+    Ta = _mm256_load_ps(a);
+    Tb = _mm256_load_ps(b);
+    Tc = _mm256_load_ps(c);
+    t7 = _mm256_set1_ps(fmt::nf4_threshold(7));
+  }
+  // c + (y > table[c >> shift] ? step : 0).
+  static __m256i step(__m256i c, __m256 y, __m256 table, int shift, int32_t stp) {
+    const __m256 t = _mm256_permutevar8x32_ps(table, _mm256_srli_epi32(c, shift));
+    const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(y, t, _CMP_GT_OQ));
+    return _mm256_add_epi32(c, _mm256_and_si256(gt, _mm256_set1_epi32(stp)));
+  }
+  // 16 elements -> 8 bytes at qb.
+  void code16(const float* xb, __m256 vinv, uint8_t* qb) const {
+    __m256 y[2];
+    __m256i c[2];
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) {
+      y[v] = _mm256_mul_ps(_mm256_loadu_ps(xb + int64_t{8} * v), vinv);
+      c[v] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(y[v], t7, _CMP_GT_OQ)), _mm256_set1_epi32(8));
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) c[v] = step(c[v], y[v], Ta, 3, 4);
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) c[v] = step(c[v], y[v], Tb, 2, 2);
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; ++v) c[v] = step(c[v], y[v], Tc, 1, 1);
+    // Codes 0..15 as int32 -> int16 -> bytes (in order), then the byte
+    // pairs as 16-bit lanes c(2j) | c(2j+1) << 8 -> c(2j) << 4 | c(2j+1).
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(c[0], c[1]), 0xd8);
+    const __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    const __m128i p =
+        _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(qb), _mm_packus_epi16(p, p));
+  }
+  bool operator()(const float* xb, int64_t len, float inv, const float* /*thresholds*/, uint8_t* qb) const {
+    if (len % 16 != 0) return false;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (int64_t i = 0; i < len; i += 16) code16(xb + i, vinv, qb + i / 2);
+    return true;
+  }
+};
+
 // Bit-exact NVFP4 quantization with the finite check fused into the block
 // maxima (KernelTable::nvfp4_quantize_checked; false at the first group of
 // 8 blocks holding a NaN or Inf, q and s then partly written). Two passes
@@ -678,7 +737,7 @@ const KernelTable& avx2_table() {
     f.act_to_f32 = sb_act_to_f32<SbAvx2>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {
-      return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>);
+      return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>, Nf4CodeAvx2{});
     };
     f.gemm_micro = gemm_micro;
     f.nvfp4_panel = nvfp4_panel;
