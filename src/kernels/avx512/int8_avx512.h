@@ -511,8 +511,20 @@ struct I8zNf4 {
     for (int j = 0; j < 16; ++j) _mm512_storeu_ps(own.data() + (j0 + j) * 16, t[j]);
     own_end = j0 + 16;
   }
+  // fn(scale) with scale(c, q) = scale(c, q) below (i8_gemv_rows): with
+  // the absmax tiled, the group's blocks are all made up front and each
+  // block's loaded without the tests of scale().
   template <class Fn>
   __m512 with_scales(Fn&& fn) {
+    if (tiled != nullptr) {
+      const int64_t nb = w.k >> w.block_shift;
+      while (own_end < nb) fill_own();
+      const float* t = tiled;
+      const int32_t shift = w.block_shift;
+      return fn([t, shift](int64_t c, int q) {
+        return _mm512_loadu_ps(t + ((c * 128 + int64_t{16} * q) >> shift) * 16);
+      });
+    }
     return fn([this](int64_t c, int q) { return scale(c, q); });
   }
   // The absmax of block q of chunk c for the 16 rows (one gather, or one
