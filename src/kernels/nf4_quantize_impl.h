@@ -26,12 +26,12 @@ namespace {
 // odd count 7. convert(src, type, first, count, dst): fp16/bf16 elements
 // to fp32 (the table's act_to_f32). Returns whether every element is finite
 // (the check rides on the absmax loop: the callers that must not write on
-// NaN/Inf quantize into staging). code(xb, len, inv, thresholds, qb), when
+// NaN/Inf quantize into staging). code(xb, len, inv, qb), when
 // given: an ISA's coding of a block with a non-zero absmax into its packed
 // bytes (the same y = x * inv and comparisons), or false to leave the
 // block to the loops here.
 struct Nf4NoCoder {
-  bool operator()(const float*, int64_t, float, const float*, uint8_t*) const { return false; }
+  bool operator()(const float*, int64_t, float, uint8_t*) const { return false; }
 };
 
 // Blocks are taken in groups of about 2 Ki elements: the maxima of a
@@ -78,7 +78,7 @@ bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
       const float* xb = xg + (b - g0) * blocksize;
       const float m = absmax[b];
       uint8_t* qb = q + lo / 2;
-      if (m > 0.0f && code(xb, len, 1.0f / m, thresholds, qb)) continue;
+      if (m > 0.0f && code(xb, len, 1.0f / m, qb)) continue;
       if (m > 0.0f) {
         const float inv = 1.0f / m;
         for (int64_t i = 0; i < len; ++i) {

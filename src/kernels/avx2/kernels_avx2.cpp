@@ -585,7 +585,7 @@ struct Nf4CodeAvx2 {
         _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(qb), _mm_packus_epi16(p, p));
   }
-  bool operator()(const float* xb, int64_t len, float inv, const float* /*thresholds*/, uint8_t* qb) const {
+  bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
     if (len % 16 != 0) return false;
     const __m256 vinv = _mm256_set1_ps(inv);
     for (int64_t i = 0; i < len; i += 16) code16(xb + i, vinv, qb + i / 2);

@@ -323,25 +323,20 @@ inline void i8_pack_nvfp4_avx512(const NvWeights& w, int64_t n0, int32_t rows, i
 // codes' top bits.
 inline bool i8_transpose_scales(const uint8_t* s, const int64_t* row, int64_t kb, uint8_t* out,
                                 __mmask64* signs) {
-  // The byte-wise minimum and maximum over the rows (masked-off bytes keep
-  // 0x08 / 0), tested once per span: a mask test per row and the OR of the
-  // masks cost about as much as the transpose (Zen 5: 1.4x the whole
-  // begin of a group).
-  __m512i lo = _mm512_set1_epi8(0x08), hi = _mm512_setzero_si512();
+  __mmask64 odd = 0;
   for (int64_t s0 = 0; s0 < kb; s0 += 64) {
     const __mmask64 lm = kb - s0 >= 64 ? ~__mmask64{0} : (__mmask64{1} << (kb - s0)) - 1;
     __m512i z[16];
     for (int r = 0; r < 16; ++r) {
       z[r] = _mm512_maskz_loadu_epi8(lm, s + row[r] * kb + s0);
-      lo = _mm512_mask_min_epu8(lo, lm, lo, z[r]);
-      hi = _mm512_max_epu8(hi, z[r]);
+      // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
+      odd |= _mm512_mask_cmplt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x08)) |
+             _mm512_mask_cmpgt_epu8_mask(lm, z[r], _mm512_set1_epi8(0x7e));
+      *signs |= _mm512_movepi8_mask(z[r]);  // (masked-off bytes are zero)
     }
     i8_transpose16x64(z, out + s0 / 64 * 1024);
   }
-  *signs |= _mm512_movepi8_mask(hi);
-  // Not in [0x08, 0x7e]: zero, subnormal, NaN or negative.
-  return (_mm512_cmplt_epu8_mask(lo, _mm512_set1_epi8(0x08)) |
-          _mm512_cmpgt_epu8_mask(hi, _mm512_set1_epi8(0x7e))) == 0;
+  return odd == 0;
 }
 
 // i8_transpose_scales from MXFP4's E8M0 scales in place (NvWeights::e8m0,
@@ -977,10 +972,11 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
   // The transposed absmax instead of gathers from 4 rows of x (Zen 5,
   // 4096x4096, stateless: M = 4 hot 1.07-1.11x, from DRAM 1.01-1.04x;
   // M = 8 1.03-1.06x / 1.05-1.06x; at M = 1-2 hot 1.02-1.16x but from
-  // DRAM 0.87-0.98x, 4096x11008 the least).
-  f.own_absmax = m >= 1;
-  if (m > 1 || w.tiles != nullptr || w.k % 128 != 0)  // (as i8_gemv_avx512)
-    return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+  // DRAM 0.87-0.98x, 4096x11008 the least). The row GEMV (M = 1) reads
+  // it too: hot 1.16x, from DRAM within the noise.
+  const bool direct = m > 1 || w.tiles != nullptr || w.k % 128 != 0;  // (as i8_gemv_avx512)
+  f.own_absmax = m >= 4 || !direct;
+  if (direct) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   i8_gemv_rows<kVnni>(xq, xs, xc, f, w.k, n0, n1, post, y);
 }
 

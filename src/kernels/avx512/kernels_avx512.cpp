@@ -1169,7 +1169,7 @@ struct Nf4CodeAvx512 {
       _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), _mm_packus_epi16(w, w));
     }
   }
-  bool operator()(const float* xb, int64_t len, float inv, const float* /*thresholds*/, uint8_t* qb) const {
+  bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
     if (len % 16 != 0) return false;
     const __m512 vinv = _mm512_set1_ps(inv);
     int64_t i = 0;
