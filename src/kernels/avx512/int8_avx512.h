@@ -624,6 +624,19 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
   return acc;
 }
 
+// The group of 16 weight rows at j0 with `rows` of them real: row[] (the
+// rows past the end repeat the last; their outputs are not stored) and the
+// first of 16 rows rb bytes apart: the weight's own, or for a last group of
+// fewer rows a copy in `tail` with the last row repeated.
+inline const uint8_t* i8_group_rows(const uint8_t* q, int64_t rb, int64_t j0, int32_t rows,
+                                    int64_t (&row)[16], std::vector<uint8_t>& tail) {
+  for (int r = 0; r < 16; ++r) row[r] = j0 + std::min(r, rows - 1);
+  if (rows >= 16) return q + j0 * rb;
+  tail.resize(static_cast<size_t>(16 * rb));
+  for (int r = 0; r < 16; ++r) std::memcpy(tail.data() + r * rb, q + row[r] * rb, static_cast<size_t>(rb));
+  return tail.data();
+}
+
 // i8_row_group over rows [n0, n1) (k % 128 == 0); a last group of < 16
 // rows is copied to a buffer with its last row repeated (not stored).
 template <bool kVnni, class Fmt>
@@ -644,15 +657,7 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
     int64_t row[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; ++r) row[r] = j0 + std::min(r, rows - 1);  // past the end: not stored
-    const uint8_t* base = f.w.q + j0 * rb;
-    if (rows < 16) {
-      tail.resize(static_cast<size_t>(16 * rb));
-      for (int r = 0; r < 16; ++r)
-        std::memcpy(tail.data() + r * rb, f.w.q + row[r] * rb, static_cast<size_t>(rb));
-      base = tail.data();
-    }
+    const uint8_t* base = i8_group_rows(f.w.q, rb, j0, rows, row, tail);
     f.begin(row);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
                            f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
@@ -852,14 +857,7 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
     int64_t row[16];
-    for (int r = 0; r < 16; ++r) row[r] = j0 + std::min(r, rows - 1);  // past the end: not stored
-    const uint8_t* base = f.w.q + j0 * rb;
-    if (rows < 16) {
-      tail.resize(static_cast<size_t>(16 * rb));
-      for (int r = 0; r < 16; ++r)
-        std::memcpy(tail.data() + r * rb, f.w.q + row[r] * rb, static_cast<size_t>(rb));
-      base = tail.data();
-    }
+    const uint8_t* base = i8_group_rows(f.w.q, rb, j0, rows, row, tail);
     f.begin(row);
     // A full group of a tiled weight reads its tiles (prefetched in the
     // stream, the next group's codes with them): the next group's scales
