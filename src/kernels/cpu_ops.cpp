@@ -779,6 +779,13 @@ namespace {
 
 constexpr uint32_t kNonFiniteBits = 0x7f800000u;
 
+// a = min(a, v), atomically (the smallest failing task of a parallel pass).
+void lower_to(std::atomic<int64_t>& a, int64_t v) {
+  int64_t cur = a.load(std::memory_order_relaxed);
+  while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
 // Flat index of the first NaN/Inf of x at or after i0 (one must exist).
 int64_t first_non_finite(ActRows x, int64_t i0, int64_t n) {
   for (int64_t i = i0; i < n; ++i) {
@@ -955,9 +962,7 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
             ? kt.nvfp4_quantize_checked(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16))
             : kt.absmax_bits(xt, (r1 - r0) * k) < kNonFiniteBits;
     if (!finite) {
-      int64_t cur = bad_task.load(std::memory_order_relaxed);
-      while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
-      }
+      lower_to(bad_task, t);
       return;
     }
     if (kt.nvfp4_quantize_checked == nullptr)
@@ -990,9 +995,7 @@ int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t block
     if (t > bad_task.load(std::memory_order_relaxed)) return;
     const int64_t b0 = t * per_task;
     if (!kt.nf4_quantize_blocks(x, n, blocksize, b0, std::min(nblocks, b0 + per_task), sq, sa)) {
-      int64_t cur = bad_task.load(std::memory_order_relaxed);
-      while (t < cur && !bad_task.compare_exchange_weak(cur, t, std::memory_order_relaxed)) {
-      }
+      lower_to(bad_task, t);
     }
   });
   const int64_t bad = bad_task.load();

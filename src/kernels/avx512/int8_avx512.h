@@ -418,25 +418,17 @@ struct I8zNvfp4 {
   // taken once for the group (i8_gemv_rows).
   template <class Fn>
   __m512 with_scales(Fn&& fn) const {
-    auto at = [this](int64_t c, int q) {
-      return sp + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
-    };
-    if (normal) {
-      return fn([&](int64_t c, int q) {
-        return i8_e4m3_normal16(
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(c, q)))));
-      });
-    }
-    return fn([&](int64_t c, int q) {
-      return i8_e4m3_decode16(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at(c, q)))));
-    });
+    if (normal) return fn([this](int64_t c, int q) { return i8_e4m3_normal16(codes(c, q)); });
+    return fn([this](int64_t c, int q) { return i8_e4m3_decode16(codes(c, q)); });
   }
   // The scales of block q of chunk c for the 16 rows.
   __m512 scale(int64_t c, int q) const {
+    return normal ? i8_e4m3_normal16(codes(c, q)) : i8_e4m3_decode16(codes(c, q));
+  }
+  // Their E4M3 codes, one per dword.
+  __m512i codes(int64_t c, int q) const {
     const uint8_t* p = sp + c / 8 * 1024 + (c % 8) / 2 * 16 + ((c % 2) * 8 + q) * 64;
-    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return normal ? i8_e4m3_normal16(codes) : i8_e4m3_decode16(codes);
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 };
 
@@ -514,21 +506,21 @@ struct I8zNf4 {
     if (tiled != nullptr) {
       const int64_t nb = w.k >> w.block_shift;
       while (own_end < nb) fill_own();
-      const float* t = tiled;
-      const int32_t shift = w.block_shift;
-      return fn([t, shift](int64_t c, int q) {
-        return _mm512_loadu_ps(t + ((c * 128 + int64_t{16} * q) >> shift) * 16);
-      });
+      return fn([this](int64_t c, int q) { return _mm512_loadu_ps(tiled + block(c, q) * 16); });
     }
     return fn([this](int64_t c, int q) { return scale(c, q); });
   }
   // The absmax of block q of chunk c for the 16 rows (one gather, or one
   // load from the tiled absmax, per qstep blocks: the last one is kept).
   __m512 last{};
+  // The absmax block holding block q of chunk c (rows starting on a block).
+  int64_t block(int64_t c, int q) const {
+    return (c * 128 + int64_t{16} * q) >> w.block_shift;
+  }
   __m512 scale(int64_t c, int q) {
     if (tiled != nullptr) {
       if (q % qstep == 0) {
-        const int64_t j = (c * 128 + int64_t{16} * q) >> w.block_shift;
+        const int64_t j = block(c, q);
         if (j >= own_end) fill_own();  // (blocks are reached in order)
         last = _mm512_loadu_ps(tiled + j * 16);
       }
