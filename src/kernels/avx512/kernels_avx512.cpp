@@ -281,9 +281,9 @@ void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
 // sequence depends on K only: not on M, the row grouping, the K blocking
 // or the thread, so a row's bits are the same at every M <= 8.
 // Per 128 weights and x row: 1 multiply and 8 FMAs, and the decode (8
-// permutes, 4 shifts, 3 more loads of the chunk, one scale vector) shared by the M rows (the
-// even/odd GEMV that K % 128 != 0 keeps: 3 FP ops per 32 weights and row,
-// 5 decode ops per 32 weights).
+// permutes, 4 shifts, 3 more loads of the chunk, one scale vector) shared
+// by the M rows (the even/odd GEMV that K % 128 != 0 keeps: 3 FP ops per
+// 32 weights and row, 5 decode ops per 32 weights).
 // out[(c*m + i)*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
 // converted on the way): chunk c of all m rows is contiguous, so a K block
 // of x is one contiguous L1-sized range. K % 128 == 64: the last chunk's
@@ -1015,12 +1015,17 @@ struct E2m1Encoder {
     t1hi = _mm512_load_si512(t[1] + 16);
   }
 
-  // One block, division-free (the window above).
-  void block(const float* x, __m512 d, __m512 y, uint8_t* dst) const {
-    const __m512i v = _mm512_loadu_si512(x);
+  // |v| / d correctly rounded, division-free (the window above).
+  __m512 quotient(__m512i v, __m512 d, __m512 y) const {
     const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
     const __m512 q0 = _mm512_mul_ps(ax, y);
-    store(v, _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0), dst);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0);
+  }
+
+  // One block, division-free.
+  void block(const float* x, __m512 d, __m512 y, uint8_t* dst) const {
+    const __m512i v = _mm512_loadu_si512(x);
+    store(v, quotient(v, d, y), dst);
   }
 
   // One block with the IEEE division (d > 0, any magnitude).
@@ -1040,10 +1045,7 @@ struct E2m1Encoder {
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
       const __m512i v = _mm512_loadu_si512(x + int64_t{16} * b);
-      const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
-      const __m512 d = _mm512_set1_ps(dv[b]), y = _mm512_set1_ps(yv[b]);
-      const __m512 q0 = _mm512_mul_ps(ax, y);
-      c[b] = code(v, _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, d, ax), y, q0));
+      c[b] = code(v, quotient(v, _mm512_set1_ps(dv[b]), _mm512_set1_ps(yv[b])));
     }
     // Per 128-bit lane L: codes 4L..4L+3 of blocks 0, 1, 2, 3 (bytes), then
     // word j = byte 2j | byte 2j+1 << 4: word 8L + 2b + k = packed byte
