@@ -2094,6 +2094,16 @@ TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the sc
 #endif
 }
 
+TEST_CASE("the CPU's family is read on x86 (the integer row GEMV's prefetch choice uses it)", "[kernels]") {
+#if defined(__x86_64__)
+  const q4::CpuInfo& c = q4::cpu_info();
+  // Every x86-64 CPU reports display family 6 (Intel) or 0xf and above (AMD: 0xf + extended family).
+  CHECK((c.family == 6 || c.family >= 0xf));
+#else
+  SKIP("not x86-64: no CPUID family");
+#endif
+}
+
 TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of the row form",
           "[kernels][int8]") {
   int32_t reading = 0;

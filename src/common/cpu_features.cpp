@@ -42,6 +42,8 @@ void detect_x86(CpuInfo& info) {
 
   uint64_t f = 0;
   __get_cpuid(1, &a, &b, &c, &d);
+  const uint32_t base_family = (a >> 8) & 0xfu;
+  info.family = static_cast<int32_t>(base_family == 0xfu ? base_family + ((a >> 20) & 0xffu) : base_family);
   const bool osxsave = (c >> 27) & 1u;
   if ((c >> 20) & 1u) f |= Q4_CPU_SSE42;
   if ((c >> 28) & 1u) f |= Q4_CPU_AVX;

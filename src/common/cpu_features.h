@@ -11,6 +11,7 @@ struct CpuInfo {
   uint64_t features = 0;  // Q4_CPU_* bits
   std::string vendor;
   std::string brand;
+  int32_t family = 0;  // x86: CPUID's display family (base + extended; 0x19 Zen 3/4, 0x1a Zen 5); else 0
   int32_t num_cpus = 1;
 };
 

@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
@@ -549,8 +550,9 @@ struct I8zNf4 {
 // dwords (steps 0, 2 and 1, 3 of each block); scale(c, q): the fp32 scales
 // of block q of chunk c for the 16 rows. The rows are addressed from four
 // base pointers and rb, 3 rb (GCC 12 kept an array of 16 row pointers
-// partly in vector registers and on the stack).
-template <bool kVnni, bool kEvenLow, class Scale>
+// partly in vector registers and on the stack). kRowPrefetch: each row
+// prefetched kRowPrefetchBytes ahead (i8_row_prefetch).
+template <bool kVnni, bool kEvenLow, bool kRowPrefetch, class Scale>
 inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const int8_t* xp, const float* xs,
                            const int32_t* xc, __m512i lut, NextGroupPrefetch& next, Scale&& scale) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
@@ -574,8 +576,10 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
         const uint8_t* ra = pq[h] + (s == 0 ? 0 : 2 * rb);
         const uint8_t* rbp = pq[h] + (s == 0 ? rb : rb3);
         const __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
-        _mm_prefetch(reinterpret_cast<const char*>(ra + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(rbp + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+        if constexpr (kRowPrefetch) {
+          _mm_prefetch(reinterpret_cast<const char*>(ra + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(rbp + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
+        }
         const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
         const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
         const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
@@ -631,7 +635,7 @@ inline const uint8_t* i8_group_rows(const uint8_t* q, int64_t rb, int64_t j0, in
 
 // i8_row_group over rows [n0, n1) (k % 128 == 0); a last group of < 16
 // rows is copied to a buffer with its last row repeated (not stored).
-template <bool kVnni, class Fmt>
+template <bool kVnni, bool kRowPrefetch, class Fmt>
 void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, int64_t k, int64_t n0,
                   int64_t n1, float post, float* y) {
   const int64_t rb = k / 2, chunks = k / 128;
@@ -654,7 +658,7 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
                            f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
     const __m512 acc = f.with_scales([&](auto&& scale) {
-      return i8_row_group<kVnni, Fmt::kEvenLow>(base, rb, chunks, xp, xs, xc, lut, next, scale);
+      return i8_row_group<kVnni, Fmt::kEvenLow, kRowPrefetch>(base, rb, chunks, xp, xs, xc, lut, next, scale);
     });
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
@@ -937,7 +941,17 @@ double i8_probe_avx512(int64_t iters) {
   return static_cast<double>(iters) * 12 * 64 * 2;
 }
 
-template <bool kVnni>
+// Whether i8_row_group prefetches its rows (the table's entries are
+// chosen once per process): not on an AMD family 0x19 with AVX-512 (Zen 4:
+// without, 4096x4096 M = 1, 2 threads, hot 1.08-1.13x for NVFP4 and NF4,
+// 4096x11008 1.03-1.05x, from DRAM 0.96-1.04x, A/B both orders; the
+// direct GEMV's own row prefetch, M >= 2, there 1.10-1.19x from DRAM, is
+// kept); elsewhere yes (a Cascade Lake measured 1.2x from L3 with it).
+inline bool i8_row_prefetch(const CpuInfo& cpu) {
+  return !(cpu.vendor == "AuthenticAMD" && cpu.family == 0x19);
+}
+
+template <bool kVnni, bool kRowPrefetch>
 void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
@@ -948,13 +962,13 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
   if (m > 1 || w.tiles != nullptr || w.k % 128 != 0) {
     i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   } else {
-    i8_gemv_rows<kVnni>(xq, xs, xc, f, w.k, n0, n1, post, y);
+    i8_gemv_rows<kVnni, kRowPrefetch>(xq, xs, xc, f, w.k, n0, n1, post, y);
   }
   // The sign rule fused: begin() loaded every code of rows [n0, n1).
   if (w.signs != nullptr && f.signs != 0) w.signs->negative.store(true, std::memory_order_relaxed);
 }
 
-template <bool kVnni>
+template <bool kVnni, bool kRowPrefetch>
 void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1,
                         float post, float* y, int64_t ldy) {
@@ -967,7 +981,7 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
   const bool direct = m > 1 || w.tiles != nullptr || w.k % 128 != 0;  // (as i8_gemv_avx512)
   f.own_absmax = m >= 4 || !direct;
   if (direct) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
-  i8_gemv_rows<kVnni>(xq, xs, xc, f, w.k, n0, n1, post, y);
+  i8_gemv_rows<kVnni, kRowPrefetch>(xq, xs, xc, f, w.k, n0, n1, post, y);
 }
 
 }  // namespace
