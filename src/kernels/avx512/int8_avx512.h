@@ -537,6 +537,34 @@ struct I8zNf4 {
   }
 };
 
+// How the integer GEMVs prefetch each weight row as they read it (the
+// table's entries are chosen once per process, i8_rows_to_l2): to L1,
+// kRowPrefetchBytes ahead, or (kL2) to L2 (prefetcht2), kI8RowAheadL2
+// ahead. On a Zen 4 (4096x4096, 2 threads, weights rotated through 226
+// MB, A/B both orders): the row GEMV (M = 1) from DRAM 1.15x against no
+// prefetch (to L1 at 256 bytes: 0.96-1.04x; to L2 at 384-1024 bytes
+// within 3 % of 512, at 2 KiB 1.0x, prefetcht1 at 512 0.97x) and hot
+// 0.92x (as to L1); the direct GEMV (M = 2-8) from DRAM 1.03-1.05x
+// against L1 at 256 bytes, hot within the noise. The exact GEMV's rows
+// (four at a time) keep L1 at 256 bytes there: to L2 at 512 was 0.85x.
+constexpr int64_t kI8RowAheadL2 = 512;
+template <bool kL2>
+__attribute__((always_inline)) inline void i8_prefetch_row(const uint8_t* p) {
+  if constexpr (kL2) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kI8RowAheadL2), _MM_HINT_T2);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kRowPrefetchBytes), _MM_HINT_T0);
+  }
+}
+
+// Whether this CPU's integer GEMVs prefetch their rows to L2 (the tables
+// pick the kL2 entries): AMD family 0x19 with AVX-512 (Zen 4), where it
+// was measured; every other CPU keeps the L1 prefetch (a Cascade Lake
+// measured 1.2x from L3 with it; the Zen 5 is unmeasured).
+inline bool i8_rows_to_l2(const CpuInfo& cpu) {
+  return cpu.vendor == "AuthenticAMD" && cpu.family == 0x19;
+}
+
 // GEMV of one row of x (M = 1 on row-major codes; the table's entries run
 // i8_gemv_direct for m >= 2, where M rows would each repeat the transposes
 // below, and for tiled codes, which need no transpose) straight from the
@@ -550,9 +578,8 @@ struct I8zNf4 {
 // dwords (steps 0, 2 and 1, 3 of each block); scale(c, q): the fp32 scales
 // of block q of chunk c for the 16 rows. The rows are addressed from four
 // base pointers and rb, 3 rb (GCC 12 kept an array of 16 row pointers
-// partly in vector registers and on the stack). kRowPrefetch: each row
-// prefetched kRowPrefetchBytes ahead (i8_row_prefetch).
-template <bool kVnni, bool kEvenLow, bool kRowPrefetch, class Scale>
+// partly in vector registers and on the stack). kL2: i8_prefetch_row.
+template <bool kVnni, bool kEvenLow, bool kL2, class Scale>
 inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const int8_t* xp, const float* xs,
                            const int32_t* xc, __m512i lut, NextGroupPrefetch& next, Scale&& scale) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
@@ -576,10 +603,8 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
         const uint8_t* ra = pq[h] + (s == 0 ? 0 : 2 * rb);
         const uint8_t* rbp = pq[h] + (s == 0 ? rb : rb3);
         const __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
-        if constexpr (kRowPrefetch) {
-          _mm_prefetch(reinterpret_cast<const char*>(ra + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(rbp + c * 64 + kRowPrefetchBytes), _MM_HINT_T0);
-        }
+        i8_prefetch_row<kL2>(ra + c * 64);
+        i8_prefetch_row<kL2>(rbp + c * 64);
         const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
         const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
         const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
@@ -635,7 +660,7 @@ inline const uint8_t* i8_group_rows(const uint8_t* q, int64_t rb, int64_t j0, in
 
 // i8_row_group over rows [n0, n1) (k % 128 == 0); a last group of < 16
 // rows is copied to a buffer with its last row repeated (not stored).
-template <bool kVnni, bool kRowPrefetch, class Fmt>
+template <bool kVnni, bool kL2, class Fmt>
 void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, int64_t k, int64_t n0,
                   int64_t n1, float post, float* y) {
   const int64_t rb = k / 2, chunks = k / 128;
@@ -658,7 +683,7 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
                            f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
     const __m512 acc = f.with_scales([&](auto&& scale) {
-      return i8_row_group<kVnni, Fmt::kEvenLow, kRowPrefetch>(base, rb, chunks, xp, xs, xc, lut, next, scale);
+      return i8_row_group<kVnni, Fmt::kEvenLow, kL2>(base, rb, chunks, xp, xs, xc, lut, next, scale);
     });
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
@@ -715,7 +740,7 @@ __attribute__((always_inline)) inline void i8_load_quarters(const uint8_t* p, in
 // are also stored at tile_out in the tile order, for the groups that
 // follow. K % 128 == 64 (rb % 64 == 32): the last of the `chunks` chunks
 // is half a chunk, its first two quarters.
-template <int M, bool kVnni, bool kStore, class Fmt>
+template <int M, bool kVnni, bool kStore, bool kL2, class Fmt>
 inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int64_t rb, int64_t chunks,
                             NextGroupPrefetch* next, float* sbuf, bool fill, float post, float* y,
                             int64_t ldy, __mmask16 km, const uint8_t* tile, uint8_t* tile_out) {
@@ -733,10 +758,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
       next->step();
       if (tile == nullptr) {
 #pragma GCC unroll 16
-        for (int r = 0; r < 16; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(rows + r * rb + c * 64 + kRowPrefetchBytes),
-                       _MM_HINT_T0);
-        }
+        for (int r = 0; r < 16; ++r) i8_prefetch_row<kL2>(rows + r * rb + c * 64);
       }
     }
     const int64_t quarters = c + 1 < chunks ? 4 : last_quarters;
@@ -814,22 +836,22 @@ inline void i8_tile_group_avx512(const uint8_t* rows, int64_t rb, int64_t chunks
 // The first of several groups over codes without tiles, which also stores
 // them. Out of line: inlined beside the plain group in i8_gemv_direct, it
 // made the plain group 1-4 % slower on tiles at M = 1-8 (Zen 5).
-template <int M, bool kVnni, class Fmt>
+template <int M, bool kVnni, bool kL2, class Fmt>
 __attribute__((noinline)) void i8_direct_group_store(const I8Staged& x, Fmt& f, const uint8_t* rows,
                                                      int64_t rb, int64_t chunks, NextGroupPrefetch* next,
                                                      float* sbuf, float post, float* y, int64_t ldy,
                                                      __mmask16 km, uint8_t* tile_out) {
-  i8_direct_group<M, kVnni, true>(x, f, rows, rb, chunks, next, sbuf, true, post, y, ldy, km, nullptr,
-                                  tile_out);
+  i8_direct_group<M, kVnni, true, kL2>(x, f, rows, rb, chunks, next, sbuf, true, post, y, ldy, km, nullptr,
+                                       tile_out);
 }
 
-template <bool kVnni, class Fmt>
+template <bool kVnni, bool kL2, class Fmt>
 void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, Fmt& f, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
   if (m > kI8DirectMaxRows) {  // the drivers pass at most i8_gemv_max_m rows; any more run in passes
     for (int32_t i0 = 0; i0 < m; i0 += kI8DirectMaxRows) {
-      i8_gemv_direct<kVnni>(xq + i0 * ldxq, ldxq, xs + i0 * ldxs, xc + i0 * ldxs, ldxs,
-                            std::min(kI8DirectMaxRows, m - i0), f, k, n0, n1, post, y + i0 * ldy, ldy);
+      i8_gemv_direct<kVnni, kL2>(xq + i0 * ldxq, ldxq, xs + i0 * ldxs, xc + i0 * ldxs, ldxs,
+                                 std::min(kI8DirectMaxRows, m - i0), f, k, n0, n1, post, y + i0 * ldy, ldy);
     }
     return;
   }
@@ -866,13 +888,13 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
       if (g == 0 && scratch != nullptr) {  // (groups > 1: a full first group)
-        i8_direct_group_store<kI8DirectGroup, kVnni>(st[g], f, base, rb, chunks, &next, sbuf.get(), post, yg,
-                                                     ldy, km, scratch);
+        i8_direct_group_store<kI8DirectGroup, kVnni, kL2>(st[g], f, base, rb, chunks, &next, sbuf.get(), post,
+                                                          yg, ldy, km, scratch);
         continue;
       }
       const uint8_t* tg = tile != nullptr ? tile : g > 0 ? scratch : nullptr;
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
-        i8_direct_group<decltype(r)::value, kVnni, false>(
+        i8_direct_group<decltype(r)::value, kVnni, false, kL2>(
             st[g], f, base, rb, chunks, g == 0 ? &next : nullptr, groups > 1 ? sbuf.get() : nullptr, g == 0,
             post, yg, ldy, km, tg, nullptr);
       });
@@ -941,17 +963,7 @@ double i8_probe_avx512(int64_t iters) {
   return static_cast<double>(iters) * 12 * 64 * 2;
 }
 
-// Whether i8_row_group prefetches its rows (the table's entries are
-// chosen once per process): not on an AMD family 0x19 with AVX-512 (Zen 4:
-// without, 4096x4096 M = 1, 2 threads, hot 1.08-1.13x for NVFP4 and NF4,
-// 4096x11008 1.03-1.05x, from DRAM 0.96-1.04x, A/B both orders; the
-// direct GEMV's own row prefetch, M >= 2, there 1.10-1.19x from DRAM, is
-// kept); elsewhere yes (a Cascade Lake measured 1.2x from L3 with it).
-inline bool i8_row_prefetch(const CpuInfo& cpu) {
-  return !(cpu.vendor == "AuthenticAMD" && cpu.family == 0x19);
-}
-
-template <bool kVnni, bool kRowPrefetch>
+template <bool kVnni, bool kL2>
 void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
                     int64_t ldy) {
@@ -960,15 +972,15 @@ void i8_gemv_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32
   // stream (hot 1.3-1.4x the row GEMV on a Zen 5, from DRAM 1.0-1.1x);
   // and K % 128 == 64, which only the direct GEMV takes.
   if (m > 1 || w.tiles != nullptr || w.k % 128 != 0) {
-    i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+    i8_gemv_direct<kVnni, kL2>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
   } else {
-    i8_gemv_rows<kVnni, kRowPrefetch>(xq, xs, xc, f, w.k, n0, n1, post, y);
+    i8_gemv_rows<kVnni, kL2>(xq, xs, xc, f, w.k, n0, n1, post, y);
   }
   // The sign rule fused: begin() loaded every code of rows [n0, n1).
   if (w.signs != nullptr && f.signs != 0) w.signs->negative.store(true, std::memory_order_relaxed);
 }
 
-template <bool kVnni, bool kRowPrefetch>
+template <bool kVnni, bool kL2>
 void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                         int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1,
                         float post, float* y, int64_t ldy) {
@@ -980,8 +992,8 @@ void i8_gemv_nf4_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const i
   // it too: hot 1.16x, from DRAM within the noise.
   const bool direct = m > 1 || w.tiles != nullptr || w.k % 128 != 0;  // (as i8_gemv_avx512)
   f.own_absmax = m >= 4 || !direct;
-  if (direct) return i8_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
-  i8_gemv_rows<kVnni, kRowPrefetch>(xq, xs, xc, f, w.k, n0, n1, post, y);
+  if (direct) return i8_gemv_direct<kVnni, kL2>(xq, ldxq, xs, xc, ldxs, m, f, w.k, n0, n1, post, y, ldy);
+  i8_gemv_rows<kVnni, kL2>(xq, xs, xc, f, w.k, n0, n1, post, y);
 }
 
 }  // namespace

@@ -1397,10 +1397,10 @@ const KernelTable& avx512_table() {
     f.i8_micro2 = i8_micro2_avx512<false>;
     f.i8_quantize_act = i8_quantize_act_avx512;
     f.i8_probe = i8_probe_avx512<false>;
-    const bool row_prefetch = i8_row_prefetch(cpu_info());
-    f.i8_gemv_nvfp4 = row_prefetch ? i8_gemv_avx512<false, true> : i8_gemv_avx512<false, false>;
+    const bool to_l2 = i8_rows_to_l2(cpu_info());
+    f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<false, true> : i8_gemv_avx512<false, false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
-    f.i8_gemv_nf4 = row_prefetch ? i8_gemv_nf4_avx512<false, true> : i8_gemv_nf4_avx512<false, false>;
+    f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<false, true> : i8_gemv_nf4_avx512<false, false>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;

@@ -21,10 +21,10 @@ const KernelTable& avx512_vnni_table() {
     f.i8_micro_mr = kI8MR<true>;
     f.i8_micro2 = i8_micro2_avx512<true>;
     f.i8_probe = i8_probe_avx512<true>;
-    const bool row_prefetch = i8_row_prefetch(cpu_info());
-    f.i8_gemv_nvfp4 = row_prefetch ? i8_gemv_avx512<true, true> : i8_gemv_avx512<true, false>;
+    const bool to_l2 = i8_rows_to_l2(cpu_info());
+    f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<true, true> : i8_gemv_avx512<true, false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
-    f.i8_gemv_nf4 = row_prefetch ? i8_gemv_nf4_avx512<true, true> : i8_gemv_nf4_avx512<true, false>;
+    f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<true, true> : i8_gemv_nf4_avx512<true, false>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;  // i8_gemv_direct, every m
     f.i8_tile_group = i8_tile_group_avx512;
