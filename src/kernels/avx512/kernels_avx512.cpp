@@ -976,6 +976,24 @@ inline __m512i e4m3_encode16_nonneg(__m512 v) {
   return _mm512_mask_blend_epi32(is_inf, code, _mm512_set1_epi32(0x7e));
 }
 
+// Four vectors of 16 codes (0..15, one per dword) packed two per byte, 32
+// bytes in element order (vector v's 8 bytes at 8v): kLowFirst, element
+// 2j in the low nibble (NVFP4), else in the high one (NF4). Per 128-bit
+// lane L the in-lane packs give codes 4L..4L+3 of vectors 0, 1, 2, 3
+// (bytes); a multiply-add joins each byte pair into a word (word 8L + 2v
+// + k = packed byte 2L + k of vector v), which one word permute moves to
+// word 8v + 2L + k: per vector a quarter of the cross-lane narrowing and
+// of the stores of packing each on its own.
+template <bool kLowFirst>
+inline __m256i pack_nibbles4(const __m512i (&c)[4]) {
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+  const __m512i words = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(kLowFirst ? 0x1001 : 0x0110));
+  const __m512i order = _mm512_setr_epi32(
+      0x00010000, 0x00090008, 0x00110010, 0x00190018, 0x00030002, 0x000b000a, 0x00130012, 0x001b001a,
+      0x00050004, 0x000d000c, 0x00150014, 0x001d001c, 0x00070006, 0x000f000e, 0x00170016, 0x001f001e);
+  return _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(order, words));
+}
+
 // The element encoder (the constants live in registers for a whole loop).
 // block(), division-free: q0 = |x| y with y = RN(1/d), the exact remainder
 // |x| - q0 d, and one correction q0 + r y, which is the correctly rounded
@@ -1047,17 +1065,7 @@ struct E2m1Encoder {
       const __m512i v = _mm512_loadu_si512(x + int64_t{16} * b);
       c[b] = code(v, quotient(v, _mm512_set1_ps(dv[b]), _mm512_set1_ps(yv[b])));
     }
-    // Per 128-bit lane L: codes 4L..4L+3 of blocks 0, 1, 2, 3 (bytes), then
-    // word j = byte 2j | byte 2j+1 << 4: word 8L + 2b + k = packed byte
-    // 2L + k of block b, which the permute moves to word 8b + 2L + k.
-    const __m512i bytes =
-        _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
-    const __m512i words = _mm512_maddubs_epi16(bytes, _mm512_set1_epi16(0x1001));
-    const __m512i order = _mm512_setr_epi32(
-        0x00010000, 0x00090008, 0x00110010, 0x00190018, 0x00030002, 0x000b000a, 0x00130012, 0x001b001a,
-        0x00050004, 0x000d000c, 0x00150014, 0x001d001c, 0x00070006, 0x000f000e, 0x00170016, 0x001f001e);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
-                        _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(order, words)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), pack_nibbles4<true>(c));
   }
 
   // The 16 codes (one per dword) of the block v given q = |v| / d correctly rounded.
@@ -1206,11 +1214,18 @@ struct Nf4CodeAvx512 {
       c[v] =
           _mm512_mask_add_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(c[v], T0), _CMP_GT_OQ),
                                 c[v], _mm512_set1_epi32(1));
-      // Bytes c0..c15; 16-bit lane j = c(2j) | c(2j+1) << 8 -> c(2j) << 4 | c(2j+1).
-      const __m128i b = _mm512_cvtepi32_epi8(c[v]);
-      const __m128i w =
-          _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), _mm_packus_epi16(w, w));
+    }
+    if constexpr (V == 4) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), pack_nibbles4<false>(c));
+    } else {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        // Bytes c0..c15; 16-bit lane j = c(2j) | c(2j+1) << 8 -> c(2j) << 4 | c(2j+1).
+        const __m128i b = _mm512_cvtepi32_epi8(c[v]);
+        const __m128i w =
+            _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), _mm_packus_epi16(w, w));
+      }
     }
   }
   bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
