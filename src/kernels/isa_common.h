@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "formats/codec.h"
 #include "kernels/kernel_table.h"
 
@@ -43,6 +44,17 @@ inline const char* nf4_scale_span(const Nf4Weights& w, int64_t r0, int64_t n, in
   const int64_t b1 = n > 0 ? (((r0 + n) * w.k - 1) >> w.block_shift) + 1 : b0;
   *bytes = (b1 - b0) * static_cast<int64_t>(sizeof(float));
   return reinterpret_cast<const char*>(w.absmax + b0);
+}
+
+// Whether the AVX-512 GEMVs prefetch weight rows into L2 (prefetcht2)
+// far ahead: on the CPUs where that was measured faster, AMD family 0x19
+// with AVX-512 (Zen 4; the integer GEMVs' rows 512 bytes ahead instead of
+// to L1 at kRowPrefetchBytes, the chunk GEMV's next group of rows besides
+// its own prefetch: i8_prefetch_row, gemv128_rows). Elsewhere they keep
+// the prefetches into L1 that were measured there (a Cascade Lake: 1.2x
+// from L3 for the integer GEMV); the Zen 5 is unmeasured.
+inline bool rows_to_l2(const CpuInfo& cpu) {
+  return cpu.vendor == "AuthenticAMD" && cpu.family == 0x19;
 }
 
 // How far ahead the GEMV kernels prefetch in each weight row (each row is

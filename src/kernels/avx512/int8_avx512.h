@@ -14,7 +14,6 @@
 #include <limits>
 #include <vector>
 
-#include "common/cpu_features.h"
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
@@ -538,7 +537,7 @@ struct I8zNf4 {
 };
 
 // How the integer GEMVs prefetch each weight row as they read it (the
-// table's entries are chosen once per process, i8_rows_to_l2): to L1,
+// table's entries are chosen once per process, rows_to_l2): to L1,
 // kRowPrefetchBytes ahead, or (kL2) to L2 (prefetcht2), kI8RowAheadL2
 // ahead. On a Zen 4 (4096x4096, 2 threads, weights rotated through 226
 // MB, A/B both orders): the row GEMV (M = 1) from DRAM 1.15x against no
@@ -555,14 +554,6 @@ __attribute__((always_inline)) inline void i8_prefetch_row(const uint8_t* p) {
   } else {
     _mm_prefetch(reinterpret_cast<const char*>(p + kRowPrefetchBytes), _MM_HINT_T0);
   }
-}
-
-// Whether this CPU's integer GEMVs prefetch their rows to L2 (the tables
-// pick the kL2 entries): AMD family 0x19 with AVX-512 (Zen 4), where it
-// was measured; every other CPU keeps the L1 prefetch (a Cascade Lake
-// measured 1.2x from L3 with it; the Zen 5 is unmeasured).
-inline bool i8_rows_to_l2(const CpuInfo& cpu) {
-  return cpu.vendor == "AuthenticAMD" && cpu.family == 0x19;
 }
 
 // GEMV of one row of x (M = 1 on row-major codes; the table's entries run
