@@ -537,20 +537,24 @@ struct I8zNf4 {
 };
 
 // How the integer GEMVs prefetch each weight row as they read it (the
-// table's entries are chosen once per process, rows_to_l2): to L1,
-// kRowPrefetchBytes ahead, or (kL2) to L2 (prefetcht2), kI8RowAheadL2
-// ahead. On a Zen 4 (4096x4096, 2 threads, weights rotated through 226
-// MB, A/B both orders): the row GEMV (M = 1) from DRAM 1.15x against no
-// prefetch (to L1 at 256 bytes: 0.96-1.04x; to L2 at 384-1024 bytes
-// within 3 % of 512, at 2 KiB 1.0x, prefetcht1 at 512 0.97x) and hot
-// 0.92x (as to L1); the direct GEMV (M = 2-8) from DRAM 1.03-1.05x
-// against L1 at 256 bytes, hot within the noise. The exact GEMV's rows
-// (four at a time) keep L1 at 256 bytes there: to L2 at 512 was 0.85x.
-constexpr int64_t kI8RowAheadL2 = 512;
+// table's entries are chosen once per process, rows_to_l2; p: the 64
+// bytes being read, rb: bytes per row): into L1, kRowPrefetchBytes ahead
+// in the row, or (kL2) into L2 (prefetcht2) at the same place of the row
+// 16 rows on, which the next group of 16 rows reads (a group's time
+// ahead; an integer address: past the last group it lies past the
+// weight). On a Zen 4, 2 threads, weights rotated through 226 MB, A/B
+// both orders, against no prefetch at M = 1 and L1 at 256 bytes at M >=
+// 2: from DRAM M = 1 4096x4096 1.6x (NF4 1.5x), 11008x4096 1.5x,
+// 4096x11008 1.3x, 2880x2880 (the direct GEMV) 1.4x, M = 4 1.1x, M = 8
+// 1.04x; hot 1.0-1.05x. Tried there, not kept: into L1 at 256 bytes
+// (M = 1 from DRAM as none, hot 0.92x), into L2 512 bytes ahead in the
+// row (1.15x from DRAM, hot 0.92x; 384 bytes to 1 KiB within 3 %,
+// prefetcht1 0.97x). The exact GEMV does the same besides its L1 prefetch.
 template <bool kL2>
-__attribute__((always_inline)) inline void i8_prefetch_row(const uint8_t* p) {
+__attribute__((always_inline)) inline void i8_prefetch_row(const uint8_t* p, int64_t rb) {
   if constexpr (kL2) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kI8RowAheadL2), _MM_HINT_T2);
+    const uintptr_t next = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(16 * rb);
+    _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T2);
   } else {
     _mm_prefetch(reinterpret_cast<const char*>(p + kRowPrefetchBytes), _MM_HINT_T0);
   }
@@ -594,8 +598,8 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
         const uint8_t* ra = pq[h] + (s == 0 ? 0 : 2 * rb);
         const uint8_t* rbp = pq[h] + (s == 0 ? rb : rb3);
         const __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
-        i8_prefetch_row<kL2>(ra + c * 64);
-        i8_prefetch_row<kL2>(rbp + c * 64);
+        i8_prefetch_row<kL2>(ra + c * 64, rb);
+        i8_prefetch_row<kL2>(rbp + c * 64, rb);
         const __m512i la = _mm512_shuffle_epi8(lut, _mm512_and_si512(va, nib));
         const __m512i ha = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(va, 4), nib));
         const __m512i lb = _mm512_shuffle_epi8(lut, _mm512_and_si512(vb, nib));
@@ -749,7 +753,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
       next->step();
       if (tile == nullptr) {
 #pragma GCC unroll 16
-        for (int r = 0; r < 16; ++r) i8_prefetch_row<kL2>(rows + r * rb + c * 64);
+        for (int r = 0; r < 16; ++r) i8_prefetch_row<kL2>(rows + r * rb + c * 64, rb);
       }
     }
     const int64_t quarters = c + 1 < chunks ? 4 : last_quarters;
