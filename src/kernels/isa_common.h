@@ -46,15 +46,17 @@ inline const char* nf4_scale_span(const Nf4Weights& w, int64_t r0, int64_t n, in
   return reinterpret_cast<const char*>(w.absmax + b0);
 }
 
-// Whether the AVX-512 GEMVs prefetch weight rows into L2 (prefetcht2)
-// far ahead: on the CPUs where that was measured faster, AMD family 0x19
-// with AVX-512 (Zen 4; the integer GEMVs' rows 512 bytes ahead instead of
-// to L1 at kRowPrefetchBytes, the chunk GEMV's next group of rows besides
-// its own prefetch: i8_prefetch_row, gemv128_rows). Elsewhere they keep
-// the prefetches into L1 that were measured there (a Cascade Lake: 1.2x
-// from L3 for the integer GEMV); the Zen 5 is unmeasured.
-inline bool rows_to_l2(const CpuInfo& cpu) {
-  return cpu.vendor == "AuthenticAMD" && cpu.family == 0x19;
+// Whether the AVX-512 GEMVs prefetch each weight row into L2
+// (prefetcht2) at the place the next group of rows will read, a group's
+// time ahead: on the CPUs where that was measured faster, AMD family 0x19
+// (the Zen 4 among them has AVX-512; the integer GEMVs do it instead of
+// their prefetch into L1 at kRowPrefetchBytes, the chunk GEMV besides
+// its own: i8_prefetch_row, gemv128_rows). Elsewhere they keep the
+// prefetches into L1 measured there (a Cascade Lake: 1.2x from L3 for
+// the integer GEMV); the Zen 5 is unmeasured. Read once per process.
+inline bool rows_to_l2() {
+  static const bool to_l2 = cpu_info().vendor == "AuthenticAMD" && cpu_info().family == 0x19;
+  return to_l2;
 }
 
 // How far ahead the GEMV kernels prefetch in each weight row (each row is

@@ -551,7 +551,7 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
   // K block is on its way (it is read kGemvBlockRows rows later; at 256
   // bytes, M = 3-4 fetched half of every K block from DRAM on demand).
   const int64_t ahead_bytes = blocked ? std::max<int64_t>(256, cb * 64) : 256;
-  const bool far = rows_to_l2(cpu_info());
+  const bool far = rows_to_l2();
   alignas(64) float mem[kGemvBlockRows * 2 * kGemvMaxRows * 16];
   for (int64_t jb = n0; jb < n1; jb += block_rows) {
     const int64_t je = std::min(n1, jb + block_rows);
@@ -1423,7 +1423,7 @@ const KernelTable& avx512_table() {
     f.i8_micro2 = i8_micro2_avx512<false>;
     f.i8_quantize_act = i8_quantize_act_avx512;
     f.i8_probe = i8_probe_avx512<false>;
-    const bool to_l2 = rows_to_l2(cpu_info());
+    const bool to_l2 = rows_to_l2();
     f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<false, true> : i8_gemv_avx512<false, false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<false, true> : i8_gemv_nf4_avx512<false, false>;

@@ -21,7 +21,7 @@ const KernelTable& avx512_vnni_table() {
     f.i8_micro_mr = kI8MR<true>;
     f.i8_micro2 = i8_micro2_avx512<true>;
     f.i8_probe = i8_probe_avx512<true>;
-    const bool to_l2 = rows_to_l2(cpu_info());
+    const bool to_l2 = rows_to_l2();
     f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<true, true> : i8_gemv_avx512<true, false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<true, true> : i8_gemv_nf4_avx512<true, false>;
