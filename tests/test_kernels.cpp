@@ -2094,7 +2094,7 @@ TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the sc
 #endif
 }
 
-TEST_CASE("the CPU's family is read on x86 (the integer GEMVs' row prefetch is chosen by it)", "[kernels]") {
+TEST_CASE("the CPU's family is read on x86 (the AVX-512 GEMVs' row prefetch is chosen by it)", "[kernels]") {
 #if defined(__x86_64__)
   const q4::CpuInfo& c = q4::cpu_info();
   // Every x86-64 CPU reports display family 6 (Intel) or 0xf and above (AMD: 0xf + extended family).

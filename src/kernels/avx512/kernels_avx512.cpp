@@ -1005,6 +1005,16 @@ inline __m256i pack_nibbles4(const __m512i (&c)[4]) {
   return _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(order, words));
 }
 
+// One vector of 16 codes (one per dword) packed two per byte (as
+// pack_nibbles4): qword j holds codes 2j and 2j+1, joined into its low
+// byte, which the narrowing keeps (8 bytes, in the low half).
+template <bool kLowFirst>
+inline __m128i pack_nibbles1(__m512i c) {
+  const __m512i pairs = kLowFirst ? _mm512_or_si512(c, _mm512_srli_epi64(c, 28))
+                                  : _mm512_or_si512(_mm512_slli_epi64(c, 4), _mm512_srli_epi64(c, 32));
+  return _mm512_cvtepi64_epi8(pairs);
+}
+
 // The element encoder (the constants live in registers for a whole loop).
 // block(), division-free: q0 = |x| y with y = RN(1/d), the exact remainder
 // |x| - q0 d, and one correction q0 + r y, which is the correctly rounded
@@ -1092,10 +1102,7 @@ struct E2m1Encoder {
 
   // The 8 code bytes of the block v given q = |v| / d correctly rounded.
   void store(__m512i v, __m512 q, uint8_t* dst) const {
-    const __m512i code = this->code(v, q);
-    // Element 2j in the low nibble: qword j holds elements 2j and 2j+1.
-    const __m512i pairs = _mm512_or_si512(code, _mm512_srli_epi64(code, 28));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi64_epi8(pairs));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), pack_nibbles1<true>(code(v, q)));
   }
 };
 
@@ -1230,13 +1237,8 @@ struct Nf4CodeAvx512 {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), pack_nibbles4<false>(c));
     } else {
 #pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) {
-        // Bytes c0..c15; 16-bit lane j = c(2j) | c(2j+1) << 8 -> c(2j) << 4 | c(2j+1).
-        const __m128i b = _mm512_cvtepi32_epi8(c[v]);
-        const __m128i w =
-            _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), _mm_packus_epi16(w, w));
-      }
+      for (int v = 0; v < V; ++v)
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), pack_nibbles1<false>(c[v]));
     }
   }
   bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
