@@ -952,6 +952,22 @@ void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int
   with_rows<kMR>(mr, [&](auto m) { micro_m<decltype(m)::value>(x, ldx, panel, kc, y, ldy, nr, accumulate); });
 }
 
+// E4M3 encoding of 16 non-negative values whose biased fp32 exponents are
+// all >= 121 (the normal E4M3 range and above, +Inf included): keep 3
+// mantissa bits, the same integer round-to-nearest-even as
+// fmt::e4m3_encode, saturating at 0x7e (448).
+inline __m512i e4m3_encode16_normal(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i one = _mm512_set1_epi32(1);
+  // (exp - 120) << 3 | top 3 mantissa bits, in one subtraction.
+  const __m512i full = _mm512_sub_epi32(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(120 << 3));
+  const __m512i rem_n = _mm512_and_si512(u, _mm512_set1_epi32(0xfffff));
+  const __mmask16 up_n =
+      _mm512_cmpgt_epu32_mask(rem_n, _mm512_set1_epi32(0x80000)) |
+      (_mm512_cmpeq_epi32_mask(rem_n, _mm512_set1_epi32(0x80000)) & _mm512_test_epi32_mask(full, one));
+  return _mm512_min_epu32(_mm512_mask_add_epi32(full, up_n, full, one), _mm512_set1_epi32(0x7e));
+}
+
 // E4M3 encoding of 16 non-negative values (finite or +Inf; no NaN), the
 // same integer round-to-nearest-even as fmt::e4m3_encode.
 inline __m512i e4m3_encode16_nonneg(__m512 v) {
@@ -959,15 +975,8 @@ inline __m512i e4m3_encode16_nonneg(__m512 v) {
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i exp = _mm512_srli_epi32(u, 23);
   const __m512i man = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffff));
-  // Normal E4M3 (biased fp32 exponent >= 121): keep 3 mantissa bits.
-  const __m512i full = _mm512_or_si512(_mm512_slli_epi32(_mm512_sub_epi32(exp, _mm512_set1_epi32(120)), 3),
-                                       _mm512_srli_epi32(man, 20));
-  const __m512i rem_n = _mm512_and_si512(man, _mm512_set1_epi32(0xfffff));
-  const __mmask16 up_n =
-      _mm512_cmpgt_epu32_mask(rem_n, _mm512_set1_epi32(0x80000)) |
-      (_mm512_cmpeq_epi32_mask(rem_n, _mm512_set1_epi32(0x80000)) & _mm512_test_epi32_mask(full, one));
-  __m512i code_n = _mm512_mask_add_epi32(full, up_n, full, one);
-  code_n = _mm512_min_epu32(code_n, _mm512_set1_epi32(0x7e));
+  // Normal E4M3 (biased fp32 exponent >= 121).
+  const __m512i code_n = e4m3_encode16_normal(v);
   // Subnormal E4M3: sig * 2^(e - 150) in units of 2^-9, shift = 141 - e.
   const __mmask16 has_exp = _mm512_test_epi32_mask(exp, exp);
   const __m512i sig = _mm512_mask_or_epi32(man, has_exp, man, _mm512_set1_epi32(0x800000));
@@ -1160,11 +1169,25 @@ inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 
                           float* yv, __mmask16* non_finite) {
   const __m512 av = block_amax16(x, abs_mask);
   *non_finite = _mm512_cmpge_epu32_mask(_mm512_castps_si512(av), _mm512_set1_epi32(0x7f800000));
-  __m512i code = e4m3_encode16_nonneg(_mm512_div_ps(av, six_g));
-  // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+  const __m512 sv = _mm512_div_ps(av, six_g);
   const __mmask16 nonzero = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ);
-  code = _mm512_mask_mov_epi32(code, nonzero & _mm512_testn_epi32_mask(code, code), _mm512_set1_epi32(1));
-  const __m512 dvec = _mm512_mul_ps(i8_e4m3_decode16(code), gv);
+  __m512i code;
+  __m512 dec;
+  if (_mm512_cmplt_epu32_mask(_mm512_castps_si512(sv), _mm512_set1_epi32(121 << 23)) == 0) {
+    // Every scale normal or saturating (the usual case): codes 0x08..0x7e,
+    // decoded by their plain bit mapping, without the subnormal rounding
+    // and the general decode (the scale pass 6.8 -> 4.1 cycles per block
+    // on a Zen 4; quantize, 2 threads, A/B both orders: in cache 1.13x,
+    // 11008x4096 from DRAM 1.07-1.10x given, 1.06-1.07x computed).
+    code = e4m3_encode16_normal(sv);
+    dec = i8_e4m3_normal16(code);
+  } else {
+    code = e4m3_encode16_nonneg(sv);
+    // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+    code = _mm512_mask_mov_epi32(code, nonzero & _mm512_testn_epi32_mask(code, code), _mm512_set1_epi32(1));
+    dec = i8_e4m3_decode16(code);
+  }
+  const __m512 dvec = _mm512_mul_ps(dec, gv);
   _mm512_store_ps(dv, dvec);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm512_cvtepi32_epi8(code));
   const __mmask16 in_range =
