@@ -383,6 +383,23 @@ inline __m256i cmpgt_epu32(__m256i a, __m256i b) {
   return _mm256_cmpgt_epi32(_mm256_xor_si256(a, bias), _mm256_xor_si256(b, bias));
 }
 
+// E4M3 encoding of 8 non-negative values whose biased fp32 exponents are
+// all >= 121 (the normal E4M3 range and above, +Inf included): keep 3
+// mantissa bits, the same integer round-to-nearest-even as
+// fmt::e4m3_encode, saturating at 0x7e (448).
+inline __m256i e4m3_encode8_normal(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i one = _mm256_set1_epi32(1);
+  // (exp - 120) << 3 | top 3 mantissa bits, in one subtraction.
+  const __m256i full = _mm256_sub_epi32(_mm256_srli_epi32(u, 20), _mm256_set1_epi32(120 << 3));
+  const __m256i rem_n = _mm256_and_si256(u, _mm256_set1_epi32(0xfffff));
+  const __m256i half_n = _mm256_set1_epi32(0x80000);
+  const __m256i odd_n = _mm256_cmpeq_epi32(_mm256_and_si256(full, one), one);
+  const __m256i up_n = _mm256_or_si256(_mm256_cmpgt_epi32(rem_n, half_n),
+                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem_n, half_n), odd_n));
+  return _mm256_min_epu32(_mm256_sub_epi32(full, up_n), _mm256_set1_epi32(0x7e));
+}
+
 // E4M3 encoding of 8 non-negative values (finite or +Inf; no NaN), the
 // same integer round-to-nearest-even as fmt::e4m3_encode, saturating at 448.
 inline __m256i e4m3_encode8_nonneg(__m256 v) {
@@ -390,15 +407,8 @@ inline __m256i e4m3_encode8_nonneg(__m256 v) {
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i exp = _mm256_srli_epi32(u, 23);
   const __m256i man = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffff));
-  // Normal E4M3 (biased fp32 exponent >= 121): keep 3 mantissa bits.
-  const __m256i full = _mm256_or_si256(_mm256_slli_epi32(_mm256_sub_epi32(exp, _mm256_set1_epi32(120)), 3),
-                                       _mm256_srli_epi32(man, 20));
-  const __m256i rem_n = _mm256_and_si256(man, _mm256_set1_epi32(0xfffff));
-  const __m256i half_n = _mm256_set1_epi32(0x80000);
-  const __m256i odd_n = _mm256_cmpeq_epi32(_mm256_and_si256(full, one), one);
-  const __m256i up_n = _mm256_or_si256(_mm256_cmpgt_epi32(rem_n, half_n),
-                                       _mm256_and_si256(_mm256_cmpeq_epi32(rem_n, half_n), odd_n));
-  const __m256i code_n = _mm256_min_epu32(_mm256_sub_epi32(full, up_n), _mm256_set1_epi32(0x7e));
+  // Normal E4M3 (biased fp32 exponent >= 121).
+  const __m256i code_n = e4m3_encode8_normal(v);
   // Subnormal E4M3: sig * 2^(e - 150) in units of 2^-9, shift = 141 - e.
   const __m256i has_exp = _mm256_cmpgt_epi32(exp, _mm256_setzero_si256());
   const __m256i sig = _mm256_or_si256(man, _mm256_and_si256(has_exp, _mm256_set1_epi32(0x800000)));
@@ -454,12 +464,26 @@ inline bool scale_group8(const float* x, __m256 six_g, __m256 gv, uint8_t* s, fl
   *non_finite =
       _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_set1_epi32(0x7f7fffff)))) != 0;
   const __m256 av = _mm256_castsi256_ps(bits);
-  __m256i code = e4m3_encode8_nonneg(_mm256_div_ps(av, six_g));
-  // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+  const __m256 sv = _mm256_div_ps(av, six_g);
   const __m256i nonzero = _mm256_castps_si256(_mm256_cmp_ps(av, _mm256_setzero_ps(), _CMP_GT_OQ));
-  const __m256i fix = _mm256_and_si256(nonzero, _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
-  code = _mm256_sub_epi32(code, fix);  // 0 -> 1 where fix
-  const __m256 dvec = _mm256_mul_ps(e4m3_decode8(code), gv);
+  __m256i code;
+  __m256 dec;
+  if (_mm256_movemask_ps(_mm256_castsi256_ps(
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(121 << 23), _mm256_castps_si256(sv)))) == 0) {
+    // Every scale normal or saturating (the usual case): codes 0x08..0x7e,
+    // decoded by their plain bit mapping (as the AVX-512 scale group; this
+    // table forced on a Zen 4, 2 threads, A/B both orders: in cache
+    // 1.12-1.15x, 11008x4096 from DRAM 1.09-1.11x).
+    code = e4m3_encode8_normal(sv);
+    dec = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32(120 << 23)));
+  } else {
+    code = e4m3_encode8_nonneg(sv);
+    // amax > 0 but the scale rounded to 0: the smallest subnormal, 2^-9.
+    const __m256i fix = _mm256_and_si256(nonzero, _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
+    code = _mm256_sub_epi32(code, fix);  // 0 -> 1 where fix
+    dec = e4m3_decode8(code);
+  }
+  const __m256 dvec = _mm256_mul_ps(dec, gv);
   _mm256_store_ps(dv, dvec);
   const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(s), _mm_packus_epi16(c16, c16));
