@@ -9,6 +9,7 @@
 
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
+#include "kernels/neon/quantize_neon.h"
 #include "kernels/neon/small_batch_neon.h"
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
@@ -129,6 +130,10 @@ const KernelTable& neon_table() {
     f.act_to_f32 = sb_act_to_f32<SbNeon>;
     f.gemm_micro = gemm_micro;
     f.amax = amax;
+    f.absmax_bits = absmax_bits_neon;
+    f.nvfp4_quantize = nvfp4_quantize_neon;
+    f.nvfp4_quantize_checked = nvfp4_quantize_checked_neon;
+    f.nvfp4_dequantize = nvfp4_dequantize_neon;
     f.fma_probe = fma_probe<Vec>;
     return f;
   }());
