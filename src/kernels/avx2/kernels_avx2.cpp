@@ -726,14 +726,8 @@ uint32_t absmax_bits(const float* x, int64_t n) {
   }
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));
-  uint32_t m = 0;
+  uint32_t m = portable::absmax_bits(x + i, n - i);
   for (uint32_t v : lanes) m = v > m ? v : m;
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, 4);
-    u &= 0x7fffffffu;
-    m = u > m ? u : m;
-  }
   return m;
 }
 

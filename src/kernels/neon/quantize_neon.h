@@ -12,11 +12,11 @@
 #include <arm_neon.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "formats/codec.h"
+#include "kernels/portable.h"
 
 namespace q4::kern {
 namespace {
@@ -162,22 +162,11 @@ bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float 
       vst1_u8(dst, neon_e2m1_block(table, v[b], qt));
     }
   }
-  for (int64_t b = b0; b < nblocks; ++b) {  // the last blocks: the codec
-    const float* xb = x + b * 16;
-    float bmax = 0.0f;
-    for (int j = 0; j < 16; ++j) {
-      uint32_t u;
-      std::memcpy(&u, xb + j, 4);
-      if ((u & 0x7fffffffu) >= 0x7f800000u) return false;
-      bmax = std::max(bmax, std::fabs(xb[j]));
-    }
-    const uint32_t sc = fmt::nvfp4_block_scale_code(bmax, g);
-    const float d = fmt::nvfp4_block_divisor(sc, g);
-    s[b] = static_cast<uint8_t>(sc);
-    for (int j = 0; j < 16; j += 2) {
-      q[b * 8 + j / 2] = static_cast<uint8_t>(fmt::nvfp4_encode_element(xb[j], d) |
-                                              (fmt::nvfp4_encode_element(xb[j + 1], d) << 4));
-    }
+  // The last blocks (fewer than 4): the scalar table's kernels.
+  const int64_t rest = (nblocks - b0) * 16;
+  if (rest > 0) {
+    if (portable::absmax_bits(x + b0 * 16, rest) >= 0x7f800000u) return false;
+    portable::nvfp4_quantize(x + b0 * 16, 1, rest, g, q + b0 * 8, s + b0);
   }
   return true;
 }
@@ -224,14 +213,7 @@ uint32_t absmax_bits_neon(const float* x, int64_t n) {
     m0 = vmaxq_u32(m0, vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(x + i)), abs_mask));
     m1 = vmaxq_u32(m1, vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(x + i + 4)), abs_mask));
   }
-  uint32_t m = vmaxvq_u32(vmaxq_u32(m0, m1));
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, 4);
-    u &= 0x7fffffffu;
-    m = u > m ? u : m;
-  }
-  return m;
+  return std::max(vmaxvq_u32(vmaxq_u32(m0, m1)), portable::absmax_bits(x + i, n - i));
 }
 
 }  // namespace
