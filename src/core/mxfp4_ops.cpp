@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
+#include "kernels/kernel_table.h"
 #include "kernels/portable.h"
 
 namespace q4::core {
@@ -293,25 +294,9 @@ void run_mxfp4(const Mxfp4QuantizeDesc& d) {
     s = lin.data();
   }
   uint8_t* q = d.dst.q.data;
+  const kern::KernelTable& kt = kern::active_table();
   for_row_chunks(rows, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = xv.p + r * k;
-      uint8_t* qr = q + r * (k / 2);
-      for (int64_t b = 0; b < cols; ++b) {
-        const float* xb = xr + b * fmt::kMxBlock;
-        float amax = 0.0f;
-        for (int32_t j = 0; j < fmt::kMxBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-        const uint32_t byte = fmt::mxfp4_scale_byte(amax);
-        const float inv = fmt::mxfp4_inverse_scale(byte);
-        s[r * cols + b] = static_cast<uint8_t>(byte);
-        uint8_t* qb = qr + b * (fmt::kMxBlock / 2);
-        for (int32_t j = 0; j < fmt::kMxBlock; j += 2) {
-          const uint32_t lo = fmt::mxfp4_encode_element(xb[j], inv);
-          const uint32_t hi = fmt::mxfp4_encode_element(xb[j + 1], inv);
-          qb[j / 2] = static_cast<uint8_t>(lo | (hi << 4));
-        }
-      }
-    }
+    kt.mxfp4_quantize(xv.p + r0 * k, r1 - r0, k, q + r0 * (k / 2), s + r0 * cols);
   });
   if (d.dst.layout == Q4_SCALE_SWIZZLED) kern::swizzle_scales(lin.data(), rows, cols, d.dst.s.data);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 
@@ -281,6 +282,24 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
     const float sc = fmt::e4m3_decode(s[i / 16]);
     out[i] = (fmt::e2m1_decode(q[i / 2] & 0xfu) * sc) * g;
     out[i + 1] = (fmt::e2m1_decode(q[i / 2] >> 4) * sc) * g;
+  }
+}
+
+void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  const int64_t cols = k / fmt::kMxBlock;
+  for (int64_t b = 0; b < rows * cols; ++b) {
+    const float* xb = x + b * fmt::kMxBlock;
+    float amax = 0.0f;
+    for (int32_t j = 0; j < fmt::kMxBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const uint32_t byte = fmt::mxfp4_scale_byte(amax);
+    const float inv = fmt::mxfp4_inverse_scale(byte);
+    s[b] = static_cast<uint8_t>(byte);
+    uint8_t* qb = q + b * (fmt::kMxBlock / 2);
+    for (int32_t j = 0; j < fmt::kMxBlock; j += 2) {
+      const uint32_t lo = fmt::mxfp4_encode_element(xb[j], inv);
+      const uint32_t hi = fmt::mxfp4_encode_element(xb[j + 1], inv);
+      qb[j / 2] = static_cast<uint8_t>(lo | (hi << 4));
+    }
   }
 }
 

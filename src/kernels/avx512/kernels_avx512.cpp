@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/avx512/int8_avx512.h"
 #include "kernels/avx512/small_batch_avx512.h"
 #include "kernels/isa_common.h"
@@ -1372,6 +1373,50 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
+// KernelTable::mxfp4_quantize, 16 blocks of 32 at a time: their maxima
+// (block_amax16 over the 32 halves, then the larger of each pair), the
+// E8M0 bytes max(exponent field - 2, 0) (fmt::mxfp4_scale_byte), the
+// reciprocals 2^(127 - byte) by their bit mapping (always normal), each
+// element's |x| * 2^-e (the codec's product, exact or correctly rounded
+// as the scalar one) coded by E2m1Encoder, two blocks packed together.
+// The last blocks (fewer than 16): the scalar table's function.
+void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  static const E2m1Encoder table;
+  const E2m1Encoder enc = table;
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  int64_t b0 = 0;
+  for (; b0 + 16 <= nblocks; b0 += 16) {
+    const float* xg = x + b0 * fmt::kMxBlock;
+    const __m512i lo = _mm512_castps_si512(block_amax16(xg, abs_mask));
+    const __m512i hi = _mm512_castps_si512(block_amax16(xg + 256, abs_mask));
+    const __m512i am =
+        _mm512_max_epu32(_mm512_permutex2var_epi32(lo, even, hi), _mm512_permutex2var_epi32(lo, odd, hi));
+    const __m512i byte = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(am, 23), _mm512_set1_epi32(2)),
+                                          _mm512_setzero_si512());
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(s + b0), _mm512_cvtepi32_epi8(byte));
+    alignas(64) float inv[16];
+    _mm512_store_si512(inv, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), byte), 23));
+    for (int64_t i = 0; i < 16; i += 2) {
+      __m512i c[4];
+#pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) {
+        const __m512i v = _mm512_loadu_si512(xg + i * fmt::kMxBlock + int64_t{16} * h);
+        const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(enc.sign_bit, v));
+        c[h] = enc.code(v, _mm512_mul_ps(mag, _mm512_set1_ps(inv[i + h / 2])));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (b0 + i) * (fmt::kMxBlock / 2)),
+                          pack_nibbles4<true>(c));
+    }
+  }
+  if (b0 < nblocks) {
+    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+  }
+}
+
 float amax(const float* x, int64_t n) {
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
@@ -1439,6 +1484,7 @@ const KernelTable& avx512_table() {
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
+    f.mxfp4_quantize = mxfp4_quantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

@@ -1,12 +1,14 @@
 // NEON NVFP4 quantize and dequantize (KernelTable::nvfp4_quantize_checked,
-// nvfp4_quantize, nvfp4_dequantize, absmax_bits), bit-exact with the codec
-// (formats/codec.h) by the same construction as the AVX-512 kernels: block
+// nvfp4_quantize, nvfp4_dequantize, absmax_bits) and MXFP4 quantize
+// (mxfp4_quantize), bit-exact with the codec (formats/codec.h,
+// formats/mxfp4.h) by the same construction as the AVX-512 kernels: block
 // maxima as integer maxima of the |x| bit patterns (a NaN or Inf shows as
-// >= 0x7f800000), scale codes four blocks at a time with the codec's
+// >= 0x7f800000), NVFP4 scale codes four blocks at a time with the codec's
 // division and E4M3 rounding, quotients |x| / d correctly rounded (one
 // reciprocal per four blocks and a Markstein correction where its
-// conditions hold, else the IEEE division), and the E2M1 rounding of a
-// quotient by one 64-byte table lookup. Included by kernels_neon.cpp only.
+// conditions hold, else the IEEE division; MXFP4: the codec's product
+// |x| * 2^-e), and the E2M1 rounding of a quotient by one 64-byte table lookup.
+// Included by kernels_neon.cpp only.
 #pragma once
 
 #include <arm_neon.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/portable.h"
 
 namespace q4::kern {
@@ -174,6 +177,54 @@ bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float 
 // KernelTable::nvfp4_quantize (finite input).
 void nvfp4_quantize_neon(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
   nvfp4_quantize_checked_neon(x, rows, k, g, q, s);
+}
+
+// KernelTable::mxfp4_quantize, four blocks of 32 at a time: their maxima
+// as integer maxima of the |x| bits, the E8M0 bytes max(exponent field -
+// 2, 0) (fmt::mxfp4_scale_byte), the reciprocals 2^(127 - byte) by bit
+// mapping (always normal), each element's |x| * 2^-e (the codec's product)
+// coded by the table above. The last blocks: the scalar table's function.
+void mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  static const NeonE2m1Table table_init;
+  const uint8x16x4_t table = table_init.t;
+  const uint32x4_t abs_mask = vdupq_n_u32(0x7fffffffu);
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  int64_t b0 = 0;
+  for (; b0 + 4 <= nblocks; b0 += 4) {
+    const float* xg = x + b0 * fmt::kMxBlock;
+    uint32x4_t m[4];
+    for (int b = 0; b < 4; ++b) {
+      m[b] = vdupq_n_u32(0);
+      for (int i = 0; i < 8; ++i) {
+        m[b] = vmaxq_u32(
+            m[b], vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(xg + b * 32 + i * 4)), abs_mask));
+      }
+    }
+    const uint32x4_t amax_bits = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+    const int32x4_t byte = vmaxq_s32(
+        vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(amax_bits, 23)), vdupq_n_s32(2)), vdupq_n_s32(0));
+    alignas(16) int32_t bytes[4];
+    alignas(16) float inv[4];
+    vst1q_s32(bytes, byte);
+    vst1q_s32(reinterpret_cast<int32_t*>(inv), vshlq_n_s32(vsubq_s32(vdupq_n_s32(254), byte), 23));
+    for (int b = 0; b < 4; ++b) {
+      s[b0 + b] = static_cast<uint8_t>(bytes[b]);
+      const float32x4_t ib = vdupq_n_f32(inv[b]);
+      for (int h = 0; h < 2; ++h) {
+        const float* xh = xg + b * 32 + h * 16;
+        float32x4_t v[4], qv[4];
+        for (int i = 0; i < 4; ++i) {
+          v[i] = vld1q_f32(xh + i * 4);
+          qv[i] = vmulq_f32(vabsq_f32(v[i]), ib);
+        }
+        vst1_u8(q + (b0 + b) * 16 + h * 8, neon_e2m1_block(table, v, qv));
+      }
+    }
+  }
+  if (b0 < nblocks) {
+    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+  }
 }
 
 // KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
