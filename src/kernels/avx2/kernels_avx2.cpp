@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
 #include "kernels/avx2/int8_avx2.h"
 #include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/avx2/small_batch_avx2.h"
@@ -545,6 +546,18 @@ struct E2m1Encoder8 {
     store(c[0], c[1], dst);
   }
 
+  // 16 elements of an MXFP4 block: the codec's products |x| * 2^-e.
+  void block_mul(const float* x, float inv, uint8_t* dst) const {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i c[2];
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
+      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
+      c[h] = codes(_mm256_mul_ps(ax, _mm256_set1_ps(inv)), v);
+    }
+    store(c[0], c[1], dst);
+  }
+
   // One block with the IEEE division (d > 0, any magnitude).
   void block_div(const float* x, float d, uint8_t* dst) const {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
@@ -714,6 +727,39 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
+// KernelTable::mxfp4_quantize, four blocks of 32 at a time: their maxima
+// (block_amax8 over the 16-element halves, then the larger of each pair),
+// the E8M0 bytes max(exponent field - 2, 0) (fmt::mxfp4_scale_byte), the
+// reciprocals 2^(127 - byte) by bit mapping, the elements coded by
+// E2m1Encoder8 from |x| * 2^-e. The last blocks: the scalar table's.
+void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  const E2m1Encoder8 enc;
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  int64_t b0 = 0;
+  for (; b0 + 4 <= nblocks; b0 += 4) {
+    const float* xg = x + b0 * fmt::kMxBlock;
+    const __m256i m = block_amax8(xg);
+    const __m256i pair = _mm256_max_epi32(m, _mm256_srli_epi64(m, 32));  // dword 2b: block b
+    const __m256i byte = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(pair, 23), _mm256_set1_epi32(2)),
+                                          _mm256_setzero_si256());
+    alignas(32) int32_t bytes[8];
+    alignas(32) float inv[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), byte);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(inv),
+                       _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), byte), 23));
+    for (int64_t b = 0; b < 4; ++b) {
+      s[b0 + b] = static_cast<uint8_t>(bytes[2 * b]);
+      uint8_t* qb = q + (b0 + b) * (fmt::kMxBlock / 2);
+      enc.block_mul(xg + b * fmt::kMxBlock, inv[2 * b], qb);
+      enc.block_mul(xg + b * fmt::kMxBlock + 16, inv[2 * b], qb + 8);
+    }
+  }
+  if (b0 < nblocks) {
+    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+  }
+}
+
 uint32_t absmax_bits(const float* x, int64_t n) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
@@ -763,6 +809,7 @@ const KernelTable& avx2_table() {
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
+    f.mxfp4_quantize = mxfp4_quantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;
