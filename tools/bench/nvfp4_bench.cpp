@@ -1263,6 +1263,15 @@ int bench_main(int argc, char** argv) {
     });
     add(result("quantize", "nf4", "fp32->nf4, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
         "dram_read", nf_bytes / (ms * 1e6) / bw);
+    // MXFP4 (E8M0 scale per 32) of the same tensor, linear scales.
+    int64_t ms_shape[2] = {rows, k / 32};
+    DLTensor tms = tensor(s.data(), ms_shape, 2, kDLUInt, 8);
+    const double mx_bytes = static_cast<double>(rows * k) * (4.0 + 0.5 + 1.0 / 32);
+    ms = median_ms(reps, [&](int) {
+      if (MXFP4_quantize(&tf, &tq, &tms, Q4_SCALE_LINEAR, &opts) != Q4_OK) std::abort();
+    });
+    add(result("quantize", "mxfp4", "fp32->mxfp4", rows, 0, k, ms, mx_bytes, 0, threads, 0), "dram_read",
+        mx_bytes / (ms * 1e6) / bw);
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
