@@ -533,41 +533,34 @@ struct E2m1Encoder8 {
     _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), out);
   }
 
-  // One block, division-free (the window of scale_group8).
-  void block(const float* x, __m256 d, __m256 y, uint8_t* dst) const {
+  // One block: quotient(|x|) per vector of 8, coded and packed to dst.
+  template <class Quotient>
+  void coded(const float* x, uint8_t* dst, Quotient&& quotient) const {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     __m256i c[2];
     for (int64_t h = 0; h < 2; ++h) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
-      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
-      const __m256 q0 = _mm256_mul_ps(ax, y);
-      c[h] = codes(_mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0), v);
+      c[h] = codes(quotient(_mm256_castsi256_ps(_mm256_and_si256(v, abs_mask))), v);
     }
     store(c[0], c[1], dst);
+  }
+
+  // One block, division-free (the window of scale_group8).
+  void block(const float* x, __m256 d, __m256 y, uint8_t* dst) const {
+    coded(x, dst, [&](__m256 ax) {
+      const __m256 q0 = _mm256_mul_ps(ax, y);
+      return _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0);
+    });
   }
 
   // 16 elements of an MXFP4 block: the codec's products |x| * 2^-e.
   void block_mul(const float* x, float inv, uint8_t* dst) const {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-    __m256i c[2];
-    for (int64_t h = 0; h < 2; ++h) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
-      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
-      c[h] = codes(_mm256_mul_ps(ax, _mm256_set1_ps(inv)), v);
-    }
-    store(c[0], c[1], dst);
+    coded(x, dst, [&](__m256 ax) { return _mm256_mul_ps(ax, _mm256_set1_ps(inv)); });
   }
 
   // One block with the IEEE division (d > 0, any magnitude).
   void block_div(const float* x, float d, uint8_t* dst) const {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-    __m256i c[2];
-    for (int64_t h = 0; h < 2; ++h) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
-      const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
-      c[h] = codes(_mm256_div_ps(ax, _mm256_set1_ps(d)), v);
-    }
-    store(c[0], c[1], dst);
+    coded(x, dst, [&](__m256 ax) { return _mm256_div_ps(ax, _mm256_set1_ps(d)); });
   }
 };
 
