@@ -53,7 +53,8 @@ inline const char* nf4_scale_span(const Nf4Weights& w, int64_t r0, int64_t n, in
 // their prefetch into L1 at kRowPrefetchBytes, the chunk GEMV besides
 // its own: i8_prefetch_row, gemv128_rows). Elsewhere they keep the
 // prefetches into L1 measured there (a Cascade Lake: 1.2x from L3 for
-// the integer GEMV); the Zen 5 is unmeasured. Read once per process.
+// the integer GEMV); the Zen 5 is unmeasured. Read once (per translation
+// unit: the header is in an anonymous namespace).
 inline bool rows_to_l2() {
   static const bool to_l2 = cpu_info().vendor == "AuthenticAMD" && cpu_info().family == 0x19;
   return to_l2;
