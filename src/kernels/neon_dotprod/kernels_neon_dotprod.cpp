@@ -11,6 +11,7 @@
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
+#include "kernels/neon_dotprod/i8_gemv_neon.h"
 #include "kernels/neon_dotprod/i8_micro_neon.h"
 #include "nvfp4/q4_base.h"
 
@@ -33,30 +34,52 @@ const Tables& tables() {
   return t;
 }
 
+// The codes of rows [n0, n0+rows) x blocks [b0, b0+nb) of a 4-bit weight
+// (row r at q + r*k/2) as biased int8 values in the panel order of
+// KernelTable::i8_micro; rows past `rows` hold `pad`. kEvenLow: element 2j
+// in the low nibble (NVFP4), else the high one (NF4).
+template <bool kEvenLow>
+void i8_pack_codes(const uint8_t* q, int64_t k, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                   const uint8_t* code, uint8_t pad, uint8_t* wq) {
+  const uint8x16_t lut = vld1q_u8(code);
+  for (int32_t r = 0; r < kI8PanelNr; ++r) {
+    const uint8_t* src = r < rows ? q + (n0 + r) * (k / 2) + b0 * 8 : nullptr;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8x8_t even, odd;
+      if (src != nullptr) {
+        const uint8x8_t v = vld1_u8(src + b * 8);
+        const uint8x8_t lo = vqtbl1_u8(lut, vand_u8(v, vdup_n_u8(0x0f)));
+        const uint8x8_t hi = vqtbl1_u8(lut, vshr_n_u8(v, 4));
+        even = kEvenLow ? lo : hi;  // elements 0 2 4 6 | 8 10 12 14
+        odd = kEvenLow ? hi : lo;   // elements 1 3 5 7 | 9 11 13 15
+      } else {
+        even = odd = vdup_n_u8(pad);
+      }
+      uint8_t* dst = wq + b * 256 + r * 4;
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(even), 0);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 64), vreinterpret_u32_u8(odd), 0);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 128), vreinterpret_u32_u8(even), 1);
+      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 192), vreinterpret_u32_u8(odd), 1);
+    }
+  }
+}
+
 void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,
                    float* ws) {
   const Tables& tb = tables();
-  const uint8x16_t lut = vreinterpretq_u8_s8(vld1q_s8(tb.biased));
-  const int64_t rb = w.k / 2, kb = w.k / 16;
-  for (int32_t r = 0; r < kI8PanelNr; ++r) {
-    const uint8_t* src = r < rows ? w.q + (n0 + r) * rb + b0 * 8 : nullptr;
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8x8_t lo, hi;
-      if (src != nullptr) {
-        const uint8x8_t v = vld1_u8(src + b * 8);
-        lo = vqtbl1_u8(lut, vand_u8(v, vdup_n_u8(0x0f)));  // elements 0 2 4 6 | 8 10 12 14
-        hi = vqtbl1_u8(lut, vshr_n_u8(v, 4));              // elements 1 3 5 7 | 9 11 13 15
-      } else {
-        lo = hi = vdup_n_u8(static_cast<uint8_t>(kI8WeightBias));
-      }
-      uint8_t* dst = wq + b * 256 + r * 4;
-      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(lo), 0);
-      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 64), vreinterpret_u32_u8(hi), 0);
-      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 128), vreinterpret_u32_u8(lo), 1);
-      vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 192), vreinterpret_u32_u8(hi), 1);
-      ws[b * 16 + r] = src != nullptr ? tb.e4m3[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
-    }
+  i8_pack_codes<true>(w.q, w.k, n0, rows, b0, nb, reinterpret_cast<const uint8_t*>(tb.biased),
+                      static_cast<uint8_t>(kI8WeightBias), wq);
+  const int64_t kb = w.k / 16;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t r = 0; r < kI8PanelNr; ++r)
+      ws[b * 16 + r] = r < rows ? tb.e4m3[w.s[(n0 + r) * kb + b0 + b]] : 0.0f;
   }
+}
+
+void i8_pack_nf4(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t rows, int64_t b0, int64_t nb,
+                 uint8_t* wq, float* ws) {
+  i8_pack_codes<false>(w.q, w.k, n0, rows, b0, nb, code, static_cast<uint8_t>(kI8Nf4Bias), wq);
+  i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
 template <int MR>
@@ -105,6 +128,11 @@ const KernelTable& neon_dotprod_table() {
     f.i8_micro = i8_micro;
     f.i8_micro_mr = kI8MR;
     f.i8_probe = i8_probe;
+    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_neon;
+    f.i8_gemv_nf4 = i8_gemv_nf4_neon;
+    f.i8_pack_nf4 = i8_pack_nf4;
+    f.i8_gemv_k64 = true;  // the GEMV steps 64 elements at a time
+    f.i8_quantize_act = i8_quantize_act_neon;
     return f;
   }());
   return t;
