@@ -878,9 +878,10 @@ void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
 
 void check_nf4_gemv(const kern::KernelTable& t, Coverage& cov) {
   // (K % 128 == 64 too: the AVX-512 chunk GEMV's half chunk at M <= 2 with
-  // blocksize <= 64; blocks of 128 and 256 straddle its chunks there.)
+  // blocksize <= 64; blocks of 128 and 256 straddle its chunks there.
+  // Blocksize 16: two absmax per 32 elements in the NEON GEMV.)
   for (int64_t k : {32, 40, 64, 96, 128, 384, 544, 192, 320}) {
-    for (int32_t shift : {5, 6, 7, 8}) {
+    for (int32_t shift : {4, 5, 6, 7, 8}) {
       const int64_t n = 13, n0 = 2, n1 = 11;
       Nf4Matrix mat(n, k, shift, static_cast<uint32_t>(k + shift));
       for (int32_t m : {1, 2, 3, 5, 8}) {

@@ -9,6 +9,7 @@
 
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
+#include "kernels/neon/gemv_neon.h"
 #include "kernels/neon/quantize_neon.h"
 #include "kernels/neon/small_batch_neon.h"
 #include "kernels/portable.h"
@@ -20,57 +21,23 @@ namespace {
 constexpr int32_t kNR = 8;  // two q-registers of W rows per panel
 constexpr int32_t kMR = 8;  // 16 accumulators
 
-// E2M1 value x2 as int8 for each code 0..15.
-const int8_t kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-// 16 packed bytes (32 elements, element 2j low nibble) -> 32 fp32 values
-// e2m1 (exact: small integers times 0.5) in natural order.
-inline void decode32(const uint8_t* q, float* out) {
-  const int8x16_t table = vld1q_s8(kE2M1x2);
-  const uint8x16_t bytes = vld1q_u8(q);
-  const int8x16_t lo = vqtbl1q_s8(table, vandq_u8(bytes, vdupq_n_u8(0x0f)));
-  const int8x16_t hi = vqtbl1q_s8(table, vshrq_n_u8(bytes, 4));
-  const int8x16x2_t z = vzipq_s8(lo, hi);  // natural order: e0 e1 e2 ...
-  for (int part = 0; part < 2; ++part) {
-    const int16x8_t w0 = vmovl_s8(vget_low_s8(z.val[part]));
-    const int16x8_t w1 = vmovl_s8(vget_high_s8(z.val[part]));
-    const float32x4_t half = vdupq_n_f32(0.5f);
-    vst1q_f32(out + part * 16 + 0, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w0))), half));
-    vst1q_f32(out + part * 16 + 4, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w0))), half));
-    vst1q_f32(out + part * 16 + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w1))), half));
-    vst1q_f32(out + part * 16 + 12, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(w1))), half));
-  }
+void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
+                int64_t ldy) {
+  if (w.k % 32 != 0) return portable::nvfp4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  neon_gemv(x, ldx, m, w.k, n0, n1, y,
+            [&](auto mm, auto rr, const float* xe, const float* xo, int64_t h, int64_t j, float* yj) {
+              neon_nvfp4_gemv_rows<decltype(mm)::value, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy);
+            });
+  report_scale_signs(w, n0, n1);
 }
 
-void nvfp4_gemv(ActRows xr, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
-                int64_t ldy) {
-  const int64_t k = w.k;
-  if (k % 32 != 0) return portable::nvfp4_gemv(xr, ldx, m, w, n0, n1, y, ldy);
-  std::vector<float> conv;
-  const float* x = f32_rows(xr, &ldx, m, k, conv);
-  alignas(16) float v[32];
-  for (int64_t j = n0; j < n1; ++j) {
-    const uint8_t* q = w.q + j * (k / 2);
-    const uint8_t* s = w.s + j * (k / 16);
-    float32x4_t acc[kGemvMaxRows];
-    for (int i = 0; i < m; ++i) acc[i] = vdupq_n_f32(0.0f);
-    for (int64_t c = 0; c < k; c += 32) {
-      decode32(q + c / 2, v);
-      for (int half = 0; half < 2; ++half) {
-        const float32x4_t sc = vdupq_n_f32(fmt::e4m3_decode(s[c / 16 + half]));
-        for (int i = 0; i < m; ++i) {
-          const float* xi = x + i * ldx + c + half * 16;
-          float32x4_t t = vmulq_f32(vld1q_f32(v + half * 16), vld1q_f32(xi));
-          t = vfmaq_f32(t, vld1q_f32(v + half * 16 + 4), vld1q_f32(xi + 4));
-          t = vfmaq_f32(t, vld1q_f32(v + half * 16 + 8), vld1q_f32(xi + 8));
-          t = vfmaq_f32(t, vld1q_f32(v + half * 16 + 12), vld1q_f32(xi + 12));
-          acc[i] = vfmaq_f32(acc[i], t, sc);
-        }
-      }
-    }
-    for (int i = 0; i < m; ++i) y[i * ldy + (j - n0)] = vaddvq_f32(acc[i]) * w.g;
-  }
-  report_scale_signs(w, n0, n1);
+void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  if (w.k % 32 != 0 || w.blocksize < 16) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  neon_gemv(x, ldx, m, w.k, n0, n1, y,
+            [&](auto mm, auto rr, const float* xe, const float* xo, int64_t h, int64_t j, float* yj) {
+              neon_nf4_gemv_rows<decltype(mm)::value, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy);
+            });
 }
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
@@ -125,6 +92,7 @@ const KernelTable& neon_table() {
     f.panel_nr = kNR;
     f.micro_mr = kMR;
     f.nvfp4_gemv = nvfp4_gemv;
+    f.nf4_gemv = nf4_gemv;
     f.nvfp4_small = sb_nvfp4_small<SbNeon>;
     f.nf4_small = sb_nf4_small<SbNeon>;
     f.act_to_f32 = sb_act_to_f32<SbNeon>;

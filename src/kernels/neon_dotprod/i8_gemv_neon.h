@@ -14,8 +14,7 @@
 // rows of one block in the lanes of one vector. Then the fixed fp32
 // sequence of KernelTable::i8_micro per lane (row), blocks ascending:
 // bit-identical to every other table. The 4 rows' scales are decoded into
-// a block-major buffer before the group's dot products (E4M3 by two 128-entry
-// byte tables: every E4M3 value, NaN included, has zero low 16 bits).
+// a block-major buffer before the group's dot products (neon_e4m3_decode16).
 #pragma once
 
 #include <arm_neon.h>
@@ -28,46 +27,12 @@
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
+#include "kernels/neon/e4m3_neon.h"
 
 namespace q4::kern {
 namespace {
 
 constexpr int32_t kNeonGemvRows = 4;  // rows of W per group (lanes of the fp32 accumulators)
-
-// Bytes 2 and 3 of the fp32 bits of E4M3 magnitude codes 0..127, as the
-// two halves tbl4 reads.
-struct NeonE4m3Tables {
-  uint8x16x4_t b2[2], b3[2];
-  NeonE4m3Tables() {
-    alignas(16) uint8_t t2[128], t3[128];
-    for (uint32_t c = 0; c < 128; ++c) {
-      const uint32_t bits = fmt::f32_bits(fmt::e4m3_decode(c));
-      t2[c] = static_cast<uint8_t>(bits >> 16);
-      t3[c] = static_cast<uint8_t>(bits >> 24);
-    }
-    for (int h = 0; h < 2; ++h) {
-      b2[h] = vld1q_u8_x4(t2 + 64 * h);
-      b3[h] = vld1q_u8_x4(t3 + 64 * h);
-    }
-  }
-};
-
-// 16 E4M3 codes -> 16 fp32 at out, exactly as e4m3_decode (the sign is bit
-// 7 of the code and bit 31 of the value; the low 16 bits are zero).
-inline void neon_e4m3_decode16(const NeonE4m3Tables& t, uint8x16_t c, float* out) {
-  const uint8x16_t mag = vandq_u8(c, vdupq_n_u8(0x7f));
-  const uint8x16_t upper = vsubq_u8(mag, vdupq_n_u8(64));  // < 64 for codes 64..127, else out of range
-  const uint8x16_t b2 = vqtbx4q_u8(vqtbl4q_u8(t.b2[0], mag), t.b2[1], upper);
-  const uint8x16_t b3 =
-      vorrq_u8(vqtbx4q_u8(vqtbl4q_u8(t.b3[0], mag), t.b3[1], upper), vandq_u8(c, vdupq_n_u8(0x80)));
-  const uint8x16x2_t h = vzipq_u8(b2, b3);  // 16-bit lanes: the upper halves of the values
-  const uint16x8_t zero = vdupq_n_u16(0);
-  for (int p = 0; p < 2; ++p) {
-    const uint16x8_t hp = vreinterpretq_u16_u8(h.val[p]);
-    vst1q_f32(out + 8 * p, vreinterpretq_f32_u16(vzip1q_u16(zero, hp)));
-    vst1q_f32(out + 8 * p + 4, vreinterpretq_f32_u16(vzip2q_u16(zero, hp)));
-  }
-}
 
 // The weight formats: row bytes, nibble order, and the fp32 scales of the
 // 4 rows rows[0..3] for every block, block-major (out[4b + r]).
@@ -76,7 +41,7 @@ struct NeonI8Nvfp4 {
   static constexpr bool kEvenLow = true;  // element 2j in the low nibble
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   void scales(const int64_t (&rows)[kNeonGemvRows], float* out) const {
-    static const NeonE4m3Tables t;
+    const NeonE4m3Tables& t = neon_e4m3_tables();
     const int64_t kb = w.k / 16;
     const uint8_t* s[kNeonGemvRows];
     for (int r = 0; r < kNeonGemvRows; ++r) s[r] = w.s + rows[r] * kb;
