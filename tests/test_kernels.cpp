@@ -37,26 +37,6 @@ using t::Tensor;
 
 namespace {
 
-std::vector<int32_t> available_isas() {
-  std::vector<int32_t> out;
-  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
-                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM}) {
-    if (Q4_set_max_isa(isa) != Q4_OK) continue;
-    Q4_capabilities c{};
-    c.struct_size = sizeof c;
-    Q4_get_capabilities(&c);
-    // A level not compiled in resolves to a lower one; test each table once.
-    if (c.isa_active == isa) out.push_back(isa);
-  }
-  Q4_set_max_isa(Q4_ISA_BEST);
-  return out;
-}
-
-struct IsaGuard {
-  explicit IsaGuard(int32_t isa) { REQUIRE(Q4_set_max_isa(isa) == Q4_OK); }
-  ~IsaGuard() { Q4_set_max_isa(Q4_ISA_BEST); }
-};
-
 DLDataType dt(int which) {
   return which == 0 ? t::f32() : (which == 1 ? t::f16() : t::bf16());
 }
@@ -107,10 +87,10 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST_CASE("every ISA variant: NVFP4_linear within the exact-mode bound, odd shapes", "[kernels]") {
-  const auto isas = available_isas();
+  const auto isas = t::runnable_isas();
   REQUIRE(!isas.empty());
   for (int32_t isa : isas) {
-    IsaGuard guard(isa);
+    t::IsaCap guard(isa);
     for (int64_t k : {16, 32, 48, 272, 528}) {
       for (int64_t n : {1, 17, 40}) {
         Tensor w = t::random_float({n, k}, t::f32(), static_cast<uint32_t>(n * 1000 + k));
@@ -139,8 +119,8 @@ TEST_CASE("every ISA variant: NVFP4_linear within the exact-mode bound, odd shap
 }
 
 TEST_CASE("every ISA variant: NF4_scaled_mm within the exact-mode bound", "[kernels]") {
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     for (int64_t k : {32, 40, 64, 96, 544}) {
       for (int32_t bs : {32, 64, 256}) {
         const int64_t n = 19;
@@ -167,8 +147,8 @@ TEST_CASE("every ISA variant: NF4_scaled_mm within the exact-mode bound", "[kern
 }
 
 TEST_CASE("every ISA variant: NVFP4_scaled_mm (W4A4) and the dequant-matmul GEMM", "[kernels]") {
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     for (int64_t m : {1, 5, 8, 30}) {
       for (int64_t n : {3, 33}) {
         const int64_t k = 80;
@@ -207,12 +187,12 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
     Tensor q_ref({rows, k / 2}, t::u8()), s_ref({rows, k / 16}, t::u8()), d_ref({rows, k}, t::f32());
     float g_ref = 0;
     {
-      IsaGuard guard(Q4_ISA_SCALAR);
+      t::IsaCap guard(Q4_ISA_SCALAR);
       REQUIRE(NVFP4_quantize(x.t(), q_ref.t(), s_ref.t(), 0, 0.0f, &g_ref, nullptr) == Q4_OK);
       REQUIRE(NVFP4_dequantize(q_ref.t(), s_ref.t(), 0, g_ref, d_ref.t(), nullptr) == Q4_OK);
     }
-    for (int32_t isa : available_isas()) {
-      IsaGuard guard(isa);
+    for (int32_t isa : t::runnable_isas()) {
+      t::IsaCap guard(isa);
       INFO("isa " << Q4_isa_name(isa) << " dtype " << which);
       for (float given : {0.0f, 3e-3f}) {
         Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8()), d({rows, k}, t::f32());
@@ -221,7 +201,7 @@ TEST_CASE("every ISA variant: quantize and dequantize are bit-identical to the s
         REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, given, &g, nullptr) == Q4_OK);
         CHECK(Q4_last_isa_used() == isa);
         {
-          IsaGuard scalar(Q4_ISA_SCALAR);
+          t::IsaCap scalar(Q4_ISA_SCALAR);
           REQUIRE(NVFP4_quantize(x.t(), q0.t(), s0.t(), 0, given, &g0, nullptr) == Q4_OK);
         }
         REQUIRE(Q4_set_max_isa(isa) == Q4_OK);
@@ -268,11 +248,11 @@ TEST_CASE("every ISA variant: quantize at the E2M1 rounding boundaries equals th
   for (float g : {1.0f, 0.7f, 1.3f / 1024.0f, 3e-30f, 1e33f}) {
     Tensor q0({rows, k / 2}, t::u8()), s0({rows, k / 16}, t::u8());
     {
-      IsaGuard scalar(Q4_ISA_SCALAR);
+      t::IsaCap scalar(Q4_ISA_SCALAR);
       REQUIRE(NVFP4_quantize(x.t(), q0.t(), s0.t(), 0, g, nullptr, nullptr) == Q4_OK);
     }
-    for (int32_t isa : available_isas()) {
-      IsaGuard guard(isa);
+    for (int32_t isa : t::runnable_isas()) {
+      t::IsaCap guard(isa);
       INFO("isa " << Q4_isa_name(isa) << " g " << g);
       Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
       REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, nullptr) == Q4_OK);
@@ -300,8 +280,8 @@ TEST_CASE("fp16/bf16 activations in the GEMV path: same result as their fp32 val
         Tensor xh = t::random_float({m, k}, dt, static_cast<uint32_t>(m + k));
         Tensor xf({m, k}, t::f32());
         for (int64_t i = 0; i < m * k; ++i) xf.set(i, xh.get(i));
-        for (int32_t isa : available_isas()) {
-          IsaGuard guard(isa);
+        for (int32_t isa : t::runnable_isas()) {
+          t::IsaCap guard(isa);
           Q4_op_options o{};
           Q4_op_options_init(&o);
           INFO("k=" << k << " m=" << m << " bf16=" << (dt.code == kDLBfloat) << " isa=" << isa);
@@ -352,8 +332,8 @@ TEST_CASE("fp16/bf16 activations on every product path: bit-identical to their f
         Tensor xh = t::random_float({m, k}, dt, static_cast<uint32_t>(3 * m + k));
         Tensor xf({m, k}, t::f32());
         for (int64_t i = 0; i < m * k; ++i) xf.set(i, xh.get(i));
-        for (int32_t isa : available_isas()) {
-          IsaGuard guard(isa);
+        for (int32_t isa : t::runnable_isas()) {
+          t::IsaCap guard(isa);
           for (int mode = 0; mode < 3; ++mode) {  // exact, fast, dequant-matmul
             Q4_op_options o{};
             Q4_op_options_init(&o);
@@ -406,7 +386,7 @@ TEST_CASE("fp16/bf16 activations in the integer fast path itself: bit-identical 
         xf[i] = which == 1 ? q4::fmt::f16_to_f32(xh[i]) : q4::fmt::bf16_to_f32(xh[i]);
       }
       const q4::kern::ActRows x16(xh.data(), which == 1 ? q4::kern::FType::F16 : q4::kern::FType::BF16);
-      for (int32_t isa : available_isas()) {
+      for (int32_t isa : t::runnable_isas()) {
         const q4::kern::KernelTable& kt = q4::kern::table_for(isa);
         INFO("m=" << m << " type " << which << " table " << Q4_isa_name(isa));
         std::vector<float> y1(static_cast<size_t>(m * n), -1.0f), y2(y1.size(), -2.0f);
@@ -435,8 +415,8 @@ TEST_CASE("quantize of fp16/bf16 input: the bits of quantizing its fp32 values, 
       xh.set(17, 0.0f);
       Tensor xf({rows, k}, t::f32());
       for (int64_t i = 0; i < rows * k; ++i) xf.set(i, xh.get(i));
-      for (int32_t isa : available_isas()) {
-        IsaGuard guard(isa);
+      for (int32_t isa : t::runnable_isas()) {
+        t::IsaCap guard(isa);
         for (float given : {0.0f, 2e-3f}) {
           INFO("k=" << k << " type " << which << " isa " << Q4_isa_name(isa) << " given " << given);
           Q4_op_options o{};
@@ -501,8 +481,8 @@ TEST_CASE("quantize: a NaN/Inf anywhere is reported at its first flat index and 
           "[kernels]") {
   // Every table; 7 x 48 has 21 blocks, so the vector kernels' groups (4 or
   // 16 blocks) leave tail blocks, and the last element lies in one.
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{64, 512}, {7, 48}}) {
       for (float given : {0.0f, 1e-3f}) {
         for (int64_t bad : {int64_t{0}, std::min<int64_t>(5000, rows * k / 2), rows * k - 1}) {
@@ -586,8 +566,8 @@ TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
 }
 
 TEST_CASE("forcing an ISA through the cap selects that table", "[kernels]") {
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     Tensor x({1, 16}, t::f32()), q({8}, t::u8()), s({1}, t::u8());
     REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, 0.0f, nullptr, nullptr) == Q4_OK);
     CHECK(Q4_last_isa_used() == isa);
@@ -1818,8 +1798,8 @@ TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-i
   fast.math_mode = Q4_MATH_FAST;
   Tensor first_mm({m, n}, t::f32()), first_fast({m, n}, t::f32());
   bool have_first = false;
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     INFO("isa " << Q4_isa_name(isa));
     const bool native = kern::table_for(isa).i8_native;
     Tensor y({m, n}, t::f32()), yf({m, n}, t::f32());
@@ -2047,8 +2027,8 @@ TEST_CASE("fast mode reports the level that ran: the integer table, or its exact
   Q4_op_options fast{};
   Q4_op_options_init(&fast);
   fast.math_mode = Q4_MATH_FAST;
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     const kern::KernelTable& kt = kern::table_for(isa);
     for (int64_t m : {1, 4, 9, 40}) {
       INFO("isa " << Q4_isa_name(isa) << " m " << m);
@@ -2222,8 +2202,8 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
   FastOperands op(w, n, k, 64);
   Tensor mq({n, k / 2}, t::u8()), msc({n, k / 32}, t::u8());
   REQUIRE(MXFP4_quantize(w.t(), mq.t(), msc.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
-  for (int32_t isa : available_isas()) {
-    IsaGuard guard(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap guard(isa);
     const kern::KernelTable& kt = kern::table_for(isa);
     for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
       INFO("isa " << Q4_isa_name(isa) << " format " << format);

@@ -851,25 +851,6 @@ TEST_CASE("Q4_checkpoint_linear_create loads gpt-oss MXFP4 linears (both namings
 // ---------------------------------------------------------------------------
 namespace {
 
-std::vector<int32_t> runnable_isas() {
-  std::vector<int32_t> out;
-  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
-                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM}) {
-    if (Q4_set_max_isa(isa) != Q4_OK) continue;
-    Q4_capabilities c{};
-    c.struct_size = sizeof c;
-    Q4_get_capabilities(&c);
-    if (c.isa_active == isa) out.push_back(isa);
-  }
-  Q4_set_max_isa(Q4_ISA_BEST);
-  return out;
-}
-
-struct IsaCap {
-  explicit IsaCap(int32_t isa) { REQUIRE(Q4_set_max_isa(isa) == Q4_OK); }
-  ~IsaCap() { Q4_set_max_isa(Q4_ISA_BEST); }
-};
-
 // The E4M3 byte whose value is 2^p (searched over the codes, decoded here).
 uint8_t e4m3_byte_of_pow2(int p) {
   for (int b = 0; b < 127; ++b) {
@@ -951,8 +932,8 @@ TEST_CASE(
   MxWeight w(n, k, 110, 127, 71);  // 18 binades
   const Q4_op_options exact = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_EXACT);
   const Q4_op_options fast = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_FAST);
-  for (int32_t isa : runnable_isas()) {
-    IsaCap cap(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap cap(isa);
     for (int64_t m : {1, 4, 9, 33, 65, 300}) {
       for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
         INFO("isa " << isa << " m " << m << " dtype bits " << int(dt.bits) << " code " << int(dt.code));
@@ -989,8 +970,8 @@ TEST_CASE(
     DLTensor s_u8 = *w.s.t();
     REQUIRE(NVFP4_swizzle_scales(&s_u8, sw.t()) == Q4_OK);
     const auto s_before = w.s.snapshot();
-    for (int32_t isa : runnable_isas()) {
-      IsaCap cap(isa);
+    for (int32_t isa : t::runnable_isas()) {
+      t::IsaCap cap(isa);
       for (int64_t m : {1, 5, 16}) {
         Tensor x = t::random_float({m, sh.k}, t::f32(), static_cast<uint32_t>(m * 7 + isa));
         for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
@@ -1021,8 +1002,8 @@ TEST_CASE(
   const int64_t n = 24, k = 128;
   MxWeight b(n, k, 100, 117, 81);
   std::map<int64_t, std::vector<uint8_t>> first_mx, first_nv;
-  for (int32_t isa : runnable_isas()) {
-    IsaCap cap(isa);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap cap(isa);
     for (int64_t m : {1, 9, 65}) {
       MxWeight a(m, k, 120, 130, static_cast<uint32_t>(82 + m));
       Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
@@ -1236,13 +1217,13 @@ TEST_CASE("every ISA variant: MXFP4_quantize is bit-identical to the scalar tabl
       oracle_quantize(x, rows, k, oq, os);
       Tensor q0({rows, k / 2}, t::u8()), s0({rows, k / 32}, t::u8());
       {
-        IsaCap scalar(Q4_ISA_SCALAR);
+        t::IsaCap scalar(Q4_ISA_SCALAR);
         REQUIRE(MXFP4_quantize(x.t(), q0.t(), s0.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
       }
       CHECK(std::vector<uint8_t>(q0.data(), q0.data() + oq.size()) == oq);
       CHECK(std::vector<uint8_t>(s0.data(), s0.data() + os.size()) == os);
-      for (int32_t isa : runnable_isas()) {
-        IsaCap cap(isa);
+      for (int32_t isa : t::runnable_isas()) {
+        t::IsaCap cap(isa);
         INFO("isa " << Q4_isa_name(isa) << " " << rows << "x" << k << " dtype code " << int(dt.code)
                     << " bits " << int(dt.bits));
         Q4_op_options o{};

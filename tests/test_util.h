@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "formats/codec.h"
 #include "nvfp4/nvfp4.h"
 
@@ -192,5 +194,29 @@ inline Q4_weight_bundle float_bundle(Tensor& w, int32_t format, Tensor* bias = n
   b.bias = bias != nullptr ? bias->t() : nullptr;
   return b;
 }
+
+// The CPU kernel levels this build and this CPU run, each once (capping at
+// a level that is not compiled in resolves to a lower one).
+inline std::vector<int32_t> runnable_isas() {
+  std::vector<int32_t> out;
+  for (int32_t isa : {Q4_ISA_SCALAR, Q4_ISA_AVX2, Q4_ISA_AVX_VNNI, Q4_ISA_AVX512, Q4_ISA_AVX512_VNNI,
+                      Q4_ISA_NEON, Q4_ISA_NEON_DOTPROD, Q4_ISA_NEON_I8MM}) {
+    if (Q4_set_max_isa(isa) != Q4_OK) continue;
+    Q4_capabilities c{};
+    c.struct_size = sizeof c;
+    Q4_get_capabilities(&c);
+    if (c.isa_active == isa) out.push_back(isa);
+  }
+  Q4_set_max_isa(Q4_ISA_BEST);
+  return out;
+}
+
+// Caps the ISA for a scope (Q4_ISA_BEST again after it).
+struct IsaCap {
+  explicit IsaCap(int32_t isa) { REQUIRE(Q4_set_max_isa(isa) == Q4_OK); }
+  ~IsaCap() { Q4_set_max_isa(Q4_ISA_BEST); }
+  IsaCap(const IsaCap&) = delete;
+  IsaCap& operator=(const IsaCap&) = delete;
+};
 
 }  // namespace t
