@@ -8,6 +8,7 @@
 #include <cfloat>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1234,6 +1235,55 @@ TEST_CASE("every ISA variant: MXFP4_quantize is bit-identical to the scalar tabl
         CHECK(Q4_last_isa_used() == isa);
         CHECK(std::memcmp(q.data(), q0.data(), static_cast<size_t>(rows * k / 2)) == 0);
         CHECK(std::memcmp(s.data(), s0.data(), static_cast<size_t>(rows * k / 32)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("every ISA variant: MXFP4_quantize reports the first NaN/Inf and writes nothing",
+          "[kernels][mxfp4]") {
+  // The finite check rides on the kernels' block maxima: NaN, +Inf and -Inf
+  // inside the vector groups and in the tail blocks after them (37 x 160),
+  // and an earlier one in a later task than a second one (40 x 4096, 3
+  // threads: the smallest failing task is found), fp32, fp16 and bf16, both
+  // scale layouts.
+  struct Case {
+    int64_t rows, k;
+    std::vector<std::pair<int64_t, float>> bad;  // (flat index, value)
+    int64_t first;
+  };
+  const int64_t tail = 37 * 160 - 1;
+  const std::vector<Case> cases = {{37, 160, {{77, NAN}}, 77},
+                                   {37, 160, {{tail, INFINITY}}, tail},
+                                   {37, 160, {{tail - 20, -INFINITY}, {tail, NAN}}, tail - 20},
+                                   {40, 4096, {{30 * 4096 + 5, NAN}, {39 * 4096, INFINITY}}, 30 * 4096 + 5},
+                                   {40, 4096, {{2 * 4096 + 31, -INFINITY}, {35 * 4096, NAN}}, 2 * 4096 + 31}};
+  for (const Case& c : cases) {
+    for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+      Tensor x = t::random_float({c.rows, c.k}, dt, static_cast<uint32_t>(c.k + dt.code));
+      for (const auto& [i, v] : c.bad) x.set(i, v);
+      for (int32_t isa : t::runnable_isas()) {
+        t::IsaCap cap(isa);
+        for (int32_t layout : {Q4_SCALE_LINEAR, Q4_SCALE_SWIZZLED}) {
+          INFO("isa " << Q4_isa_name(isa) << " " << c.rows << "x" << c.k << " first " << c.first
+                      << " dtype code " << int(dt.code) << " layout " << layout);
+          Q4_op_options o{};
+          Q4_op_options_init(&o);
+          o.num_threads = 3;
+          const int64_t sbytes =
+              layout == Q4_SCALE_LINEAR ? c.rows * c.k / 32 : swizzled_mx_bytes(c.rows, c.k);
+          Tensor q({c.rows, c.k / 2}, t::u8()), s({sbytes}, t::u8());
+          std::memset(q.data(), 0xab, static_cast<size_t>(c.rows * c.k / 2));
+          std::memset(s.data(), 0xcd, static_cast<size_t>(sbytes));
+          const auto q_before = q.snapshot(), s_before = s.snapshot();
+          CHECK(MXFP4_quantize(x.t(), q.t(), s.t(), layout, &o) == Q4_ERR_NON_FINITE);
+          const std::string err = Q4_last_error(), want = "flat index " + std::to_string(c.first);
+          const size_t at = err.find(want);
+          CHECK((at != std::string::npos &&
+                 (at + want.size() == err.size() || std::isdigit(err[at + want.size()]) == 0)));
+          CHECK(q.snapshot() == q_before);
+          CHECK(s.snapshot() == s_before);
+        }
       }
     }
   }

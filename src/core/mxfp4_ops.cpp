@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/kernel_table.h"
 #include "kernels/portable.h"
 
@@ -284,8 +285,9 @@ void run_mxfp4(const Mxfp4QuantizeDesc& d) {
     return;
   }
   if (d.x.numel == 0) return;
-  const int32_t threads = d.ctx.opts.num_threads;
-  const F32View xv = f32_view(d.x, threads);
+  // One pass over x with the finite check fused into the block maxima
+  // (validate_mxfp4_quantize leaves it to here; nothing is written when it
+  // fails), fp16/bf16 rows converted a task's rows at a time in cache.
   const int64_t rows = d.dst.rows, k = d.dst.k, cols = k / fmt::kMxBlock;
   std::vector<uint8_t> lin;
   uint8_t* s = d.dst.s.data;
@@ -293,11 +295,12 @@ void run_mxfp4(const Mxfp4QuantizeDesc& d) {
     lin.resize(static_cast<size_t>(rows * cols));
     s = lin.data();
   }
-  uint8_t* q = d.dst.q.data;
-  const kern::KernelTable& kt = kern::active_table();
-  for_row_chunks(rows, threads, [&](int64_t r0, int64_t r1) {
-    kt.mxfp4_quantize(xv.p + r0 * k, r1 - r0, k, q + r0 * (k / 2), s + r0 * cols);
-  });
+  const int64_t bad =
+      kern::quantize_mxfp4_checked(kern::active_table(), kern::ActRows(d.x.data, ftype_of(d.x)), rows, k,
+                                   d.dst.q.data, s, d.ctx.opts.num_threads);
+  if (bad >= 0) {
+    fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
+  }
   if (d.dst.layout == Q4_SCALE_SWIZZLED) kern::swizzle_scales(lin.data(), rows, cols, d.dst.s.data);
 }
 

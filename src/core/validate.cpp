@@ -526,7 +526,7 @@ Mxfp4QuantizeDesc validate_mxfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DL
   place_call(d.ctx, {&d.x, &d.dst.q, &d.dst.s});
   require_no_overlap(d.dst.q, {&d.x, &d.dst.s});
   require_no_overlap(d.dst.s, {&d.x});
-  if (d.ctx.place == Place::Host) require_finite(d.x);
+  // (The host's finite check rides on the quantization pass: run_mxfp4.)
   return d;
 }
 

@@ -902,6 +902,45 @@ void parallel_copy(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t thre
   });
 }
 
+struct StagedResult {
+  bool ok = true;
+  int64_t first_bad_row = 0;  // the first row of the first task that saw a NaN/Inf
+};
+
+// Validate-before-write quantization in ONE pass over x [rows, k]: tasks of
+// about 64 KiB of rows convert them to fp32 (16-bit rows, in cache) and
+// code them into a staging buffer while they are in L2, code(xt, nrows,
+// tq, ts) returning false when it met a NaN/Inf (the kernels' block maxima
+// show it); only when every task was finite is the staging (qrow code and
+// srow scale bytes per row) copied into q and s (the copy moves a fraction
+// of a byte per element against the 4 that a separate check pass re-reads).
+template <class Code>
+StagedResult quantize_staged(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, int64_t qrow,
+                             int64_t srow, uint8_t* q, uint8_t* s, int32_t threads, const Code& code) {
+  const int64_t qbytes = rows * qrow, sbytes = rows * srow;
+  Staging st(qbytes + sbytes);
+  uint8_t* sq = st.p;
+  uint8_t* ss = st.p + qbytes;
+  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
+  const int64_t tasks = (rows + rows_per - 1) / rows_per;
+  std::atomic<int64_t> bad_task{std::numeric_limits<int64_t>::max()};
+  parallel_for(tasks, threads, [&](int64_t t) {
+    // Tasks past a failed one need not run; every task before it does, so
+    // the smallest failing task (and the first bad index) is always found.
+    if (t > bad_task.load(std::memory_order_relaxed)) return;
+    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
+    std::vector<float> buf;
+    if (!code(f32_task_rows(kt, x, r0, r1, k, buf), r1 - r0, sq + r0 * qrow, ss + r0 * srow)) {
+      lower_to(bad_task, t);
+    }
+  });
+  const int64_t bad = bad_task.load();
+  if (bad != std::numeric_limits<int64_t>::max()) return {false, bad * rows_per};
+  parallel_copy(q, sq, qbytes, threads);
+  parallel_copy(s, ss, sbytes, threads);
+  return {};
+}
+
 }  // namespace
 
 int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
@@ -942,38 +981,28 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
     });
     return -1;
   }
-  // One pass: check + quantize per L2-sized task into staging, then copy.
-  const int64_t qbytes = n / 2, sbytes = n / 16;
-  Staging st(qbytes + sbytes);
-  uint8_t* sq = st.p;
-  uint8_t* ss = st.p + qbytes;
-  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
-  const int64_t tasks = (rows + rows_per - 1) / rows_per;
-  std::atomic<int64_t> bad_task{std::numeric_limits<int64_t>::max()};
-  parallel_for(tasks, threads, [&](int64_t t) {
-    // Tasks past a failed one need not run; every task before it does, so
-    // the smallest failing task (and the first bad index) is always found.
-    if (t > bad_task.load(std::memory_order_relaxed)) return;
-    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-    std::vector<float> buf;
-    const float* xt = f32_task_rows(kt, x, r0, r1, k, buf);
-    const bool finite =
-        kt.nvfp4_quantize_checked != nullptr
-            ? kt.nvfp4_quantize_checked(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16))
-            : kt.absmax_bits(xt, (r1 - r0) * k) < kNonFiniteBits;
-    if (!finite) {
-      lower_to(bad_task, t);
-      return;
-    }
-    if (kt.nvfp4_quantize_checked == nullptr)
-      kt.nvfp4_quantize(xt, r1 - r0, k, g, sq + r0 * (k / 2), ss + r0 * (k / 16));
-  });
-  const int64_t bad = bad_task.load();
-  if (bad != std::numeric_limits<int64_t>::max()) return first_non_finite(x, bad * rows_per * k, n);
-  parallel_copy(q, sq, qbytes, threads);
-  parallel_copy(s, ss, sbytes, threads);
+  const StagedResult finite = quantize_staged(kt, x, rows, k, k / 2, k / 16, q, s, threads,
+                                              [&](const float* xt, int64_t nrows, uint8_t* tq, uint8_t* ts) {
+                                                if (kt.nvfp4_quantize_checked != nullptr)
+                                                  return kt.nvfp4_quantize_checked(xt, nrows, k, g, tq, ts);
+                                                if (kt.absmax_bits(xt, nrows * k) >= kNonFiniteBits)
+                                                  return false;
+                                                kt.nvfp4_quantize(xt, nrows, k, g, tq, ts);
+                                                return true;
+                                              });
+  if (!finite.ok) return first_non_finite(x, finite.first_bad_row * k, n);
   *g_used = g;
   return -1;
+}
+
+int64_t quantize_mxfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, uint8_t* q,
+                               uint8_t* s, int32_t threads) {
+  if (rows * k == 0) return -1;
+  const StagedResult r = quantize_staged(kt, x, rows, k, k / 2, k / fmt::kMxBlock, q, s, threads,
+                                         [&](const float* xt, int64_t nrows, uint8_t* tq, uint8_t* ts) {
+                                           return kt.mxfp4_quantize(xt, nrows, k, tq, ts);
+                                         });
+  return r.ok ? -1 : first_non_finite(x, r.first_bad_row * k, rows * k);
 }
 
 int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,

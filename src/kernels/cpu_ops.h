@@ -155,4 +155,12 @@ int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t block
 int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
                                float* g_used, uint8_t* q, uint8_t* s, int32_t threads);
 
+// MXFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] (k % 32 == 0)
+// into q and linear E8M0 scales s, in ONE pass over x with the finite check
+// fused into the block maxima (as the given-scale NVFP4 case above):
+// returns -1 after writing q and s, or the flat index of the FIRST NaN/Inf
+// having written nothing.
+int64_t quantize_mxfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, uint8_t* q,
+                               uint8_t* s, int32_t threads);
+
 }  // namespace q4::kern

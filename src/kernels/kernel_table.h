@@ -212,10 +212,12 @@ struct KernelTable {
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
-  // Bit-exact MXFP4 quantization of rows x [rows, K] (K % 32 == 0, finite
-  // input): E8M0 bytes of the block maxima (fmt::mxfp4_scale_byte), linear,
-  // and the codes fmt::mxfp4_encode_element gives.
-  void (*mxfp4_quantize)(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) = nullptr;
+  // Bit-exact MXFP4 quantization of rows x [rows, K] (K % 32 == 0): E8M0
+  // bytes of the block maxima (fmt::mxfp4_scale_byte), linear, and the codes
+  // fmt::mxfp4_encode_element gives; false when some x is NaN or Inf (seen
+  // in the block maxima; q and s are then partly written: the drivers
+  // quantize into staging, quantize_mxfp4_checked).
+  bool (*mxfp4_quantize)(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) = nullptr;
   // Optional (null: absmax_bits, then nvfp4_quantize): the same
   // quantization of possibly non-finite input with the finite check fused
   // into the block maxima; false when some x is NaN or Inf (q and s are

@@ -285,12 +285,16 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
-void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   const int64_t cols = k / fmt::kMxBlock;
+  bool finite = true;
   for (int64_t b = 0; b < rows * cols; ++b) {
     const float* xb = x + b * fmt::kMxBlock;
     float amax = 0.0f;
-    for (int32_t j = 0; j < fmt::kMxBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    for (int32_t j = 0; j < fmt::kMxBlock; ++j) {
+      finite = finite && std::isfinite(xb[j]);
+      amax = std::max(amax, std::fabs(xb[j]));
+    }
     const uint32_t byte = fmt::mxfp4_scale_byte(amax);
     const float inv = fmt::mxfp4_inverse_scale(byte);
     s[b] = static_cast<uint8_t>(byte);
@@ -301,6 +305,7 @@ void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
       qb[j / 2] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }
+  return finite;
 }
 
 float amax(const float* x, int64_t n) {

@@ -725,14 +725,16 @@ float amax(const float* x, int64_t n) {
 // the E8M0 bytes max(exponent field - 2, 0) (fmt::mxfp4_scale_byte), the
 // reciprocals 2^(127 - byte) by bit mapping, the elements coded by
 // E2m1Encoder8 from |x| * 2^-e. The last blocks: the scalar table's.
-void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   const E2m1Encoder8 enc;
   const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  __m256i worst = _mm256_setzero_si256();  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 4 <= nblocks; b0 += 4) {
     const float* xg = x + b0 * fmt::kMxBlock;
     const __m256i m = block_amax8(xg);
     const __m256i pair = _mm256_max_epi32(m, _mm256_srli_epi64(m, 32));  // dword 2b: block b
+    worst = _mm256_max_epi32(worst, pair);
     const __m256i byte = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(pair, 23), _mm256_set1_epi32(2)),
                                           _mm256_setzero_si256());
     alignas(32) int32_t bytes[8];
@@ -747,10 +749,13 @@ void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
       enc.block_mul(xg + b * fmt::kMxBlock + 16, inv[2 * b], qb + 8);
     }
   }
+  bool finite = _mm256_movemask_epi8(_mm256_cmpgt_epi32(worst, _mm256_set1_epi32(0x7f7fffff))) == 0;
   if (b0 < nblocks) {
-    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
+             finite;
   }
+  return finite;
 }
 
 uint32_t absmax_bits(const float* x, int64_t n) {

@@ -1380,13 +1380,14 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
 // element's |x| * 2^-e (the codec's product, exact or correctly rounded
 // as the scalar one) coded by E2m1Encoder, two blocks packed together.
 // The last blocks (fewer than 16): the scalar table's function.
-void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   static const E2m1Encoder table;
   const E2m1Encoder enc = table;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  __m512i worst = _mm512_setzero_si512();  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 16 <= nblocks; b0 += 16) {
     const float* xg = x + b0 * fmt::kMxBlock;
@@ -1394,6 +1395,7 @@ void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
     const __m512i hi = _mm512_castps_si512(block_amax16(xg + 256, abs_mask));
     const __m512i am =
         _mm512_max_epu32(_mm512_permutex2var_epi32(lo, even, hi), _mm512_permutex2var_epi32(lo, odd, hi));
+    worst = _mm512_max_epu32(worst, am);
     const __m512i byte = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srli_epi32(am, 23), _mm512_set1_epi32(2)),
                                           _mm512_setzero_si512());
     _mm_storeu_si128(reinterpret_cast<__m128i*>(s + b0), _mm512_cvtepi32_epi8(byte));
@@ -1411,10 +1413,13 @@ void mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
                           pack_nibbles4<true>(c));
     }
   }
+  bool finite = _mm512_cmpge_epu32_mask(worst, _mm512_set1_epi32(0x7f800000)) == 0;
   if (b0 < nblocks) {
-    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
+             finite;
   }
+  return finite;
 }
 
 float amax(const float* x, int64_t n) {

@@ -184,11 +184,12 @@ void nvfp4_quantize_neon(const float* x, int64_t rows, int64_t k, float g, uint8
 // 2, 0) (fmt::mxfp4_scale_byte), the reciprocals 2^(127 - byte) by bit
 // mapping (always normal), each element's |x| * 2^-e (the codec's product)
 // coded by the table above. The last blocks: the scalar table's function.
-void mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   static const NeonE2m1Table table_init;
   const uint8x16x4_t table = table_init.t;
   const uint32x4_t abs_mask = vdupq_n_u32(0x7fffffffu);
   const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  uint32x4_t worst = vdupq_n_u32(0);  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 4 <= nblocks; b0 += 4) {
     const float* xg = x + b0 * fmt::kMxBlock;
@@ -201,6 +202,7 @@ void mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
       }
     }
     const uint32x4_t amax_bits = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
+    worst = vmaxq_u32(worst, amax_bits);
     const int32x4_t byte = vmaxq_s32(
         vsubq_s32(vreinterpretq_s32_u32(vshrq_n_u32(amax_bits, 23)), vdupq_n_s32(2)), vdupq_n_s32(0));
     alignas(16) int32_t bytes[4];
@@ -221,10 +223,13 @@ void mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
       }
     }
   }
+  bool finite = vmaxvq_u32(worst) < 0x7f800000u;
   if (b0 < nblocks) {
-    portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                             q + b0 * (fmt::kMxBlock / 2), s + b0);
+    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
+                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
+             finite;
   }
+  return finite;
 }
 
 // KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
