@@ -1,9 +1,10 @@
-// Integer GEMV straight from the 4-bit weights on aarch64
-// (KernelTable::i8_gemv_nvfp4 / i8_gemv_nf4) and the fast-mode activation
-// quantizer (KernelTable::i8_quantize_act), on sdot. Included by the
-// dotprod level's translation unit (compiled with +dotprod); the i8mm level
-// inherits them (smmla pairs rows of x, which a GEMV of M <= 4 rows does
-// not fill).
+// Integer GEMV straight from the 4-bit weights on aarch64 (neon_i8_gemv:
+// the body of KernelTable::i8_gemv_nvfp4 / i8_gemv_nf4, whose entries
+// kernels_neon_dotprod.cpp binds with its code tables) and the fast-mode
+// activation quantizer (KernelTable::i8_quantize_act), on sdot. Included by
+// the dotprod level's translation unit (compiled with +dotprod); the i8mm
+// level inherits them (smmla pairs rows of x, which a GEMV of M <= 4 rows
+// does not fill).
 //
 // Per 4 rows of W and 64 elements (4 blocks): two 16-byte loads per row,
 // nibbles -> biased int8 values by one tbl each (lo: the low nibbles of a
@@ -160,27 +161,6 @@ void neon_i8_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t
       });
     }
   }
-}
-
-struct NeonI8NvLut {
-  uint8_t v[16];
-  NeonI8NvLut() {
-    for (uint32_t c = 0; c < 16; ++c) v[c] = static_cast<uint8_t>(fmt::e2m1_decode_x2(c) + kI8WeightBias);
-  }
-};
-
-void i8_gemv_nvfp4_neon(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                        int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
-                        int64_t ldy) {
-  static const NeonI8NvLut lut;
-  neon_i8_gemv(xq, ldxq, xs, xc, ldxs, m, NeonI8Nvfp4{w}, lut.v, w.k, n0, n1, post, y, ldy);
-  report_scale_signs(w, n0, n1);
-}
-
-void i8_gemv_nf4_neon(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                      int32_t m, const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1, float post,
-                      float* y, int64_t ldy) {
-  neon_i8_gemv(xq, ldxq, xs, xc, ldxs, m, NeonI8Nf4{w}, code, w.k, n0, n1, post, y, ldy);
 }
 
 // KernelTable::i8_quantize_act: i8_activations_quantize's IEEE operations

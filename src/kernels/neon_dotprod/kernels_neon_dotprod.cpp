@@ -82,6 +82,19 @@ void i8_pack_nf4(const Nf4Weights& w, const uint8_t* code, int64_t n0, int32_t r
   i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
+void i8_gemv_nvfp4(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                   int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  neon_i8_gemv(xq, ldxq, xs, xc, ldxs, m, NeonI8Nvfp4{w}, reinterpret_cast<const uint8_t*>(tables().biased),
+               w.k, n0, n1, post, y, ldy);
+  report_scale_signs(w, n0, n1);
+}
+
+void i8_gemv_nf4(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
+                 const Nf4Weights& w, const uint8_t* code, int64_t n0, int64_t n1, float post, float* y,
+                 int64_t ldy) {
+  neon_i8_gemv(xq, ldxq, xs, xc, ldxs, m, NeonI8Nf4{w}, code, w.k, n0, n1, post, y, ldy);
+}
+
 template <int MR>
 void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                    const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy, int32_t nr,
@@ -128,8 +141,8 @@ const KernelTable& neon_dotprod_table() {
     f.i8_micro = i8_micro;
     f.i8_micro_mr = kI8MR;
     f.i8_probe = i8_probe;
-    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_neon;
-    f.i8_gemv_nf4 = i8_gemv_nf4_neon;
+    f.i8_gemv_nvfp4 = i8_gemv_nvfp4;
+    f.i8_gemv_nf4 = i8_gemv_nf4;
     f.i8_pack_nf4 = i8_pack_nf4;
     f.i8_gemv_k64 = true;  // the GEMV steps 64 elements at a time
     f.i8_quantize_act = i8_quantize_act_neon;
