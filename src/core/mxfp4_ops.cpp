@@ -44,20 +44,9 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, float* dst) {
     s = lin.data();
   }
   const uint8_t* q = op.q.data;
+  const kern::KernelTable& kt = kern::active_table();
   for_row_chunks(rows, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* qr = q + r * (k / 2);
-      const uint8_t* sr = s + r * cols;
-      float* d = dst + r * k;
-      for (int64_t b = 0; b < cols; ++b) {
-        const float scale = fmt::e8m0_decode(sr[b]);
-        for (int64_t j = b * fmt::kMxBlock; j < (b + 1) * fmt::kMxBlock; j += 2) {
-          const uint8_t byte = qr[j >> 1];
-          d[j] = fmt::e2m1_decode(byte & 0xfu) * scale;
-          d[j + 1] = fmt::e2m1_decode(byte >> 4) * scale;
-        }
-      }
-    }
+    kt.mxfp4_dequantize(q + r0 * (k / 2), s + r0 * cols, r1 - r0, k, dst + r0 * k);
   });
 }
 

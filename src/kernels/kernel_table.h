@@ -212,6 +212,10 @@ struct KernelTable {
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
+  // MXFP4 dequantization of rows [rows, K] (K % 32 == 0, linear E8M0
+  // scales) to fp32: e2m1 * 2^(byte - 127) per element, as
+  // fmt::mxfp4_decode_element (byte 0xFF gives NaN).
+  void (*mxfp4_dequantize)(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) = nullptr;
   // Bit-exact MXFP4 quantization of rows x [rows, K] (K % 32 == 0): E8M0
   // bytes of the block maxima (fmt::mxfp4_scale_byte), linear, and the codes
   // fmt::mxfp4_encode_element gives; false when some x is NaN or Inf (seen

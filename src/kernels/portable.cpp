@@ -285,6 +285,19 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
+void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const float scale = fmt::e8m0_decode(s[b]);
+    const uint8_t* qb = q + b * (fmt::kMxBlock / 2);
+    float* d = out + b * fmt::kMxBlock;
+    for (int32_t j = 0; j < fmt::kMxBlock; j += 2) {
+      d[j] = fmt::e2m1_decode(qb[j / 2] & 0xfu) * scale;
+      d[j + 1] = fmt::e2m1_decode(qb[j / 2] >> 4) * scale;
+    }
+  }
+}
+
 bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   const int64_t cols = k / fmt::kMxBlock;
   bool finite = true;

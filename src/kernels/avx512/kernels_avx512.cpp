@@ -1373,6 +1373,19 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
+// KernelTable::mxfp4_dequantize: the e2m1 values of each half block times
+// the block's 2^(byte - 127), one product per element as the codec.
+void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  const __m512 lut = e2m1_lut();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m512 sc = _mm512_set1_ps(fmt::e8m0_decode(s[b]));
+    const uint8_t* qb = q + b * (fmt::kMxBlock / 2);
+    _mm512_storeu_ps(out + b * fmt::kMxBlock, _mm512_mul_ps(nvfp4_decode16_ordered(qb, lut), sc));
+    _mm512_storeu_ps(out + b * fmt::kMxBlock + 16, _mm512_mul_ps(nvfp4_decode16_ordered(qb + 8, lut), sc));
+  }
+}
+
 // KernelTable::mxfp4_quantize, 16 blocks of 32 at a time: their maxima
 // (block_amax16 over the 32 halves, then the larger of each pair), the
 // E8M0 bytes max(exponent field - 2, 0) (fmt::mxfp4_scale_byte), the
@@ -1490,6 +1503,7 @@ const KernelTable& avx512_table() {
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
+    f.mxfp4_dequantize = mxfp4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

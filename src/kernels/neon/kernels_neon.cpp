@@ -103,6 +103,7 @@ const KernelTable& neon_table() {
     f.nvfp4_quantize_checked = nvfp4_quantize_checked_neon;
     f.nvfp4_dequantize = nvfp4_dequantize_neon;
     f.mxfp4_quantize = mxfp4_quantize_neon;
+    f.mxfp4_dequantize = mxfp4_dequantize_neon;
     f.fma_probe = fma_probe<Vec>;
     return f;
   }());

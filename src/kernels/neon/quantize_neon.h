@@ -232,30 +232,49 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
   return finite;
 }
 
-// KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
-// first product exact, as fmt::nvfp4_decode_element; the e2m1 value is
-// made with its sign bit (code 8 is -0).
-void nvfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+// 16 packed E2M1 codes (8 bytes, element 2j in the low nibble) -> their
+// values in element order, e[0..3]; the value is made with its sign bit
+// (code 8 is -0), the magnitude as (2 |e2m1|) * 0.5, exact.
+inline void neon_e2m1_decode16(const uint8_t* q8, float32x4_t (&e)[4]) {
   static const uint8_t kMagX2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};  // 2 |e2m1|
-  const uint8x16_t table = vld1q_u8(kMagX2);
+  const uint8x8_t bytes = vld1_u8(q8);
+  const uint8x8x2_t z = vzip_u8(vand_u8(bytes, vdup_n_u8(0x0f)), vshr_n_u8(bytes, 4));
+  const uint8x16_t codes = vcombine_u8(z.val[0], z.val[1]);  // element order
+  const uint8x16_t mag = vqtbl1q_u8(vld1q_u8(kMagX2), codes);
+  const uint8x16_t sign = vandq_u8(codes, vdupq_n_u8(8));
+  const uint16x8_t m16[2] = {vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag))};
+  const uint16x8_t s16[2] = {vmovl_u8(vget_low_u8(sign)), vmovl_u8(vget_high_u8(sign))};
+  for (int i = 0; i < 4; ++i) {
+    const uint16x4_t mh = i % 2 == 0 ? vget_low_u16(m16[i / 2]) : vget_high_u16(m16[i / 2]);
+    const uint16x4_t sh = i % 2 == 0 ? vget_low_u16(s16[i / 2]) : vget_high_u16(s16[i / 2]);
+    const float32x4_t mf = vmulq_f32(vcvtq_f32_u32(vmovl_u16(mh)), vdupq_n_f32(0.5f));  // exact
+    e[i] = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mf), vshlq_n_u32(vmovl_u16(sh), 28)));
+  }
+}
+
+// KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
+// first product exact, as fmt::nvfp4_decode_element.
+void nvfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
   const float32x4_t gv = vdupq_n_f32(g);
   const int64_t nblocks = rows * (k / 16);
   for (int64_t b = 0; b < nblocks; ++b) {
-    const uint8x8_t bytes = vld1_u8(q + b * 8);
-    const uint8x8x2_t z = vzip_u8(vand_u8(bytes, vdup_n_u8(0x0f)), vshr_n_u8(bytes, 4));
-    const uint8x16_t codes = vcombine_u8(z.val[0], z.val[1]);  // element order
-    const uint8x16_t mag = vqtbl1q_u8(table, codes);
-    const uint8x16_t sign = vandq_u8(codes, vdupq_n_u8(8));
-    const uint16x8_t m16[2] = {vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag))};
-    const uint16x8_t s16[2] = {vmovl_u8(vget_low_u8(sign)), vmovl_u8(vget_high_u8(sign))};
+    float32x4_t e[4];
+    neon_e2m1_decode16(q + b * 8, e);
     const float32x4_t sc = vdupq_n_f32(fmt::e4m3_decode(s[b]));
-    for (int i = 0; i < 4; ++i) {
-      const uint16x4_t mh = i % 2 == 0 ? vget_low_u16(m16[i / 2]) : vget_high_u16(m16[i / 2]);
-      const uint16x4_t sh = i % 2 == 0 ? vget_low_u16(s16[i / 2]) : vget_high_u16(s16[i / 2]);
-      const float32x4_t mf = vmulq_f32(vcvtq_f32_u32(vmovl_u16(mh)), vdupq_n_f32(0.5f));  // exact
-      const float32x4_t e =
-          vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mf), vshlq_n_u32(vmovl_u16(sh), 28)));
-      vst1q_f32(out + b * 16 + i * 4, vmulq_f32(vmulq_f32(e, sc), gv));
+    for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 16 + i * 4, vmulq_f32(vmulq_f32(e[i], sc), gv));
+  }
+}
+
+// KernelTable::mxfp4_dequantize: e2m1 * 2^(byte - 127) per element, as
+// fmt::mxfp4_decode_element.
+void mxfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const float32x4_t sc = vdupq_n_f32(fmt::e8m0_decode(s[b]));
+    for (int h = 0; h < 2; ++h) {
+      float32x4_t e[4];
+      neon_e2m1_decode16(q + b * 16 + h * 8, e);
+      for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 32 + h * 16 + i * 4, vmulq_f32(e[i], sc));
     }
   }
 }
