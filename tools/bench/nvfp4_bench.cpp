@@ -1272,6 +1272,11 @@ int bench_main(int argc, char** argv) {
     });
     add(result("quantize", "mxfp4", "fp32->mxfp4", rows, 0, k, ms, mx_bytes, 0, threads, 0), "dram_read",
         mx_bytes / (ms * 1e6) / bw);
+    ms = median_ms(reps, [&](int) {
+      if (MXFP4_dequantize(&tq, &tms, Q4_SCALE_LINEAR, &tb, &opts) != Q4_OK) std::abort();
+    });
+    add(result("dequantize", "mxfp4", "mxfp4->fp32", rows, 0, k, ms, mx_bytes, 0, threads, 0), "dram_read",
+        mx_bytes / (ms * 1e6) / bw);
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
