@@ -686,20 +686,42 @@ void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q
   nvfp4_quantize_checked(x, rows, k, g, q, s);
 }
 
+// 16 packed E2M1 codes (8 bytes, element 2j in the low nibble) -> their
+// values in element order, v[0] and v[1].
+inline void e2m1_decode16_ordered(const uint8_t* q8, __m256 lut, __m256 (&v)[2]) {
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8));
+  const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
+  v[0] = e2m1_decode8(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(dup), shifts), lut);
+  v[1] = e2m1_decode8(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8)), shifts), lut);
+}
+
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
   const int64_t nblocks = rows * (k / 16);
   const __m256 lut = e2m1_mag_lut();
   const __m256 gv = _mm256_set1_ps(g);
-  const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
   for (int64_t b = 0; b < nblocks; ++b) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 8));
-    const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
+    __m256 v[2];
+    e2m1_decode16_ordered(q + b * 8, lut, v);
     const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
     for (int64_t half = 0; half < 2; ++half) {
-      const __m128i src = half ? _mm_srli_si128(dup, 8) : dup;
-      const __m256i codes = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);
-      const __m256 v = e2m1_decode8(codes, lut);
-      _mm256_storeu_ps(out + b * 16 + 8 * half, _mm256_mul_ps(_mm256_mul_ps(v, sc), gv));
+      _mm256_storeu_ps(out + b * 16 + 8 * half, _mm256_mul_ps(_mm256_mul_ps(v[half], sc), gv));
+    }
+  }
+}
+
+// KernelTable::mxfp4_dequantize: e2m1 * 2^(byte - 127) per element, one
+// product as the codec.
+void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  const int64_t nblocks = rows * (k / fmt::kMxBlock);
+  const __m256 lut = e2m1_mag_lut();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const __m256 sc = _mm256_set1_ps(fmt::e8m0_decode(s[b]));
+    for (int64_t h = 0; h < 2; ++h) {
+      __m256 v[2];
+      e2m1_decode16_ordered(q + b * 16 + h * 8, lut, v);
+      _mm256_storeu_ps(out + b * 32 + h * 16, _mm256_mul_ps(v[0], sc));
+      _mm256_storeu_ps(out + b * 32 + h * 16 + 8, _mm256_mul_ps(v[1], sc));
     }
   }
 }
@@ -808,6 +830,7 @@ const KernelTable& avx2_table() {
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
+    f.mxfp4_dequantize = mxfp4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;
