@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "test_util.h"
@@ -404,6 +405,61 @@ TEST_CASE("NF4 double quantization reads back through NF4_state", "[ops][nf4]") 
     const uint32_t code = (i & 1) ? (q.data()[i / 2] & 0xf) : (q.data()[i / 2] >> 4);
     CHECK(out.f()[i] == nf4_spec(code) * absmax);
     CHECK(std::fabs(absmax - am.f()[b]) <= 0.02f * am.f()[b]);  // 8-bit dynamic map precision
+  }
+}
+
+TEST_CASE("every ISA variant: NF4_dequantize is bit-identical to the scalar table", "[ops][nf4][kernels]") {
+  // Odd n with a partial last block, blocksizes 32 / 64 / 4096, plain and
+  // double-quantized absmax, a custom quant_map, fp32 / fp16 / bf16 out, 3
+  // threads (several tasks of whole blocks).
+  for (const auto& [n, bs] : {std::pair<int64_t, int32_t>{44807, 64}, {4130, 32}, {70001, 4096}}) {
+    const int64_t nb = (n + bs - 1) / bs;
+    Tensor x = t::random_float({n}, t::f32(), static_cast<uint32_t>(n));
+    Tensor q({(n + 1) / 2}, t::u8()), am({nb}, t::f32());
+    REQUIRE(NF4_quantize(x.t(), q.t(), am.t(), bs, nullptr) == Q4_OK);
+    Tensor qam({nb}, t::u8()), nam({(nb + 255) / 256}, t::f32()), map({256}, t::f32()), qm({16}, t::f32());
+    float offset = 0;
+    REQUIRE(NF4_double_quantize(am.t(), qam.t(), nam.t(), map.t(), &offset, nullptr) == Q4_OK);
+    for (int c = 0; c < 16; ++c) qm.f()[c] = 0.3f * static_cast<float>(c) - 2.1f;
+    for (int variant = 0; variant < 3; ++variant) {  // plain, nested, custom quant_map
+      NF4_state st = nf4_state(am, bs);
+      if (variant == 1) {
+        st.absmax = qam.t();
+        st.nested_absmax = nam.t();
+        st.nested_quant_map = map.t();
+        st.nested_offset = offset;
+      }
+      if (variant == 2) st.quant_map = qm.t();
+      for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
+        Tensor want({n}, dt);
+        {
+          t::IsaCap scalar(Q4_ISA_SCALAR);
+          REQUIRE(NF4_dequantize(q.t(), &st, want.t(), nullptr) == Q4_OK);
+        }
+        if (dt.bits == 32) {  // the scalar table against the element rule
+          size_t bad = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t b = i / bs;
+            const float a = variant == 1 ? map.f()[qam.data()[b]] * nam.f()[b / 256] + offset : am.f()[b];
+            const uint32_t code = (i & 1) ? (q.data()[i / 2] & 0xf) : (q.data()[i / 2] >> 4);
+            const float v = (variant == 2 ? qm.f()[code] : nf4_spec(code)) * a;
+            bad += std::memcmp(&v, want.data() + i * 4, 4) != 0 ? 1 : 0;
+          }
+          CHECK(bad == 0);
+        }
+        for (int32_t isa : t::runnable_isas()) {
+          t::IsaCap cap(isa);
+          INFO("isa " << Q4_isa_name(isa) << " n " << n << " blocksize " << bs << " variant " << variant
+                      << " out bits " << int(dt.bits) << " code " << int(dt.code));
+          Q4_op_options o{};
+          Q4_op_options_init(&o);
+          o.num_threads = 3;
+          Tensor got({n}, dt);
+          REQUIRE(NF4_dequantize(q.t(), &st, got.t(), &o) == Q4_OK);
+          CHECK(std::memcmp(got.data(), want.data(), static_cast<size_t>(n * dt.bits / 8)) == 0);
+        }
+      }
+    }
   }
 }
 

@@ -61,7 +61,8 @@ void run(const Nf4QuantizeDesc& d) {
 }
 
 void run(const Nf4DequantizeDesc& d) {
-  kern::nf4_dequantize(d.src.q.data, d.src.state.stats, d.src.numel, as_output(d.out));
+  kern::nf4_dequantize(kern::active_table(), d.src.q.data, d.src.state.stats, d.src.numel, as_output(d.out),
+                       d.ctx.opts.num_threads);
 }
 
 void run(const ProductDesc& d) {

@@ -1005,6 +1005,33 @@ int64_t quantize_mxfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   return r.ok ? -1 : first_non_finite(x, r.first_bad_row * k, rows * k);
 }
 
+void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out,
+                    int32_t threads) {
+  if (n <= 0) return;
+  float lut[16];
+  for (uint32_t c = 0; c < 16; ++c) lut[c] = st.code_value(c);
+  const int64_t bs = st.blocksize, nblocks = (n + bs - 1) / bs;
+  const int64_t per_task = std::max<int64_t>(1, 65536 / bs);  // 64 Ki elements
+  parallel_for((nblocks + per_task - 1) / per_task, threads, [&](int64_t t) {
+    const int64_t b0 = t * per_task, b1 = std::min(nblocks, b0 + per_task);
+    std::vector<float> am(static_cast<size_t>(b1 - b0));
+    for (int64_t b = b0; b < b1; ++b) am[static_cast<size_t>(b - b0)] = st.absmax_of_block(b);
+    const int64_t e0 = b0 * bs, len = std::min(n, b1 * bs) - e0, whole = len / 16 * 16;
+    std::vector<float> buf;
+    float* dst = nullptr;
+    if (out.type == FType::F32) {
+      dst = static_cast<float*>(out.data) + e0;
+    } else {
+      buf.resize(static_cast<size_t>(len));
+      dst = buf.data();
+    }
+    kt.nf4_dequantize(q + e0 / 2, lut, am.data(), bs, whole, dst);
+    // The last elements of x (a partial block's tail of fewer than 16).
+    portable::nf4_dequantize(q + (e0 + whole) / 2, lut, am.data() + whole / bs, bs, len - whole, dst + whole);
+    if (out.type != FType::F32) store_row(out.data, out.type, e0, len, dst);
+  });
+}
+
 int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,
                      float* absmax, int32_t threads) {
   if (n <= 0) return -1;

@@ -137,6 +137,14 @@ float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,
                      float* absmax, int32_t threads);
 
+// NF4 dequantization of n elements into fp32, fp16 or bf16 `out` over
+// `threads`: tasks of whole blocks resolve their absmax (nested or not)
+// once per block and run the table's nf4_dequantize (16-bit outputs through
+// a buffer in cache); the element value is the code value times the block's
+// absmax, one fp32 product, whatever the table.
+void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out,
+                    int32_t threads);
+
 // NVFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] with the finite
 // check fused into the passes over x (16-bit rows converted exactly, a task's
 // rows at a time in cache, inside the same passes); validate-before-write: returns -1 after writing q,

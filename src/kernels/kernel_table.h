@@ -212,6 +212,12 @@ struct KernelTable {
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;
+  // NF4 dequantization of n elements (n % 16 == 0) from the first element
+  // of a block (q at its byte; blocksize a multiple of 16): out[i] =
+  // lut[code] * absmax[i / blocksize], code = the high nibble of q[i/2] for
+  // even i, the low one for odd i (as fmt::nf4_decode's users read it).
+  void (*nf4_dequantize)(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize,
+                         int64_t n, float* out) = nullptr;
   // MXFP4 dequantization of rows [rows, K] (K % 32 == 0, linear E8M0
   // scales) to fp32: e2m1 * 2^(byte - 127) per element, as
   // fmt::mxfp4_decode_element (byte 0xFF gives NaN).

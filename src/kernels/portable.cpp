@@ -77,14 +77,6 @@ bool nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, i
   return nf4_quantize_blocks_impl(x, n, blocksize, b0, b1, q, absmax, load_row);
 }
 
-void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t code = (i & 1) ? (q[i >> 1] & 0xfu) : (q[i >> 1] >> 4u);  // element 2j high nibble
-    const float v = st.code_value(code) * st.absmax_of_block(i / st.blocksize);
-    store_row(out.data, out.type, i, 1, &v);
-  }
-}
-
 namespace {
 
 void dynamic_map_signed(float* map256) {
@@ -282,6 +274,14 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
     const float sc = fmt::e4m3_decode(s[i / 16]);
     out[i] = (fmt::e2m1_decode(q[i / 2] & 0xfu) * sc) * g;
     out[i + 1] = (fmt::e2m1_decode(q[i / 2] >> 4) * sc) * g;
+  }
+}
+
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t code = (i & 1) ? (q[i >> 1] & 0xfu) : (q[i >> 1] >> 4u);  // element 2j high nibble
+    out[i] = lut[code] * absmax[i / blocksize];
   }
 }
 

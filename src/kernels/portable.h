@@ -28,8 +28,6 @@ bool nf4_quantize(FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q, float* a
 bool nf4_quantize_blocks(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                          float* absmax);
 
-void nf4_dequantize(const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out);
-
 // Double quantization of absmax (nblocks values) into 8-bit codes of the
 // signed dynamic map (written to nested_map, 256 entries), one nested absmax
 // per 256 blocks, and the mean offset.
@@ -85,6 +83,8 @@ void f32_panel_nr(const float* w, int64_t ldw, int64_t n0, int32_t rows, int64_t
 void nvfp4_quantize(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s);
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out);
 void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out);
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out);
 bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s);
 float amax(const float* x, int64_t n);
 void i8_pack_nvfp4(const NvWeights& w, int64_t n0, int32_t rows, int64_t b0, int64_t nb, uint8_t* wq,

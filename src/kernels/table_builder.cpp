@@ -91,6 +91,7 @@ KernelTable complete_table(KernelTable t) {
   if (t.nvfp4_quantize == nullptr) t.nvfp4_quantize = portable::nvfp4_quantize;
   if (t.nvfp4_dequantize == nullptr) t.nvfp4_dequantize = portable::nvfp4_dequantize;
   if (t.mxfp4_dequantize == nullptr) t.mxfp4_dequantize = portable::mxfp4_dequantize;
+  if (t.nf4_dequantize == nullptr) t.nf4_dequantize = portable::nf4_dequantize;
   if (t.mxfp4_quantize == nullptr) t.mxfp4_quantize = portable::mxfp4_quantize;
   if (t.amax == nullptr) t.amax = portable::amax;
   if (t.nf4_quantize_blocks == nullptr) t.nf4_quantize_blocks = nf4_quantize_blocks;

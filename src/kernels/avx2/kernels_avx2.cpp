@@ -710,6 +710,27 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
+// KernelTable::nf4_dequantize: 8 codes (4 bytes, element 2j in the high
+// nibble) per pair of 8-entry permutes and a blend on bit 3, times the
+// block's absmax.
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out) {
+  const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
+  const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
+    const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
+    const __m256 am = _mm256_set1_ps(absmax[i / blocksize]);
+    for (int64_t h = 0; h < 2; ++h) {
+      const __m128i src = h ? _mm_srli_si128(dup, 8) : dup;
+      const __m256i c = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);  // bits 0-3
+      const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
+                                        _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+      _mm256_storeu_ps(out + i + 8 * h, _mm256_mul_ps(v, am));
+    }
+  }
+}
+
 // KernelTable::mxfp4_dequantize: e2m1 * 2^(byte - 127) per element, one
 // product as the codec.
 void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
@@ -831,6 +852,7 @@ const KernelTable& avx2_table() {
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
     f.mxfp4_dequantize = mxfp4_dequantize;
+    f.nf4_dequantize = nf4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

@@ -1373,6 +1373,20 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
   }
 }
 
+// KernelTable::nf4_dequantize: 16 codes (8 bytes, element 2j in the high
+// nibble) per vpermps of the code values, times the block's absmax.
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out) {
+  const __m512 lv = _mm512_loadu_ps(lut);
+  const __m512i shifts = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
+    const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);  // bits 0-3
+    const __m512 v = _mm512_permutexvar_ps(idx, lv);
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(v, _mm512_set1_ps(absmax[i / blocksize])));
+  }
+}
+
 // KernelTable::mxfp4_dequantize: the e2m1 values of each half block times
 // the block's 2^(byte - 127), one product per element as the codec.
 void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
@@ -1504,6 +1518,7 @@ const KernelTable& avx512_table() {
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
     f.mxfp4_dequantize = mxfp4_dequantize;
+    f.nf4_dequantize = nf4_dequantize;
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

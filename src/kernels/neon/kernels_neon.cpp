@@ -40,6 +40,23 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
             });
 }
 
+// KernelTable::nf4_dequantize: 16 codes (8 bytes, element 2j in the high
+// nibble) per four byte-plane tbl of the code values, times the block's
+// absmax.
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out) {
+  uint8x16_t planes[4];
+  neon_nf4_planes(lut, planes);
+  for (int64_t i = 0; i < n; i += 16) {
+    const uint8x8_t b = vld1_u8(q + i / 2);
+    const uint8x8x2_t z = vzip_u8(vshr_n_u8(b, 4), vand_u8(b, vdup_n_u8(0x0f)));
+    float32x4_t v[4];
+    neon_nf4_lookup16(planes, vcombine_u8(z.val[0], z.val[1]), v);
+    const float32x4_t am = vdupq_n_f32(absmax[i / blocksize]);
+    for (int p = 0; p < 4; ++p) vst1q_f32(out + i + 4 * p, vmulq_f32(v[p], am));
+  }
+}
+
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
                 int64_t ldy, int32_t nr, bool accumulate) {
   float32x4_t c0[kMR], c1[kMR];
@@ -104,6 +121,7 @@ const KernelTable& neon_table() {
     f.nvfp4_dequantize = nvfp4_dequantize_neon;
     f.mxfp4_quantize = mxfp4_quantize_neon;
     f.mxfp4_dequantize = mxfp4_dequantize_neon;
+    f.nf4_dequantize = nf4_dequantize;
     f.fma_probe = fma_probe<Vec>;
     return f;
   }());
