@@ -1263,6 +1263,15 @@ int bench_main(int argc, char** argv) {
     });
     add(result("quantize", "nf4", "fp32->nf4, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
         "dram_read", nf_bytes / (ms * 1e6) / bw);
+    NF4_state nst{};
+    nst.struct_size = sizeof nst;
+    nst.blocksize = 64;
+    nst.absmax = &tna;
+    ms = median_ms(reps, [&](int) {
+      if (NF4_dequantize(&tnq, &nst, &tb, &opts) != Q4_OK) std::abort();
+    });
+    add(result("dequantize", "nf4", "nf4->fp32, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
+        "dram_read", nf_bytes / (ms * 1e6) / bw);
     // MXFP4 (E8M0 scale per 32) of the same tensor, linear scales.
     int64_t ms_shape[2] = {rows, k / 32};
     DLTensor tms = tensor(s.data(), ms_shape, 2, kDLUInt, 8);
