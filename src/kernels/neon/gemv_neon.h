@@ -18,7 +18,7 @@
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
-#include "kernels/neon/e4m3_neon.h"
+#include "kernels/neon/decode_neon.h"
 
 namespace q4::kern {
 namespace {
@@ -151,27 +151,6 @@ void neon_nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvW
   }
   for (int i = 0; i < M; ++i) {
     for (int r = 0; r < R; ++r) y[i * ldy + r] = vaddvq_f32(acc[r][i]) * w.g;
-  }
-}
-
-// The 16 NF4 code values as four byte planes (plane p: byte p of each value).
-inline void neon_nf4_planes(const float* lut, uint8x16_t (&planes)[4]) {
-  alignas(16) uint8_t b[4][16];
-  for (int c = 0; c < 16; ++c) {
-    const uint32_t bits = fmt::f32_bits(lut[c]);
-    for (int p = 0; p < 4; ++p) b[p][c] = static_cast<uint8_t>(bits >> (8 * p));
-  }
-  for (int p = 0; p < 4; ++p) planes[p] = vld1q_u8(b[p]);
-}
-
-// 16 codes -> their 16 fp32 values, out[0..3] in order.
-inline void neon_nf4_lookup16(const uint8x16_t (&planes)[4], uint8x16_t codes, float32x4_t (&out)[4]) {
-  const uint8x16x2_t lo = vzipq_u8(vqtbl1q_u8(planes[0], codes), vqtbl1q_u8(planes[1], codes));
-  const uint8x16x2_t hi = vzipq_u8(vqtbl1q_u8(planes[2], codes), vqtbl1q_u8(planes[3], codes));
-  for (int p = 0; p < 2; ++p) {
-    const uint16x8_t l = vreinterpretq_u16_u8(lo.val[p]), u = vreinterpretq_u16_u8(hi.val[p]);
-    out[2 * p] = vreinterpretq_f32_u16(vzip1q_u16(l, u));
-    out[2 * p + 1] = vreinterpretq_f32_u16(vzip2q_u16(l, u));
   }
 }
 

@@ -48,10 +48,8 @@ void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int
   uint8x16_t planes[4];
   neon_nf4_planes(lut, planes);
   for (int64_t i = 0; i < n; i += 16) {
-    const uint8x8_t b = vld1_u8(q + i / 2);
-    const uint8x8x2_t z = vzip_u8(vshr_n_u8(b, 4), vand_u8(b, vdup_n_u8(0x0f)));
     float32x4_t v[4];
-    neon_nf4_lookup16(planes, vcombine_u8(z.val[0], z.val[1]), v);
+    neon_nf4_lookup16(planes, neon_nf4_codes16(q + i / 2), v);
     const float32x4_t am = vdupq_n_f32(absmax[i / blocksize]);
     for (int p = 0; p < 4; ++p) vst1q_f32(out + i + 4 * p, vmulq_f32(v[p], am));
   }

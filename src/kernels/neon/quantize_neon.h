@@ -19,6 +19,7 @@
 
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
+#include "kernels/neon/decode_neon.h"
 #include "kernels/portable.h"
 
 namespace q4::kern {
@@ -230,26 +231,6 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
              finite;
   }
   return finite;
-}
-
-// 16 packed E2M1 codes (8 bytes, element 2j in the low nibble) -> their
-// values in element order, e[0..3]; the value is made with its sign bit
-// (code 8 is -0), the magnitude as (2 |e2m1|) * 0.5, exact.
-inline void neon_e2m1_decode16(const uint8_t* q8, float32x4_t (&e)[4]) {
-  static const uint8_t kMagX2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};  // 2 |e2m1|
-  const uint8x8_t bytes = vld1_u8(q8);
-  const uint8x8x2_t z = vzip_u8(vand_u8(bytes, vdup_n_u8(0x0f)), vshr_n_u8(bytes, 4));
-  const uint8x16_t codes = vcombine_u8(z.val[0], z.val[1]);  // element order
-  const uint8x16_t mag = vqtbl1q_u8(vld1q_u8(kMagX2), codes);
-  const uint8x16_t sign = vandq_u8(codes, vdupq_n_u8(8));
-  const uint16x8_t m16[2] = {vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag))};
-  const uint16x8_t s16[2] = {vmovl_u8(vget_low_u8(sign)), vmovl_u8(vget_high_u8(sign))};
-  for (int i = 0; i < 4; ++i) {
-    const uint16x4_t mh = i % 2 == 0 ? vget_low_u16(m16[i / 2]) : vget_high_u16(m16[i / 2]);
-    const uint16x4_t sh = i % 2 == 0 ? vget_low_u16(s16[i / 2]) : vget_high_u16(s16[i / 2]);
-    const float32x4_t mf = vmulq_f32(vcvtq_f32_u32(vmovl_u16(mh)), vdupq_n_f32(0.5f));  // exact
-    e[i] = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(mf), vshlq_n_u32(vmovl_u16(sh), 28)));
-  }
 }
 
 // KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the

@@ -28,7 +28,7 @@
 #include "formats/codec.h"
 #include "kernels/isa_common.h"
 #include "kernels/kernel_table.h"
-#include "kernels/neon/e4m3_neon.h"
+#include "kernels/neon/decode_neon.h"
 
 namespace q4::kern {
 namespace {
