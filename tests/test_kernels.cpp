@@ -1391,27 +1391,35 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
   // NaN and Inf (the entry point rejects them; the kernel codes them as the
   // reference does: a NaN skipped by the absmax and coded 0, an Inf absmax
   // coding its finite neighbours 7 and itself 0; an all-NaN block 7).
-  std::vector<float> x(256);
+  // 64 blocks: the tables reduce whole blocks 16 at a time (a group with
+  // a NaN or Inf, blocks 0-15 and 32-47, goes to the per-block rule; 16-31
+  // and 48-63 do not).
+  std::vector<float> x(64 * 64);
   for (auto& v : x) v = nd(rng);
   x[3] = std::numeric_limits<float>::quiet_NaN();
   x[70] = std::numeric_limits<float>::infinity();
   x[71] = -std::numeric_limits<float>::infinity();
   std::fill(x.begin() + 128, x.begin() + 192, std::numeric_limits<float>::quiet_NaN());
-  std::vector<uint8_t> qr, qk(128);
-  std::vector<float> ar, ak(4);
+  x[40 * 64 + 5] = -std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> qr, qk(x.size() / 2);
+  std::vector<float> ar, ak(64);
   reference(x, 64, qr, ar);
   for (int32_t isa : runnable) {
     INFO("table " << q4::isa_name(isa) << ", NaN and Inf");
     // The table's blocks code them as the reference and say so ...
     const kern::KernelTable& kt = kern::table_for(isa);
-    CHECK_FALSE(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 0, 4, qk.data(),
-                                       ak.data()));
+    CHECK_FALSE(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 64 * 64, 64, 0, 64,
+                                       qk.data(), ak.data()));
     CHECK(qk == qr);
     CHECK(std::memcmp(ak.data(), ar.data(), ar.size() * 4) == 0);
     CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 0, 1, qk.data(),
                                  ak.data()) == false);  // (x[3] is in block 0)
     CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 256, 64, 3, 4, qk.data(),
                                  ak.data()));
+    for (const int64_t b0 : {int64_t{16}, int64_t{32}, int64_t{48}}) {  // (only 32-47 holds one)
+      CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 64 * 64, 64, b0, b0 + 16,
+                                   qk.data(), ak.data()) == (b0 != 32));
+    }
     // ... and the threaded driver names the first one, writing nothing.
     std::vector<uint8_t> q0(128, 0x5a);
     std::vector<float> a0(4, -1.0f);

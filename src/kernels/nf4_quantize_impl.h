@@ -30,8 +30,13 @@ namespace {
 // given: an ISA's coding of a block with a non-zero absmax into its packed
 // bytes (the same y = x * inv and comparisons), or false to leave the
 // block to the loops here.
+// code.maxima16(xb, blocksize, absmax), when it returns true: the absmax
+// of 16 consecutive whole blocks at xb (blocksize % 16 == 0), all finite,
+// as the loop here finds them; false (nothing written) leaves the 16 to
+// the loop here (a NaN or Inf among them, or a blocksize it does not take).
 struct Nf4NoCoder {
   bool operator()(const float*, int64_t, float, uint8_t*) const { return false; }
+  bool maxima16(const float*, int64_t, float*) const { return false; }
 };
 
 // Blocks are taken in groups of about 2 Ki elements: the maxima of a
@@ -55,23 +60,30 @@ bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
     } else {
       convert(x.data, x.type, g0 * blocksize, std::min(n, g1 * blocksize) - g0 * blocksize, buf.data());
     }
-    for (int64_t b = g0; b < g1; ++b) {
-      const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
-      const float* xb = xg + (b - g0) * blocksize;
-      // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the
-      // bits: non-negative floats order as their bit patterns; a NaN's are
-      // above Inf's and count as 0.
-      int32_t mb = 0, bad = 0;
-      for (int64_t i = 0; i < len; ++i) {
-        int32_t a;
-        std::memcpy(&a, xb + i, 4);
-        a &= 0x7fffffff;
-        bad |= a >= 0x7f800000 ? 1 : 0;
-        a = a > 0x7f800000 ? 0 : a;
-        mb = a > mb ? a : mb;
+    for (int64_t b = g0; b < g1;) {
+      const int64_t b16 = b + 16 <= g1 && (b + 16) * blocksize <= n ? b + 16 : b + 1;
+      if (b16 == b + 16 && code.maxima16(xg + (b - g0) * blocksize, blocksize, absmax + b)) {
+        b = b16;
+        continue;
       }
-      non_finite |= bad;
-      std::memcpy(absmax + b, &mb, 4);
+      for (; b < b16; ++b) {
+        const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
+        const float* xb = xg + (b - g0) * blocksize;
+        // The reference's fmaxf(m, |x|) from m = 0 (NaN skipped), on the
+        // bits: non-negative floats order as their bit patterns; a NaN's
+        // are above Inf's and count as 0.
+        int32_t mb = 0, bad = 0;
+        for (int64_t i = 0; i < len; ++i) {
+          int32_t a;
+          std::memcpy(&a, xb + i, 4);
+          a &= 0x7fffffff;
+          bad |= a >= 0x7f800000 ? 1 : 0;
+          a = a > 0x7f800000 ? 0 : a;
+          mb = a > mb ? a : mb;
+        }
+        non_finite |= bad;
+        std::memcpy(absmax + b, &mb, 4);
+      }
     }
     for (int64_t b = g0; b < g1; ++b) {
       const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;

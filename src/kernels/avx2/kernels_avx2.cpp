@@ -428,19 +428,15 @@ inline __m256i e4m3_encode8_nonneg(__m256 v) {
   return _mm256_blendv_epi8(code_s, code_n, normal);
 }
 
-// max |x| bits of each of 8 consecutive 16-element blocks, in block order
-// (a max network instead of 8 horizontal reductions); a lane >= 0x7f800000
-// has a NaN or Inf in its block. |x| bits compare as signed integers.
-inline __m256i block_amax8(const float* x) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
-  __m256i v[8];
-  for (int64_t i = 0; i < 8; ++i) {
-    const __m256i a =
-        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * 16)), abs_mask);
-    const __m256i b =
-        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * 16 + 8)), abs_mask);
-    v[i] = _mm256_max_epi32(a, b);
-  }
+// |x| bits of the 8 floats at x (compare as signed integers).
+inline __m256i abs_bits8(const float* x) {
+  return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)),
+                          _mm256_set1_epi32(0x7fffffff));
+}
+
+// The maxima of 8 vectors of |x| bits, lane j of the result the maximum of
+// v[j] (a max network instead of 8 horizontal reductions).
+inline __m256i max_network8(const __m256i (&v)[8]) {
   auto shuf = [](__m256i a, __m256i b, int imm) {
     return imm == 0x88
                ? _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88))
@@ -453,6 +449,14 @@ inline __m256i block_amax8(const float* x) {
   const __m256i a = _mm256_max_epi32(shuf(m[0], m[1], 0x88), shuf(m[0], m[1], 0xdd));  // blocks 0-3, per lane
   const __m256i b = _mm256_max_epi32(shuf(m[2], m[3], 0x88), shuf(m[2], m[3], 0xdd));  // blocks 4-7, per lane
   return _mm256_max_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// max |x| bits of each of 8 consecutive 16-element blocks, in block order;
+// a lane >= 0x7f800000 has a NaN or Inf in its block.
+inline __m256i block_amax8(const float* x) {
+  __m256i v[8];
+  for (int64_t i = 0; i < 8; ++i) v[i] = _mm256_max_epi32(abs_bits8(x + i * 16), abs_bits8(x + i * 16 + 8));
+  return max_network8(v);
 }
 
 // Scale codes of 8 consecutive blocks at x into s, their divisors d into
@@ -614,6 +618,31 @@ struct Nf4CodeAvx2 {
     const __m128i p =
         _mm_or_si128(_mm_and_si128(_mm_slli_epi16(b, 4), _mm_set1_epi16(0x00f0)), _mm_srli_epi16(b, 8));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(qb), _mm_packus_epi16(p, p));
+  }
+  // The absmax of 16 whole blocks (nf4_quantize_blocks_impl's `maxima16`):
+  // each block's vectors folded by a max of their |x| bits, then 8 blocks at
+  // a time reduced by the max network; a NaN or Inf (a lane >= 0x7f800000):
+  // false, the loop there takes the NaN rule.
+  bool maxima16(const float* x, int64_t blocksize, float* absmax) const {
+    if (blocksize % 16 != 0) return false;
+    __m256i m[2];
+    for (int64_t h = 0; h < 2; ++h) {
+      __m256i v[8];
+#pragma GCC unroll 8
+      for (int64_t j = 0; j < 8; ++j) {
+        const float* xb = x + (8 * h + j) * blocksize;
+        v[j] = abs_bits8(xb);
+        for (int64_t i = 8; i < blocksize; i += 8) v[j] = _mm256_max_epi32(v[j], abs_bits8(xb + i));
+      }
+      m[h] = max_network8(v);
+    }
+    const __m256i inf = _mm256_set1_epi32(0x7f7fffff);
+    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpgt_epi32(m[0], inf), _mm256_cmpgt_epi32(m[1], inf))) !=
+        0)
+      return false;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(absmax), m[0]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(absmax + 8), m[1]);
+    return true;
   }
   bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
     if (len % 16 != 0) return false;

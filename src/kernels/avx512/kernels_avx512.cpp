@@ -1265,6 +1265,28 @@ struct Nf4CodeAvx512 {
         _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + int64_t{8} * v), pack_nibbles1<false>(c[v]));
     }
   }
+  // The absmax of 16 whole blocks: each block's vectors folded by an
+  // integer max of their |x| bits (the float order for non-negative values;
+  // a NaN or Inf stays >= 0x7f800000), then the 16 reduced together by the
+  // max network; any lane >= 0x7f800000: false (the loop in
+  // nf4_quantize_blocks_impl takes the NaN rule).
+  bool maxima16(const float* x, int64_t blocksize, float* absmax) const {
+    if (blocksize % 16 != 0) return false;
+    static const __m512i order = max_network_order();
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int64_t j = 0; j < 16; ++j) {
+      const float* xb = x + j * blocksize;
+      v[j] = _mm512_and_ps(_mm512_loadu_ps(xb), abs_mask);
+      for (int64_t i = 16; i < blocksize; i += 16)
+        v[j] = max_bits(v[j], _mm512_and_ps(_mm512_loadu_ps(xb + i), abs_mask));
+    }
+    const __m512 m = _mm512_permutexvar_ps(order, max_network16(v));
+    if (_mm512_cmpge_epu32_mask(_mm512_castps_si512(m), _mm512_set1_epi32(0x7f800000)) != 0) return false;
+    _mm512_storeu_ps(absmax, m);
+    return true;
+  }
   bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
     if (len % 16 != 0) return false;
     const __m512 vinv = _mm512_set1_ps(inv);
