@@ -16,13 +16,28 @@
 # translation units is reported once), then a count per check, and fails on
 # any finding.
 #
-# Usage: scripts/run-clang-tidy.sh BUILD_DIR [CLANG_TIDY]
+# --only PATHSPEC (repeatable) restricts the files to those git pathspecs:
+# .ci/run lints the aarch64 cross build's NEON translation units this way
+# (the x86 database does not compile them; clang-tidy takes the target from
+# the cross compiler's name in that database).
+#
+# Usage: scripts/run-clang-tidy.sh BUILD_DIR [--only PATHSPEC]... [CLANG_TIDY]
 set -euo pipefail
 
-if [[ $# -lt 1 ]]; then echo "usage: $0 BUILD_DIR [CLANG_TIDY]" >&2; exit 2; fi
+usage="usage: $0 BUILD_DIR [--only PATHSPEC]... [CLANG_TIDY]"
+if [[ $# -lt 1 ]]; then echo "$usage" >&2; exit 2; fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"
-ct="${2:-${CLANG_TIDY:-}}"
+shift
+only=()
+ct=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only) [[ $# -ge 2 ]] || { echo "$usage" >&2; exit 2; }; only+=("$2"); shift 2 ;;
+    *) ct="$1"; shift ;;
+  esac
+done
+ct="${ct:-${CLANG_TIDY:-}}"
 if [[ -z "$ct" ]]; then
   if command -v clang-tidy-14 >/dev/null 2>&1; then ct=clang-tidy-14; else ct=clang-tidy; fi
 fi
@@ -32,8 +47,8 @@ db="$build/compile_commands.json"
 
 cd "$root"
 # tests/test_cuda_seams.cpp: the carrier of the header-only src/plugin/*.h.
-mapfile -t wanted < <(git ls-files --cached --others --exclude-standard -- \
-  'src/*.cpp' 'cuda/*.cpp' 'tools/*.cpp' tests/test_cuda_seams.cpp | sort)
+if [[ ${#only[@]} -eq 0 ]]; then only=('src/*.cpp' 'cuda/*.cpp' 'tools/*.cpp' tests/test_cuda_seams.cpp); fi
+mapfile -t wanted < <(git ls-files --cached --others --exclude-standard -- "${only[@]}" | sort)
 # Only files the build compiles have flags; list the others (e.g. an ISA
 # variant this machine's build leaves out) instead of guessing flags.
 mapfile -t files < <(python3 - "$db" "$root" "${wanted[@]}" <<'PY'

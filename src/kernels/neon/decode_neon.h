@@ -26,8 +26,8 @@ struct NeonE4m3Tables {
       t3[c] = static_cast<uint8_t>(bits >> 24);
     }
     for (int h = 0; h < 2; ++h) {
-      b2[h] = vld1q_u8_x4(t2 + 64 * h);
-      b3[h] = vld1q_u8_x4(t3 + 64 * h);
+      b2[h] = vld1q_u8_x4(t2 + int64_t{64} * h);
+      b3[h] = vld1q_u8_x4(t3 + int64_t{64} * h);
     }
   }
 };
@@ -49,8 +49,8 @@ inline void neon_e4m3_decode16(const NeonE4m3Tables& t, uint8x16_t c, float* out
   const uint16x8_t zero = vdupq_n_u16(0);
   for (int p = 0; p < 2; ++p) {
     const uint16x8_t hp = vreinterpretq_u16_u8(h.val[p]);
-    vst1q_f32(out + 8 * p, vreinterpretq_f32_u16(vzip1q_u16(zero, hp)));
-    vst1q_f32(out + 8 * p + 4, vreinterpretq_f32_u16(vzip2q_u16(zero, hp)));
+    vst1q_f32(out + int64_t{8} * p, vreinterpretq_f32_u16(vzip1q_u16(zero, hp)));
+    vst1q_f32(out + int64_t{8} * p + 4, vreinterpretq_f32_u16(vzip2q_u16(zero, hp)));
   }
 }
 
@@ -91,7 +91,7 @@ inline void neon_nf4_lookup16(const uint8x16_t (&planes)[4], uint8x16_t codes, f
   const uint8x16x2_t hi = vzipq_u8(vqtbl1q_u8(planes[2], codes), vqtbl1q_u8(planes[3], codes));
   for (int p = 0; p < 2; ++p) {
     const uint16x8_t l = vreinterpretq_u16_u8(lo.val[p]), u = vreinterpretq_u16_u8(hi.val[p]);
-    out[2 * p] = vreinterpretq_f32_u16(vzip1q_u16(l, u));
+    out[int64_t{2} * p] = vreinterpretq_f32_u16(vzip1q_u16(l, u));
     out[2 * p + 1] = vreinterpretq_f32_u16(vzip2q_u16(l, u));
   }
 }

@@ -35,7 +35,7 @@ inline void neon_deinterleave(ActRows x, int64_t ldx, int32_t m, int64_t k, floa
       float32x4_t ev[2], od[2];
       if (x.type == FType::F32) {
         for (int p = 0; p < 2; ++p) {
-          const float32x4x2_t v = vld2q_f32(f32 + e + 8 * p);
+          const float32x4x2_t v = vld2q_f32(f32 + e + int64_t{8} * p);
           ev[p] = v.val[0];
           od[p] = v.val[1];
         }
@@ -127,7 +127,7 @@ void neon_nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvW
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < M; ++i) acc[r][i] = vdupq_n_f32(0.0f);
   }
-  alignas(16) float sc[R][16];
+  alignas(16) float sc[R][16] = {};
   for (int64_t b0 = 0; b0 < kb; b0 += 16) {  // 16 blocks share one scale decode per row
     const int64_t nb = std::min<int64_t>(16, kb - b0);
     for (int r = 0; r < R; ++r) {

@@ -51,7 +51,7 @@ void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int
     float32x4_t v[4];
     neon_nf4_lookup16(planes, neon_nf4_codes16(q + i / 2), v);
     const float32x4_t am = vdupq_n_f32(absmax[i / blocksize]);
-    for (int p = 0; p < 4; ++p) vst1q_f32(out + i + 4 * p, vmulq_f32(v[p], am));
+    for (int p = 0; p < 4; ++p) vst1q_f32(out + i + int64_t{4} * p, vmulq_f32(v[p], am));
   }
 }
 

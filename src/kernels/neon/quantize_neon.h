@@ -97,7 +97,7 @@ bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float 
     float32x4_t v[4][4];
     uint32x4_t m[4];
     for (int b = 0; b < 4; ++b) {
-      for (int i = 0; i < 4; ++i) v[b][i] = vld1q_f32(xg + b * 16 + i * 4);
+      for (int i = 0; i < 4; ++i) v[b][i] = vld1q_f32(xg + int64_t{b} * 16 + int64_t{i} * 4);
       const uint32x4_t a0 = vandq_u32(vreinterpretq_u32_f32(v[b][0]), abs_mask);
       const uint32x4_t a1 = vandq_u32(vreinterpretq_u32_f32(v[b][1]), abs_mask);
       const uint32x4_t a2 = vandq_u32(vreinterpretq_u32_f32(v[b][2]), abs_mask);
@@ -199,7 +199,9 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
       m[b] = vdupq_n_u32(0);
       for (int i = 0; i < 8; ++i) {
         m[b] = vmaxq_u32(
-            m[b], vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(xg + b * 32 + i * 4)), abs_mask));
+            m[b],
+            vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(xg + int64_t{b} * 32 + int64_t{i} * 4)),
+                      abs_mask));
       }
     }
     const uint32x4_t amax_bits = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
@@ -214,13 +216,13 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
       s[b0 + b] = static_cast<uint8_t>(bytes[b]);
       const float32x4_t ib = vdupq_n_f32(inv[b]);
       for (int h = 0; h < 2; ++h) {
-        const float* xh = xg + b * 32 + h * 16;
+        const float* xh = xg + int64_t{b} * 32 + int64_t{h} * 16;
         float32x4_t v[4], qv[4];
         for (int i = 0; i < 4; ++i) {
-          v[i] = vld1q_f32(xh + i * 4);
+          v[i] = vld1q_f32(xh + int64_t{i} * 4);
           qv[i] = vmulq_f32(vabsq_f32(v[i]), ib);
         }
-        vst1_u8(q + (b0 + b) * 16 + h * 8, neon_e2m1_block(table, v, qv));
+        vst1_u8(q + (b0 + b) * 16 + int64_t{h} * 8, neon_e2m1_block(table, v, qv));
       }
     }
   }
@@ -242,7 +244,7 @@ void nvfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, float g, int64_t 
     float32x4_t e[4];
     neon_e2m1_decode16(q + b * 8, e);
     const float32x4_t sc = vdupq_n_f32(fmt::e4m3_decode(s[b]));
-    for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 16 + i * 4, vmulq_f32(vmulq_f32(e[i], sc), gv));
+    for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 16 + int64_t{i} * 4, vmulq_f32(vmulq_f32(e[i], sc), gv));
   }
 }
 
@@ -254,8 +256,9 @@ void mxfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, int64_t rows, int
     const float32x4_t sc = vdupq_n_f32(fmt::e8m0_decode(s[b]));
     for (int h = 0; h < 2; ++h) {
       float32x4_t e[4];
-      neon_e2m1_decode16(q + b * 16 + h * 8, e);
-      for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 32 + h * 16 + i * 4, vmulq_f32(e[i], sc));
+      neon_e2m1_decode16(q + b * 16 + int64_t{h} * 8, e);
+      for (int i = 0; i < 4; ++i)
+        vst1q_f32(out + b * 32 + int64_t{h} * 16 + int64_t{i} * 4, vmulq_f32(e[i], sc));
     }
   }
 }

@@ -46,7 +46,7 @@ struct SbNeon {
       float32x4_t v[4];
       neon_e2m1_decode16(q + b * 8, v);
       const float32x4_t sc = vdupq_n_f32(e4m3[s[b]]);
-      for (int p = 0; p < 4; ++p) vst1q_f32(dst + b * 16 + 4 * p, vmulq_f32(v[p], sc));
+      for (int p = 0; p < 4; ++p) vst1q_f32(dst + b * 16 + int64_t{4} * p, vmulq_f32(v[p], sc));
     }
   }
 
@@ -58,7 +58,7 @@ struct SbNeon {
       float32x4_t v[4];
       neon_nf4_lookup16(planes, neon_nf4_codes16(w.q + f / 2), v);
       const float32x4_t sc = vdupq_n_f32(w.absmax[f >> w.block_shift]);
-      for (int p = 0; p < 4; ++p) vst1q_f32(dst + e + 4 * p, vmulq_f32(v[p], sc));
+      for (int p = 0; p < 4; ++p) vst1q_f32(dst + e + int64_t{4} * p, vmulq_f32(v[p], sc));
     }
   }
 };

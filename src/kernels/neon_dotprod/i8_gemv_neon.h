@@ -54,8 +54,8 @@ struct NeonI8Nvfp4 {
       const uint8x16x2_t c = vzipq_u8(vld1q_u8(s[2] + b), vld1q_u8(s[3] + b));
       for (int p = 0; p < 2; ++p) {
         const uint16x8x2_t z = vzipq_u16(vreinterpretq_u16_u8(a.val[p]), vreinterpretq_u16_u8(c.val[p]));
-        neon_e4m3_decode16(t, vreinterpretq_u8_u16(z.val[0]), out + 4 * (b + 8 * p));
-        neon_e4m3_decode16(t, vreinterpretq_u8_u16(z.val[1]), out + 4 * (b + 8 * p + 4));
+        neon_e4m3_decode16(t, vreinterpretq_u8_u16(z.val[0]), out + 4 * (b + int64_t{8} * p));
+        neon_e4m3_decode16(t, vreinterpretq_u8_u16(z.val[1]), out + 4 * (b + int64_t{8} * p + 4));
       }
     }
     for (; b < kb; ++b) {
@@ -94,7 +94,7 @@ void neon_i8_gemv_group(const int8_t* xq, int64_t ldxq, const float* xs, const i
     int8x16_t ev[kNeonGemvRows][2], od[kNeonGemvRows][2];
     for (int r = 0; r < kNeonGemvRows; ++r) {
       for (int h = 0; h < 2; ++h) {
-        const uint8x16_t v = vld1q_u8(rp[r] + c * 32 + h * 16);
+        const uint8x16_t v = vld1q_u8(rp[r] + c * 32 + int64_t{h} * 16);
         const int8x16_t lo = vqtbl1q_s8(lut, vandq_u8(v, nib));
         const int8x16_t hi = vqtbl1q_s8(lut, vshrq_n_u8(v, 4));
         ev[r][h] = Fmt::kEvenLow ? lo : hi;
@@ -102,7 +102,7 @@ void neon_i8_gemv_group(const int8_t* xq, int64_t ldxq, const float* xs, const i
       }
     }
     for (int h = 0; h < 2; ++h) {
-      const int64_t b = c * 4 + h * 2;  // blocks b, b+1
+      const int64_t b = c * 4 + int64_t{h} * 2;  // blocks b, b+1
       const float32x4_t w0 = vld1q_f32(ws + 4 * b), w1 = vld1q_f32(ws + 4 * b + 4);
       for (int i = 0; i < M; ++i) {
         const int8_t* xb = xq + i * ldxq + b * 16;
@@ -178,7 +178,7 @@ void i8_quantize_act_neon(const float* x, int64_t ldx, int64_t m, int64_t k, int
       float32x4_t v[4];
       uint32x4_t mx = vdupq_n_u32(0);
       for (int e = 0; e < 4; ++e) {
-        v[e] = vld1q_f32(xb + 4 * e);
+        v[e] = vld1q_f32(xb + int64_t{4} * e);
         mx = vmaxq_u32(mx, vandq_u32(vreinterpretq_u32_f32(v[e]), vdupq_n_u32(0x7fffffff)));
       }
       const uint32_t bits = vmaxvq_u32(mx);  // the largest |x| (or NaN / Inf: >= 0x7f800000)

@@ -66,7 +66,7 @@ inline double i8_probe_neon(int64_t iters, int64_t macs, Step&& step) {
   int8x16_t b = vdupq_n_s8(5);
   for (int64_t it = 0; it < iters; ++it) {
     __asm__ volatile("" : "+w"(b));  // no hoisting
-    for (int j = 0; j < 8; ++j) acc[j] = step(acc[j], a, b);
+    for (int32x4_t& v : acc) v = step(v, a, b);
   }
   int32x4_t s = acc[0];
   for (int j = 1; j < 8; ++j) s = vaddq_s32(s, acc[j]);

@@ -55,7 +55,7 @@ void i8_pack_codes(const uint8_t* q, int64_t k, int64_t n0, int32_t rows, int64_
       } else {
         even = odd = vdup_n_u8(pad);
       }
-      uint8_t* dst = wq + b * 256 + r * 4;
+      uint8_t* dst = wq + b * 256 + int64_t{r} * 4;
       vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(even), 0);
       vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 64), vreinterpret_u32_u8(odd), 0);
       vst1_lane_u32(reinterpret_cast<uint32_t*>(dst + 128), vreinterpret_u32_u8(even), 1);

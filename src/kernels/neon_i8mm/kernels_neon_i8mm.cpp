@@ -33,10 +33,10 @@ inline void block_dot_pair(const int8_t* x0, const int8_t* x1, const int8_t* wb,
     // Step t holds 4 bytes per weight row: rows 4c..4c+3 are 16 bytes at
     // wb + t*64 + 16c. Zipping steps (0, 1) by 32-bit lanes gives each row's
     // 8 bytes in element order 0..7 of the activation bytes above.
-    const int32x4_t t0 = vreinterpretq_s32_s8(vld1q_s8(wb + c * 16));
-    const int32x4_t t1 = vreinterpretq_s32_s8(vld1q_s8(wb + 64 + c * 16));
-    const int32x4_t t2 = vreinterpretq_s32_s8(vld1q_s8(wb + 128 + c * 16));
-    const int32x4_t t3 = vreinterpretq_s32_s8(vld1q_s8(wb + 192 + c * 16));
+    const int32x4_t t0 = vreinterpretq_s32_s8(vld1q_s8(wb + int64_t{c} * 16));
+    const int32x4_t t1 = vreinterpretq_s32_s8(vld1q_s8(wb + 64 + int64_t{c} * 16));
+    const int32x4_t t2 = vreinterpretq_s32_s8(vld1q_s8(wb + 128 + int64_t{c} * 16));
+    const int32x4_t t3 = vreinterpretq_s32_s8(vld1q_s8(wb + 192 + int64_t{c} * 16));
     const int8x16_t w01a = vreinterpretq_s8_s32(vzip1q_s32(t0, t1));  // rows 4c, 4c+1: bytes 0-7
     const int8x16_t w23a = vreinterpretq_s8_s32(vzip2q_s32(t0, t1));  // rows 4c+2, 4c+3
     const int8x16_t w01b = vreinterpretq_s8_s32(vzip1q_s32(t2, t3));  // the same for bytes 8-15
