@@ -495,6 +495,17 @@ std::string load_average() {
   return s;
 }
 
+// v rotated left by `by` elements (a copy).
+template <class T>
+std::vector<T> rotated(const std::vector<T>& v, int64_t by) {
+  std::vector<T> out(v.size());
+  if (!v.empty()) {
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(by % static_cast<int64_t>(v.size()));
+    std::rotate_copy(v.begin(), mid, v.end(), out.begin());
+  }
+  return out;
+}
+
 struct Nvfp4Weight {
   std::vector<uint8_t> q, s;
   float g = 0;
@@ -941,15 +952,24 @@ int bench_main(int argc, char** argv) {
     const double nf_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 64 * 4;
     const double mx_bytes = static_cast<double>(n * k) / 2 + static_cast<double>(n * k) / 32;
     // Distinct weight copies rotated by the GEMV runs: more bytes than the L3.
+    // One weight per format is quantized from random values; the other
+    // copies hold its arrays rotated by c elements (valid codes and scales,
+    // every page different from the other copies' pages, so a host that
+    // merges identical pages cannot make them one), which takes a memcpy's
+    // time instead of drawing n * k normal values per copy (most of the
+    // benchmark's run time at 4096x4096 when every copy was drawn).
     const int64_t copies = std::max<int64_t>(
         2, static_cast<int64_t>(std::ceil(static_cast<double>(o.working_set_mb) * 1048576.0 / nv_bytes)));
     std::vector<Nvfp4Weight> nv;
     std::vector<Nf4Weight> nf;
     std::vector<Mxfp4Weight> mx;
-    for (int64_t c = 0; c < copies; ++c) {
-      nv.push_back(make_nvfp4(n, k, static_cast<uint32_t>(c + 1)));
-      nf.push_back(make_nf4(n, k, static_cast<uint32_t>(c + 100)));
-      mx.push_back(make_mxfp4(n, k, static_cast<uint32_t>(c + 200)));
+    nv.push_back(make_nvfp4(n, k, 1));
+    nf.push_back(make_nf4(n, k, 100));
+    mx.push_back(make_mxfp4(n, k, 200));
+    for (int64_t c = 1; c < copies; ++c) {
+      nv.push_back({rotated(nv[0].q, c), rotated(nv[0].s, c), nv[0].g});
+      nf.push_back({rotated(nf[0].q, c), rotated(nf[0].absmax, c)});
+      mx.push_back({rotated(mx[0].q, c), rotated(mx[0].s, c)});
     }
     int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
     int64_t mss[2] = {n, k / 32};
