@@ -837,8 +837,9 @@ void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
 
 void check_nvfp4_gemv(const kern::KernelTable& t, Coverage& cov) {
   // (K % 128 == 0: the tables' whole-chunk GEMV paths; K % 128 == 64: the
-  // AVX-512 chunk GEMV's last half chunk.)
-  for (int64_t k : {16, 32, 48, 128, 272, 528, 640, 64, 192, 704}) {
+  // AVX-512 chunk GEMV's last half chunk; K % 64 == 32: the AVX2 byte-table
+  // GEMV's last half group.)
+  for (int64_t k : {16, 32, 48, 128, 272, 528, 640, 64, 192, 704, 96, 224}) {
     const int64_t n = 19, n0 = 3, n1 = n;
     NvMatrix mat(n, k, static_cast<uint32_t>(k));
     for (int32_t m = 1; m <= kern::kGemvMaxRows; ++m) {
@@ -1193,7 +1194,8 @@ void warn_skipped_tables() {
 }  // namespace
 
 // The fused GEMV of each table: output (i, j) has one fp32 sequence, so
-// row i of x gives the same bits alone (m = 1) as among m rows, and row j
+// row i of x gives the same bits alone (m = 1) as among m rows (AVX2,
+// NVFP4: among the M of its kernel), and row j
 // of W the same bits in any row range (the kernels group rows of W, and
 // the AVX-512 ones split K into L1-sized blocks once x of m rows is large,
 // keeping the accumulators between blocks). Two K of each format: one
@@ -1239,10 +1241,17 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
           CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
                   return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
                 }) == 0);
+          // (The AVX2 tables' NVFP4 GEMV with K % 32 == 0 has two kernels,
+          // M <= 2 and M = 3-8, each with its own bits: a row of M >= 3 is
+          // compared with the same row alone in a call of 3 rows.)
+          const bool avx2 = t.isa == Q4_ISA_AVX2 || t.isa == Q4_ISA_AVX_VNNI;
+          const int32_t alone = fmt == 0 && avx2 && k % 32 == 0 && m > 2 ? 3 : 1;
           size_t differ = 0;
           for (int32_t i = 0; i < m; ++i) {
-            std::vector<float> one(static_cast<size_t>(n));
-            gemv(x.data() + i * k, 1, 0, n, one.data(), n);
+            std::vector<float> xi, one(static_cast<size_t>(alone * n));
+            for (int32_t a = 0; a < alone; ++a)
+              xi.insert(xi.end(), x.begin() + i * k, x.begin() + (i + 1) * k);
+            gemv(xi.data(), alone, 0, n, one.data(), n);
             differ += same_floats(one.data(), all.data() + i * n, static_cast<size_t>(n)) ? 0 : 1;
           }
           for (int64_t j : {0, 3, 15, 16}) {  // W rows one at a time: no row groups
