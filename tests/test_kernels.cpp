@@ -1194,8 +1194,8 @@ void warn_skipped_tables() {
 }  // namespace
 
 // The fused GEMV of each table: output (i, j) has one fp32 sequence, so
-// row i of x gives the same bits alone (m = 1) as among m rows (AVX2,
-// NVFP4: among the M of its kernel), and row j
+// row i of x gives the same bits alone (m = 1) as among m rows (AVX2:
+// among the M of its kernel), and row j
 // of W the same bits in any row range (the kernels group rows of W, and
 // the AVX-512 ones split K into L1-sized blocks once x of m rows is large,
 // keeping the accumulators between blocks). Two K of each format: one
@@ -1241,11 +1241,11 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
           CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
                   return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
                 }) == 0);
-          // (The AVX2 tables' NVFP4 GEMV with K % 32 == 0 has two kernels,
-          // M <= 2 and M = 3-8, each with its own bits: a row of M >= 3 is
+          // (The AVX2 tables' GEMVs with K % 32 == 0 have two kernels, M <=
+          // 2 and M = 3-8, each with its own bits: a row of M >= 3 is
           // compared with the same row alone in a call of 3 rows.)
           const bool avx2 = t.isa == Q4_ISA_AVX2 || t.isa == Q4_ISA_AVX_VNNI;
-          const int32_t alone = fmt == 0 && avx2 && k % 32 == 0 && m > 2 ? 3 : 1;
+          const int32_t alone = avx2 && k % 32 == 0 && m > 2 ? 3 : 1;
           size_t differ = 0;
           for (int32_t i = 0; i < m; ++i) {
             std::vector<float> xi, one(static_cast<size_t>(alone * n));

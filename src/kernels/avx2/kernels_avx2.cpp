@@ -207,14 +207,16 @@ constexpr int kGemv64RowGroup = 2;
 
 // x rows arranged as above, fp16/bf16 converted: out[((i * groups + g) * 8 +
 // v) * 8 + lane]; K % 64 == 32: the last group's missing half zeros.
-void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out) {
+// elem(v, lane): the element of the group vector v's lane holds (the NVFP4
+// order above, or nf4_elem's).
+template <class Elem>
+void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& elem) {
   const int64_t groups = (k + kX64Group - 1) / kX64Group;
   alignas(32) float tmp[kX64Group];
   __m256i idx[8];
   for (int v = 0; v < 8; ++v) {
-    const int c = v / 4, u = (v / 2) % 2, p = v % 2;
     alignas(32) int32_t e[8];
-    for (int lane = 0; lane < 8; ++lane) e[lane] = 32 * (lane / 4) + 16 * u + 4 * (lane % 4) + 2 * p + c;
+    for (int lane = 0; lane < 8; ++lane) e[lane] = elem(v, lane);
     idx[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
   }
   for (int32_t i = 0; i < m; ++i) {
@@ -349,7 +351,10 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
   if (w.k % 32 == 0 && m <= kGemv64Rows) {
     const int64_t groups = (w.k + kX64Group - 1) / kX64Group;
     AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
-    x64_order(x, ldx, m, w.k, xa.get());
+    x64_order(x, ldx, m, w.k, xa.get(), [](int v, int lane) {
+      const int c = v / 4, u = (v / 2) % 2, p = v % 2;  // (the lane order above)
+      return 32 * (lane / 4) + 16 * u + 4 * (lane % 4) + 2 * p + c;
+    });
     const bool far = rows_to_l2();
     with_rows<kGemv64Rows>(m, [&](auto mm) {
       constexpr int M = decltype(mm)::value;
@@ -418,9 +423,112 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
   }
 }
 
+// The NF4 byte-plane GEMV (M <= kGemv64Rows, K % 32 == 0, blocksize % 32
+// == 0): an NF4 code value is any fp32, so 32 codes become their values by
+// four vpshufb, one per byte of the fp32 (the planes of the codebook), and
+// two rounds of unpacks (bytes to words, words to dwords): 12 shuffle-class
+// operations per 32 weights where the two-permute decode takes 20. Vector
+// q (0-3) of nibble c (0: the low nibbles, element 2j + 1 of byte j; 1: the
+// high ones, element 2j) holds in lane (L, d) the code of byte 16L + 4q +
+// d, element 32L + 8q + 2d + 1 - c of the group (nf4_elem; x arranged to
+// match by x64_order, v = 4c + q). Each 32-element half of a group lies in
+// one absmax block. Per (x row, W row) and group: t_c = v(c,0) x + ... +
+// v(c,3) x for c = 1, 0, then acc += (t_1 + t_0) * absmax: one sequence for
+// any M and R.
+inline int nf4_elem(int v, int lane) {
+  const int c = v / 4, q = v % 4;
+  return 32 * (lane / 4) + 8 * q + 2 * (lane % 4) + 1 - c;
+}
+
+template <int M, int R>
+__attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
+                                               int64_t j0, float* y, int64_t ldy, bool far) {
+  const int64_t k = w.k, rb = k / 2;
+  __m256i plane[4];  // byte b of every code value, in both 128-bit halves
+  {
+    alignas(16) uint8_t pb[4][16];
+    for (int c = 0; c < 16; ++c) {
+      const uint32_t bits = fmt::f32_bits(w.lut[c]);
+      for (int b = 0; b < 4; ++b) pb[b][c] = static_cast<uint8_t>(bits >> (8 * b));
+    }
+    for (int b = 0; b < 4; ++b)
+      plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(pb[b])));
+  }
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  __m256 acc[M][R];
+#pragma GCC unroll 2
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const bool half = (g + 1) * kX64Group > k;
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
+      if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
+      const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
+                                                     _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
+                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      // The absmax of the group's halves (a half group: 0 for the missing
+      // half, whose codes are 0 and x zeros).
+      const int64_t f = (j0 + r) * k + g * kX64Group;
+      const __m256 scale = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : w.absmax[(f + 32) >> w.block_shift]),
+                                           _mm_set1_ps(w.absmax[f >> w.block_shift]));
+      __m256 t[M][2];
+#pragma GCC unroll 2
+      for (int c = 1; c >= 0; --c) {
+        const __m256i idx =
+            c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        const __m256i b0 = _mm256_shuffle_epi8(plane[0], idx), b1 = _mm256_shuffle_epi8(plane[1], idx);
+        const __m256i b2 = _mm256_shuffle_epi8(plane[2], idx), b3 = _mm256_shuffle_epi8(plane[3], idx);
+#pragma GCC unroll 2
+        for (int hh = 0; hh < 2; ++hh) {  // bytes 0-7, then 8-15 of each 128-bit half
+          const __m256i lo16 = hh == 0 ? _mm256_unpacklo_epi8(b0, b1) : _mm256_unpackhi_epi8(b0, b1);
+          const __m256i hi16 = hh == 0 ? _mm256_unpacklo_epi8(b2, b3) : _mm256_unpackhi_epi8(b2, b3);
+          const __m256 val[2] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(lo16, hi16)),
+                                 _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo16, hi16))};
+#pragma GCC unroll 2
+          for (int e = 0; e < 2; ++e) {
+            const int qv = 2 * hh + e;  // vector q of nibble c
+#pragma GCC unroll 2
+            for (int i = 0; i < M; ++i) {
+              const __m256 xv =
+                  _mm256_loadu_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
+              t[i][c] = qv == 0 ? _mm256_mul_ps(val[e], xv) : _mm256_fmadd_ps(val[e], xv, t[i][c]);
+            }
+          }
+        }
+      }
+#pragma GCC unroll 2
+      for (int i = 0; i < M; ++i)
+        acc[i][r] = _mm256_fmadd_ps(_mm256_add_ps(t[i][1], t[i][0]), scale, acc[i][r]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
+  }
+}
+
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  if (m <= kGemv64Rows) {
+    const int64_t groups = (w.k + kX64Group - 1) / kX64Group;
+    AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
+    x64_order(x, ldx, m, w.k, xa.get(), nf4_elem);
+    const bool far = rows_to_l2();
+    with_rows<kGemv64Rows>(m, [&](auto mm) {
+      constexpr int M = decltype(mm)::value;
+      constexpr int R = M == 1 ? kGemv64RowGroup : 1;
+      int64_t j = n0;
+      for (; j + R <= n1; j += R) nf4_gemv64_rows<M, R>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
+      for (; j < n1; ++j) nf4_gemv64_rows<M, 1>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
+    });
+    return;
+  }
   const bool far = rows_to_l2();
   gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
     constexpr int M = decltype(mm)::value;
