@@ -234,6 +234,32 @@ void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& 
   }
 }
 
+// The byte-table GEMV's lane order (above): vector v = 4c + 2u + p.
+inline int nvfp4_elem(int v, int lane) {
+  const int c = v / 4, u = (v / 2) % 2, p = v % 2;
+  return 32 * (lane / 4) + 16 * u + 4 * (lane % 4) + 2 * p + c;
+}
+
+// The driver of the byte-table and byte-plane GEMVs (m <= kGemv64Rows): x
+// reordered once by elem, then rows(M, R, xa, groups, j, y + (j - n0),
+// far) for rows [n0, n1) of W in groups of R (kGemv64RowGroup at M = 1,
+// else 1; the remainder one by one).
+template <class Elem, class Rows>
+void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1, float* y, Elem&& elem,
+            Rows&& rows) {
+  const int64_t groups = (k + kX64Group - 1) / kX64Group;
+  AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
+  x64_order(x, ldx, m, k, xa.get(), elem);
+  const bool far = rows_to_l2();
+  with_rows<kGemv64Rows>(m, [&](auto mm) {
+    constexpr int R = decltype(mm)::value == 1 ? kGemv64RowGroup : 1;
+    int64_t j = n0;
+    for (; j + R <= n1; j += R)
+      rows(mm, std::integral_constant<int, R>{}, xa.get(), groups, j, y + (j - n0), far);
+    for (; j < n1; ++j) rows(mm, std::integral_constant<int, 1>{}, xa.get(), groups, j, y + (j - n0), far);
+  });
+}
+
 // The E4M3 scale codes of blocks [b, b + n) of a row (n <= 8) -> fp32 in
 // sc[0..n), zeros after (the plain bit mapping when all 8 are normal and
 // positive, e4m3_decode8 otherwise).
@@ -349,20 +375,10 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   if (w.k % 32 == 0 && m <= kGemv64Rows) {
-    const int64_t groups = (w.k + kX64Group - 1) / kX64Group;
-    AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
-    x64_order(x, ldx, m, w.k, xa.get(), [](int v, int lane) {
-      const int c = v / 4, u = (v / 2) % 2, p = v % 2;  // (the lane order above)
-      return 32 * (lane / 4) + 16 * u + 4 * (lane % 4) + 2 * p + c;
-    });
-    const bool far = rows_to_l2();
-    with_rows<kGemv64Rows>(m, [&](auto mm) {
-      constexpr int M = decltype(mm)::value;
-      constexpr int R = M == 1 ? kGemv64RowGroup : 1;
-      int64_t j = n0;
-      for (; j + R <= n1; j += R) nvfp4_gemv64_rows<M, R>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
-      for (; j < n1; ++j) nvfp4_gemv64_rows<M, 1>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
-    });
+    gemv64(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
+           [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
+             nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
+           });
     report_scale_signs(w, n0, n1);
     return;
   }
@@ -516,17 +532,10 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
   if (m <= kGemv64Rows) {
-    const int64_t groups = (w.k + kX64Group - 1) / kX64Group;
-    AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
-    x64_order(x, ldx, m, w.k, xa.get(), nf4_elem);
-    const bool far = rows_to_l2();
-    with_rows<kGemv64Rows>(m, [&](auto mm) {
-      constexpr int M = decltype(mm)::value;
-      constexpr int R = M == 1 ? kGemv64RowGroup : 1;
-      int64_t j = n0;
-      for (; j + R <= n1; j += R) nf4_gemv64_rows<M, R>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
-      for (; j < n1; ++j) nf4_gemv64_rows<M, 1>(xa.get(), groups, w, j, y + (j - n0), ldy, far);
-    });
+    gemv64(x, ldx, m, w.k, n0, n1, y, nf4_elem,
+           [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
+             nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
+           });
     return;
   }
   const bool far = rows_to_l2();
