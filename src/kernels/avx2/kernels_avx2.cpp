@@ -225,6 +225,14 @@ void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& 
       const float* src = tmp;
       if (x.type == FType::F32 && len == kX64Group) {
         src = static_cast<const float*>(x.data) + e0;
+      } else if (len == kX64Group) {  // fp16/bf16, converted in registers
+        const auto* u16 = static_cast<const uint16_t*>(x.data) + e0;
+        for (int64_t j = 0; j < kX64Group; j += 8) {
+          const __m128i r = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u16 + j));
+          _mm256_store_ps(tmp + j, x.type == FType::F16 ? _mm256_cvtph_ps(r)
+                                                        : _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                              _mm256_cvtepu16_epi32(r), 16)));
+        }
       } else {
         for (int64_t j = 0; j < kX64Group; ++j) tmp[j] = j < len ? act_elem(x.data, x.type, e0 + j) : 0.0f;
       }
