@@ -157,6 +157,17 @@ constexpr int32_t kI8WeightBias = 12;
 constexpr int32_t kI8MaxMicroRows = 16;
 constexpr int32_t kI8GemvMaxRows = 4;
 constexpr int32_t kI8Nf4Bias = 63;  // NF4 int8 codes in [-63, 63]: vpmaddubsw pairs stay below 2^15
+// Without VNNI a dot product of u8 weights (biased, at most max_biased) and
+// s8 activations (|x| <= 127) is vpmaddubsw (int16 pair sums), vpmaddwd
+// and vpaddd; `terms` vpmaddubsw results may be added in int16 first (one
+// vpmaddwd for all: the same integer, fewer instructions) when their sum
+// cannot leave int16. NVFP4's biased E2M1 (<= 24): up to 5; NF4 (<= 126):
+// 1.
+constexpr int32_t kI8MaxBiasedNvfp4 = 2 * 6 + kI8WeightBias;
+constexpr int32_t kI8MaxBiasedNf4 = 2 * kI8Nf4Bias;
+constexpr bool i8_int16_sums(int32_t max_biased, int32_t terms) {
+  return terms * 2 * 127 * max_biased <= 32767;
+}
 constexpr int32_t kI8Perm[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
 
 struct KernelTable {

@@ -52,6 +52,42 @@ inline __m256i i8y_dot4(__m256i acc, __m256i u8, __m256i s8) {
   }
 }
 
+// i8y_dot4(i8y_dot4(0, e, xe), o, xo), or without VNNI and with weights at
+// most kMaxBiased where two pair sums fit int16 (i8_int16_sums), the two
+// vpmaddubsw added in int16 before one vpmaddwd: the same integers.
+template <bool kVnni, int32_t kMaxBiased>
+inline __m256i i8y_dot8(__m256i e, __m256i xe, __m256i o, __m256i xo) {
+  if constexpr (!kVnni && i8_int16_sums(kMaxBiased, 2)) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(e, xe), _mm256_maddubs_epi16(o, xo)),
+                             _mm256_set1_epi16(1));
+  } else {
+    return i8y_dot4<kVnni>(i8y_dot4<kVnni>(_mm256_setzero_si256(), e, xe), o, xo);
+  }
+}
+
+// acc + the 16-element dot products of w[0..3] (4 bytes each per lane)
+// with the broadcasts of the 4-byte groups at x; without VNNI and with
+// weights where four pair sums fit int16, one vpmaddwd for the four
+// vpmaddubsw (9 instructions instead of 12; the same integers).
+template <bool kVnni, int32_t kMaxBiased>
+inline __m256i i8y_dot16_bcst(__m256i acc, const __m256i (&w)[4], const int8_t* x) {
+  // (each 4-byte group broadcast from memory: a 16-byte load and lane
+  // extracts cost shuffles)
+  const auto bcst = [x](int t) {
+    int32_t x4;
+    std::memcpy(&x4, x + int64_t{4} * t, 4);
+    return _mm256_set1_epi32(x4);
+  };
+  if constexpr (!kVnni && i8_int16_sums(kMaxBiased, 4)) {
+    __m256i s16 = _mm256_maddubs_epi16(w[0], bcst(0));
+    for (int t = 1; t < 4; ++t) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[t], bcst(t)));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+  } else {
+    for (int t = 0; t < 4; ++t) acc = i8y_dot4<kVnni>(acc, w[t], bcst(t));
+    return acc;
+  }
+}
+
 // The 4x4 dword transpose inside the 128-bit lanes: dword p of lane L of
 // T[d] = dword d of lane L of z[p]. With rows g and g + 4 in the two lanes
 // of z[g], T[d] holds dword d of the 8 rows in order (the panel packer and
@@ -87,8 +123,9 @@ inline __m256 i8y_e4m3_decode8(__m256i c) {
 struct I8yNvfp4 {
   const NvWeights& w;
   int64_t kb;
-  I8yNvfp4(const NvWeights& wt) : w(wt), kb(wt.k / 16) {}  // NOLINT(google-explicit-constructor)
-  static constexpr bool kEvenLow = true;                   // element 2j in the low nibble
+  I8yNvfp4(const NvWeights& wt) : w(wt), kb(wt.k / 16) {}   // NOLINT(google-explicit-constructor)
+  static constexpr bool kEvenLow = true;                    // element 2j in the low nibble
+  static constexpr int32_t kMaxBiased = kI8MaxBiasedNvfp4;  // the largest biased weight
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nvfp4_scale_span(w, r0, n, bytes);
@@ -107,8 +144,9 @@ struct I8yNvfp4 {
 
 struct I8yNf4 {
   const Nf4Weights& w;
-  I8yNf4(const Nf4Weights& wt) : w(wt) {}  // NOLINT(google-explicit-constructor)
-  static constexpr bool kEvenLow = false;  // element 2j in the high nibble
+  I8yNf4(const Nf4Weights& wt) : w(wt) {}                 // NOLINT(google-explicit-constructor)
+  static constexpr bool kEvenLow = false;                 // element 2j in the high nibble
+  static constexpr int32_t kMaxBiased = kI8MaxBiasedNf4;  // the largest biased weight
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nf4_scale_span(w, r0, n, bytes);
@@ -191,8 +229,8 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
           const int8_t* xp = xs_split + (i * chunks + c) * 64;
           const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
           const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
-          const __m256i A = i8y_dot4<kVnni>(i8y_dot4<kVnni>(_mm256_setzero_si256(), ea, xlo), oa, xhi);
-          const __m256i B = i8y_dot4<kVnni>(i8y_dot4<kVnni>(_mm256_setzero_si256(), eb, xlo), ob, xhi);
+          const __m256i A = i8y_dot8<kVnni, Fmt::kMaxBiased>(ea, xlo, oa, xhi);
+          const __m256i B = i8y_dot8<kVnni, Fmt::kMaxBiased>(eb, xlo, ob, xhi);
           // qword q = (block q of row 2p, block q of row 2p+1)
           C[i][p] = _mm256_add_epi32(_mm256_blend_epi32(A, B, 0xaa),
                                      _mm256_shuffle_epi32(_mm256_blend_epi32(A, B, 0x55), 0xb1));
@@ -303,12 +341,8 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
         const __m256 wsc = _mm256_load_ps(sc[h * 2 + e]);
         const int8_t* xb = xq + b * M * 16;
         for (int64_t i = 0; i < M; ++i) {
-          __m256i d = _mm256_set1_epi32(xc[b * M + i]);
-          for (int64_t t = 0; t < 4; ++t) {
-            int32_t x4;
-            std::memcpy(&x4, xb + i * 16 + 4 * t, 4);
-            d = i8y_dot4<kVnni>(d, wv[t], _mm256_set1_epi32(x4));
-          }
+          const __m256i d =
+              i8y_dot16_bcst<kVnni, Fmt::kMaxBiased>(_mm256_set1_epi32(xc[b * M + i]), wv, xb + i * 16);
           const __m256 pr = _mm256_mul_ps(_mm256_set1_ps(xs[b * M + i]), wsc);
           acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pr, acc[i]);
         }
