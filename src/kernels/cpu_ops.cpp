@@ -234,11 +234,15 @@ bool i8_runs_gemv(const KernelTable& kt, int64_t m, int64_t k, bool use_gemv) {
 // GEMV and panels compute the same fixed sequence, so the bits do not
 // depend on the path. seen(n0, n1): called by each panel task for its
 // weight rows (the GEMV entries check their own: NvWeights::signs).
+// small: the packer's biased weights are at most kI8MaxBiasedNvfp4 (the
+// table's i8_micro_small / i8_micro2_small then run, where it has them).
 template <class Gemv, class Pack, class Seen>
 void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
-                float* y, int32_t threads, bool use_gemv, const Gemv& gemv, const Pack& pack,
+                float* y, int32_t threads, bool use_gemv, bool small, const Gemv& gemv, const Pack& pack,
                 const Seen& seen) {
   const int64_t kb = k / 16;
+  const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
+  const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
   if (i8_runs_gemv(kt, m, k, use_gemv)) {
     const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
@@ -281,12 +285,12 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
             const uint8_t* pq = wq.data() + (p - p0) * wq_bytes;
             const float* ps = ws.data() + (p - p0) * ws_floats;
             float* yp = y + i * n + p * kI8PanelNr;
-            if (kt.i8_micro2 != nullptr && p + 1 < p1 && rows_of(p) == kI8PanelNr) {
-              kt.i8_micro2(xq, a.ldq, xs, xc, a.lds, mr, pq, wq_bytes, ps, ws_floats, nb, yp, n,
-                           rows_of(p + 1), b0 > 0);
+            if (micro2 != nullptr && p + 1 < p1 && rows_of(p) == kI8PanelNr) {
+              micro2(xq, a.ldq, xs, xc, a.lds, mr, pq, wq_bytes, ps, ws_floats, nb, yp, n, rows_of(p + 1),
+                     b0 > 0);
               p += 2;
             } else {
-              kt.i8_micro(xq, a.ldq, xs, xc, a.lds, mr, pq, ps, nb, yp, n, rows_of(p), b0 > 0);
+              micro(xq, a.ldq, xs, xc, a.lds, mr, pq, ps, nb, yp, n, rows_of(p), b0 > 0);
               ++p;
             }
           }
@@ -309,7 +313,7 @@ void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, 
   NvWeights wg = w;
   wg.signs = signs;
   i8_product(
-      kt, a, m, w.k, n, post, y, threads, use_gemv,
+      kt, a, m, w.k, n, post, y, threads, use_gemv, true,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
         // (the integer GEMV reads E8M0 at any K it takes)
         gemv_rows(kt.reads_e8m0, wg, n0, n1, [&](const NvWeights& wl, int64_t j0, int64_t j1, int64_t r0) {
@@ -402,7 +406,7 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
   I8Activations a;
   quantize_activations(kt, x, m, w.k, kI8Nf4Bias, a, threads);
   i8_product(
-      kt, a, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr,
+      kt, a, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr, false,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
         kt.i8_gemv_nf4(a.q.data() + i0 * a.ldq, a.ldq, a.s.data() + i0 * a.lds, a.c.data() + i0 * a.lds,
                        a.lds, mm, w, code.biased, n0, n1, code.post, yy, n);

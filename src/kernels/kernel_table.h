@@ -290,6 +290,18 @@ struct KernelTable {
   void (*i8_micro2)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                     int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
                     int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) = nullptr;
+  // Optional (null: i8_micro and i8_micro2): the same for panels whose
+  // biased weights are at most kI8MaxBiasedNvfp4 (i8_pack_nvfp4's: NVFP4,
+  // MXFP4 and W4A4), which may add the int16 pair sums of a block before
+  // widening them (i8_int16_sums); only beside the table's own i8_micro (a
+  // table derived from another resets them with its micro-kernel).
+  void (*i8_micro_small)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                         int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
+                         int32_t nr, bool accumulate) = nullptr;
+  void (*i8_micro2_small)(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                          int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws,
+                          int64_t ws_stride, int64_t nb, float* y, int64_t ldy, int32_t nr2,
+                          bool accumulate) = nullptr;
   // Optional (null: the drivers use pack + micro): the same fixed sequence
   // for m <= i8_gemv_max_m rows straight from the NVFP4 weight, rows j in
   // [n0, n1), y[i*ldy + (j - n0)] = acc * post; requires k % 128 == 0

@@ -107,7 +107,12 @@ KernelTable complete_table(KernelTable t) {
     t.i8_pack_nvfp4 = nullptr;
     t.i8_micro = nullptr;
   }
-  if (t.i8_micro == nullptr) t.i8_micro2 = nullptr;  // (only beside the ISA's own micro-kernel)
+  if (t.i8_micro == nullptr) {  // (only beside the ISA's own micro-kernel)
+    t.i8_micro2 = nullptr;
+    t.i8_micro_small = nullptr;
+    t.i8_micro2_small = nullptr;
+  }
+  if (t.i8_micro2 == nullptr) t.i8_micro2_small = nullptr;
   if (t.i8_micro != nullptr || t.isa == Q4_ISA_SCALAR) t.i8_native = true;
   // (A table copied from a completed one carries its packer: compare with
   // the portable one rather than with null.)

@@ -98,7 +98,7 @@ void i8_pack_nf4_avx2(const Nf4Weights& w, const uint8_t* code, int64_t n0, int3
   i8_nf4_panel_scales(w, n0, rows, b0, nb, ws);
 }
 
-template <int MR>
+template <int MR, int32_t kMaxBiased>
 inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc,
                                int64_t ldxs, const uint8_t* wq, const float* ws, int64_t nb, float* y,
                                int64_t ldy, int32_t nr, bool accumulate) {
@@ -122,17 +122,41 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
     __m256i d[MR][2];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
+    if constexpr (i8_int16_sums(kMaxBiased, 4)) {
+      // (small weights: the block's four pair sums in int16, one vpmaddwd)
+      __m256i s16[MR][2];
 #pragma GCC unroll 4
-    for (int64_t t = 0; t < 4; ++t) {
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+      for (int64_t t = 0; t < 4; ++t) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          int32_t x4;
+          std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
+          const __m256i xv = _mm256_set1_epi32(x4);
+          const __m256i p0 = _mm256_maddubs_epi16(w0, xv), p1 = _mm256_maddubs_epi16(w1, xv);
+          s16[i][0] = t == 0 ? p0 : _mm256_add_epi16(s16[i][0], p0);
+          s16[i][1] = t == 0 ? p1 : _mm256_add_epi16(s16[i][1], p1);
+        }
+      }
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
-        int32_t x4;
-        std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
-        const __m256i xv = _mm256_set1_epi32(x4);
-        d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv), ones));
-        d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv), ones));
+        d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(s16[i][0], ones));
+        d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(s16[i][1], ones));
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int64_t t = 0; t < 4; ++t) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          int32_t x4;
+          std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
+          const __m256i xv = _mm256_set1_epi32(x4);
+          d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv), ones));
+          d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv), ones));
+        }
       }
     }
     const __m256 ws0 = _mm256_loadu_ps(ws + b * 16), ws1 = _mm256_loadu_ps(ws + b * 16 + 8);
@@ -178,11 +202,15 @@ double i8_probe_avx2(int64_t iters) {
   return static_cast<double>(iters) * 8 * 32 * 2;
 }
 
+// kMaxBiased: the largest biased weight of the panels (the NVFP4 packer's
+// for KernelTable::i8_micro_small).
+template <int32_t kMaxBiased = kI8MaxBiasedNf4>
 void i8_micro_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                    int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
                    int32_t nr, bool accumulate) {
   with_rows<kI8MR2>(mr, [&](auto rows) {
-    i8_micro_avx2_rows<decltype(rows)::value>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr, accumulate);
+    i8_micro_avx2_rows<decltype(rows)::value, kMaxBiased>(xq, ldxq, xs, xc, ldxs, wq, ws, nb, y, ldy, nr,
+                                                          accumulate);
   });
 }
 

@@ -1215,7 +1215,8 @@ const KernelTable& avx2_table() {
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;
     f.i8_pack_nvfp4 = i8_pack_nvfp4_avx2;
-    f.i8_micro = i8_micro_avx2;
+    f.i8_micro = i8_micro_avx2<>;
+    f.i8_micro_small = i8_micro_avx2<kI8MaxBiasedNvfp4>;
     f.i8_micro_mr = kI8MR2;
     f.i8_quantize_act = i8_quantize_act_avx2;
     f.i8_probe = i8_probe_avx2;

@@ -202,7 +202,7 @@ inline void i8_pack_nf4_avx512(const Nf4Weights& w, const uint8_t* code, int64_t
 // half the loads per dot product). Panel h at wq + h * wq_stride and ws + h
 // * ws_stride, its outputs at y + 16 h; every panel but the last is full,
 // the last has nr rows. The per-output sequence does not depend on P.
-template <int MR, int P, bool kVnni>
+template <int MR, int P, bool kVnni, int32_t kMaxBiased = kI8MaxBiasedNf4>
 inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                           const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
                           int64_t nb, float* y, int64_t ldy, int32_t nr, bool accumulate) {
@@ -228,14 +228,30 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
       __m512i d[P];
       for (int h = 0; h < P; ++h) d[h] = _mm512_set1_epi32(xc[i * ldxs + b]);
       // u8 (<= 126) x s8 (|x| <= 127) pairs: no int16 saturation without VNNI.
-      for (int64_t t = 0; t < 4; ++t) {
-        if constexpr (kVnni && P > 1) {  // one broadcast register for the P dot products
+      if constexpr (!kVnni && i8_int16_sums(kMaxBiased, 4)) {
+        // (small weights: the block's four pair sums in int16, one vpmaddwd)
+        __m512i s16[P];
+        for (int64_t t = 0; t < 4; ++t) {
           int32_t x4;
           std::memcpy(&x4, xb + 4 * t, 4);
           const __m512i xv = _mm512_set1_epi32(x4);
-          for (int h = 0; h < P; ++h) d[h] = i8_dot4<kVnni>(d[h], wv[h][t], xv);
-        } else {
-          for (int h = 0; h < P; ++h) d[h] = i8_dot4_bcst<kVnni>(d[h], wv[h][t], xb + 4 * t);
+          for (int h = 0; h < P; ++h) {
+            const __m512i pr2 = _mm512_maddubs_epi16(wv[h][t], xv);
+            s16[h] = t == 0 ? pr2 : _mm512_add_epi16(s16[h], pr2);
+          }
+        }
+        for (int h = 0; h < P; ++h)
+          d[h] = _mm512_add_epi32(d[h], _mm512_madd_epi16(s16[h], _mm512_set1_epi16(1)));
+      } else {
+        for (int64_t t = 0; t < 4; ++t) {
+          if constexpr (kVnni && P > 1) {  // one broadcast register for the P dot products
+            int32_t x4;
+            std::memcpy(&x4, xb + 4 * t, 4);
+            const __m512i xv = _mm512_set1_epi32(x4);
+            for (int h = 0; h < P; ++h) d[h] = i8_dot4<kVnni>(d[h], wv[h][t], xv);
+          } else {
+            for (int h = 0; h < P; ++h) d[h] = i8_dot4_bcst<kVnni>(d[h], wv[h][t], xb + 4 * t);
+          }
         }
       }
       const __m512 xsv = _mm512_set1_ps(xs[i * ldxs + b]);
@@ -249,23 +265,25 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
   }
 }
 
-template <bool kVnni>
+// kMaxBiased: the largest biased weight of the panels (the NVFP4 packer's
+// for KernelTable::i8_micro_small / i8_micro2_small).
+template <bool kVnni, int32_t kMaxBiased = kI8MaxBiasedNf4>
 void i8_micro2_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                       int32_t mr, const uint8_t* wq, int64_t wq_stride, const float* ws, int64_t ws_stride,
                       int64_t nb, float* y, int64_t ldy, int32_t nr2, bool accumulate) {
   with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
-    i8_micro_rows<decltype(rows)::value, 2, kVnni>(xq, ldxq, xs, xc, ldxs, wq, wq_stride, ws, ws_stride, nb,
-                                                   y, ldy, nr2, accumulate);
+    i8_micro_rows<decltype(rows)::value, 2, kVnni, kMaxBiased>(xq, ldxq, xs, xc, ldxs, wq, wq_stride, ws,
+                                                               ws_stride, nb, y, ldy, nr2, accumulate);
   });
 }
 
-template <bool kVnni>
+template <bool kVnni, int32_t kMaxBiased = kI8MaxBiasedNf4>
 void i8_micro_avx512(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
                      int32_t mr, const uint8_t* wq, const float* ws, int64_t nb, float* y, int64_t ldy,
                      int32_t nr, bool accumulate) {
   with_rows<kI8MR<kVnni>>(mr, [&](auto rows) {
-    i8_micro_rows<decltype(rows)::value, 1, kVnni>(xq, ldxq, xs, xc, ldxs, wq, 0, ws, 0, nb, y, ldy, nr,
-                                                   accumulate);
+    i8_micro_rows<decltype(rows)::value, 1, kVnni, kMaxBiased>(xq, ldxq, xs, xc, ldxs, wq, 0, ws, 0, nb, y,
+                                                               ldy, nr, accumulate);
   });
 }
 

@@ -1548,6 +1548,8 @@ const KernelTable& avx512_table() {
     f.i8_micro = i8_micro_avx512<false>;
     f.i8_micro_mr = kI8MR<false>;
     f.i8_micro2 = i8_micro2_avx512<false>;
+    f.i8_micro_small = i8_micro_avx512<false, kI8MaxBiasedNvfp4>;
+    f.i8_micro2_small = i8_micro2_avx512<false, kI8MaxBiasedNvfp4>;
     f.i8_quantize_act = i8_quantize_act_avx512;
     f.i8_probe = i8_probe_avx512<false>;
     const bool to_l2 = rows_to_l2();

@@ -20,6 +20,8 @@ const KernelTable& avx512_vnni_table() {
     f.i8_micro = i8_micro_avx512<true>;
     f.i8_micro_mr = kI8MR<true>;
     f.i8_micro2 = i8_micro2_avx512<true>;
+    f.i8_micro_small = nullptr;  // (vpdpbusd widens as it adds)
+    f.i8_micro2_small = nullptr;
     f.i8_probe = i8_probe_avx512<true>;
     const bool to_l2 = rows_to_l2();
     f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<true, true> : i8_gemv_avx512<true, false>;

@@ -19,6 +19,7 @@ const KernelTable& avx_vnni_table() {
     f.i8_fast_max_m = 0;  // the VNNI micro-kernel beats exact at every M measured
     f.exact_isa = Q4_ISA_AVX2;
     f.i8_micro = i8_micro_avxvnni;
+    f.i8_micro_small = nullptr;  // (vpdpbusd widens as it adds)
     f.i8_micro_mr = kI8MRVnni256;
     f.i8_probe = i8_probe_avxvnni;
     f.i8_gemv_nvfp4 = i8_gemv_nvfp4_avx2<true>;
