@@ -122,41 +122,34 @@ inline void i8_micro_avx2_rows(const int8_t* xq, int64_t ldxq, const float* xs, 
     __m256i d[MR][2];
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) d[i][0] = d[i][1] = _mm256_set1_epi32(xc[i * ldxs + b]);
-    if constexpr (i8_int16_sums(kMaxBiased, 4)) {
-      // (small weights: the block's four pair sums in int16, one vpmaddwd)
-      __m256i s16[MR][2];
+    // Small weights (i8_int16_sums): the block's four pair sums added in
+    // int16, one vpmaddwd after the last; otherwise one per pair sum.
+    constexpr bool kInt16 = i8_int16_sums(kMaxBiased, 4);
+    __m256i s16[MR][2];
 #pragma GCC unroll 4
-      for (int64_t t = 0; t < 4; ++t) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
+    for (int64_t t = 0; t < 4; ++t) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
 #pragma GCC unroll 16
-        for (int i = 0; i < MR; ++i) {
-          int32_t x4;
-          std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
-          const __m256i xv = _mm256_set1_epi32(x4);
-          const __m256i p0 = _mm256_maddubs_epi16(w0, xv), p1 = _mm256_maddubs_epi16(w1, xv);
+      for (int i = 0; i < MR; ++i) {
+        int32_t x4;
+        std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
+        const __m256i xv = _mm256_set1_epi32(x4);
+        const __m256i p0 = _mm256_maddubs_epi16(w0, xv), p1 = _mm256_maddubs_epi16(w1, xv);
+        if constexpr (kInt16) {
           s16[i][0] = t == 0 ? p0 : _mm256_add_epi16(s16[i][0], p0);
           s16[i][1] = t == 0 ? p1 : _mm256_add_epi16(s16[i][1], p1);
+        } else {
+          d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(p0, ones));
+          d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(p1, ones));
         }
       }
+    }
+    if constexpr (kInt16) {
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(s16[i][0], ones));
         d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(s16[i][1], ones));
-      }
-    } else {
-#pragma GCC unroll 4
-      for (int64_t t = 0; t < 4; ++t) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + t * 64 + 32));
-#pragma GCC unroll 16
-        for (int i = 0; i < MR; ++i) {
-          int32_t x4;
-          std::memcpy(&x4, xq + i * ldxq + b * 16 + 4 * t, 4);
-          const __m256i xv = _mm256_set1_epi32(x4);
-          d[i][0] = _mm256_add_epi32(d[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xv), ones));
-          d[i][1] = _mm256_add_epi32(d[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xv), ones));
-        }
       }
     }
     const __m256 ws0 = _mm256_loadu_ps(ws + b * 16), ws1 = _mm256_loadu_ps(ws + b * 16 + 8);
