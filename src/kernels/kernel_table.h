@@ -360,7 +360,8 @@ struct KernelTable {
   int32_t gemv_chunk_max_m_k64 = 0;
   // Whether the integer GEMV entries also take k % 128 == 64 (a last half
   // chunk: the AVX-512 tables, whose direct GEMV steps 32 elements at a
-  // time, and the NEON dotprod / i8mm tables, 64 at a time). Without it
+  // time, the AVX2 and AVX-VNNI tables and the NEON dotprod / i8mm
+  // tables, 64 at a time). Without it
   // such a K runs the packed panels, at M = 1-2 slower than the exact GEMV
   // (gpt-oss's K = 2880, Zen 5: 2.1x the time of K = 2816).
   bool i8_gemv_k64 = false;

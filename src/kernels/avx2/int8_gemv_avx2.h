@@ -407,7 +407,7 @@ template <bool kVnni, class Fmt>
 void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
               const Fmt& f, const uint8_t* lut16, int64_t k, int64_t n0, int64_t n1, float post, float* y,
               int64_t ldy) {
-  // k % 64 == 0 (the drivers check k % 128).
+  // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64).
   if (m > 1)
     return i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
   std::vector<int8_t> split(static_cast<size_t>(int64_t{m} * k));
