@@ -109,12 +109,42 @@ constexpr int gemv_row_group() {
   return M <= 2 ? 4 : (M <= 4 ? 2 : 1);
 }
 
+// x rows for the permute GEMVs, block-major: the 16 elements of block b of
+// row i at xb + (b * m + i) * 16, its 8 even elements first, then the 8
+// odd ones (fp16/bf16 converted), so that a kernel reaches every row's
+// vectors of a block at constant offsets from one pointer. (With the rows
+// apart, x + i * stride for 8 rows and 2 halves took more general
+// registers than x86 has: GCC reloaded each address from the stack, three
+// scalar instructions per FMA, and those bound the kernel.) Then
+// body(std::integral_constant<int, M>, xb) with M = m.
+template <class Body>
+void gemv_blocked(ActRows x, int64_t ldx, int32_t m, int64_t k, Body&& body) {
+  const int64_t ld = split_stride(k), nb = k / 16;
+  AlignedFloats split = aligned_floats(int64_t{2} * m * ld);
+  float* xe = split.get();
+  float* xo = xe + m * ld;
+  deinterleave(x, ldx, m, k, xe, xo);
+  AlignedFloats blocked = aligned_floats(nb * m * 16);
+  float* xb = blocked.get();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int32_t i = 0; i < m; ++i) {
+      float* dst = xb + (b * m + i) * 16;
+      _mm256_store_ps(dst, _mm256_loadu_ps(xe + i * ld + b * 8));
+      _mm256_store_ps(dst + 8, _mm256_loadu_ps(xo + i * ld + b * 8));
+    }
+  }
+  with_rows<kGemvMaxRows>(m, [&](auto mm) { body(mm, static_cast<const float*>(xb)); });
+}
+
 // Rows j0 .. j0+R-1 of an NVFP4 GEMV; y[i*ldy + r] for row j0 + r. Block
-// b: 8 bytes, element 2j in the low nibble of byte j; xe/xo hold x's even
-// and odd elements, so a block is one even and one odd vector of 8.
+// b: 8 bytes, element 2j in the low nibble of byte j; xb holds x block-major
+// (gemv_blocked), so a block is one even and one odd vector of 8 per row of
+// x. Both weight vectors are multiplied by the block's scale first (exact:
+// E2M1 and E4M3 have 2 and 4 significant bits), then FMA'd into the (x
+// row, W row) accumulator, even then odd: two FMAs per 16 products where a
+// product of the sums by the scale took three instructions.
 template <int M, int R>
-void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeights& w, int64_t j0, float* y,
-                     int64_t ldy, bool far) {
+void nvfp4_gemv_rows(const float* xb, const NvWeights& w, int64_t j0, float* y, int64_t ldy, bool far) {
   const int64_t k = w.k;
   const int64_t nblocks = k / 16;
   const __m256 lut = e2m1_mag_lut();
@@ -125,7 +155,9 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
     s[r] = w.s + (j0 + r) * nblocks;
   }
   __m256 acc[M][R];
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
   }
   // Groups of 8 blocks share one vector scale decode, kept in L1 and
@@ -151,14 +183,14 @@ void nvfp4_gemv_rows(const float* xe, const float* xo, int64_t h, const NvWeight
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q[r] + e)));
-        const __m256 ve = e2m1_decode8(d, lut);
-        const __m256 vo = e2m1_decode8(_mm256_srli_epi32(d, 4), lut);
         const __m256 scale = _mm256_broadcast_ss(&sc[r][b]);
+        const __m256 ve = _mm256_mul_ps(e2m1_decode8(d, lut), scale);
+        const __m256 vo = _mm256_mul_ps(e2m1_decode8(_mm256_srli_epi32(d, 4), lut), scale);
+        const float* xv = xb + (b0 + b) * (M * 16);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
-          const __m256 t = _mm256_fmadd_ps(vo, _mm256_loadu_ps(xo + i * h + e),
-                                           _mm256_mul_ps(ve, _mm256_loadu_ps(xe + i * h + e)));
-          acc[i][r] = _mm256_fmadd_ps(t, scale, acc[i][r]);
+          acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + i * 16), acc[i][r]);
+          acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + i * 16 + 8), acc[i][r]);
         }
       }
     }
@@ -391,10 +423,10 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
     return;
   }
   const bool far = rows_to_l2();
-  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+  gemv_blocked(x, ldx, m, w.k, [&](auto mm, const float* xb) {
     constexpr int M = decltype(mm)::value;
     gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
-      nvfp4_gemv_rows<M, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy, far);
+      nvfp4_gemv_rows<M, decltype(rr)::value>(xb, w, j, yj, ldy, far);
     });
   });
   report_scale_signs(w, n0, n1);
@@ -403,10 +435,12 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
 // NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0
 // and blocksize >= 32, so each 16-element step lies in one absmax block,
 // whose value is broadcast straight from memory; the 16-entry codebook is
-// two 8-entry permutes and a blend on bit 3.
+// two 8-entry permutes and a blend on bit 3. Rows j0 .. j0+R-1 over x
+// block-major (gemv_blocked); each step's 16 code values are multiplied by
+// the absmax first (the dequantized weights, one rounding as the
+// reference's), then FMA'd even then odd (as NVFP4's).
 template <int M, int R>
-void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights& w, int64_t j0, float* y,
-                   int64_t ldy, bool far) {
+void nf4_gemv_rows(const float* xb, const Nf4Weights& w, int64_t j0, float* y, int64_t ldy, bool far) {
   const int64_t k = w.k;
   const __m256 lut_lo = _mm256_loadu_ps(w.lut);
   const __m256 lut_hi = _mm256_loadu_ps(w.lut + 8);
@@ -416,7 +450,9 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
   };
   __m256 acc[M][R];
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
   }
   const int64_t f0 = j0 * k;
@@ -429,14 +465,14 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
     for (int r = 0; r < R; ++r) {
       const int64_t f = f0 + r * k + c;
       const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q + f / 2)));
-      const __m256 ve = decode(_mm256_srli_epi32(d, 4));
-      const __m256 vo = decode(d);
       const __m256 sc = _mm256_broadcast_ss(w.absmax + (f >> w.block_shift));
+      const __m256 ve = _mm256_mul_ps(decode(_mm256_srli_epi32(d, 4)), sc);  // the dequantized values
+      const __m256 vo = _mm256_mul_ps(decode(d), sc);
+      const float* xv = xb + c * M;  // block c / 16
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
-        const __m256 t = _mm256_fmadd_ps(vo, _mm256_loadu_ps(xo + i * h + c / 2),
-                                         _mm256_mul_ps(ve, _mm256_loadu_ps(xe + i * h + c / 2)));
-        acc[i][r] = _mm256_fmadd_ps(t, sc, acc[i][r]);
+        acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + i * 16), acc[i][r]);
+        acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + i * 16 + 8), acc[i][r]);
       }
     }
   }
@@ -547,10 +583,10 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
     return;
   }
   const bool far = rows_to_l2();
-  gemv_even_odd(x, ldx, m, w.k, deinterleave, [&](auto mm, const float* xe, const float* xo, int64_t h) {
+  gemv_blocked(x, ldx, m, w.k, [&](auto mm, const float* xb) {
     constexpr int M = decltype(mm)::value;
     gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
-      nf4_gemv_rows<M, decltype(rr)::value>(xe, xo, h, w, j, yj, ldy, far);
+      nf4_gemv_rows<M, decltype(rr)::value>(xb, w, j, yj, ldy, far);
     });
   });
 }
