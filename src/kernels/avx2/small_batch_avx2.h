@@ -52,23 +52,25 @@ struct SbAvx2 {
     return _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);
   }
 
-  // Codes (low 4 bits, sign in bit 3) -> signed values of an 8-entry magnitude LUT.
-  static __m256 signed8(__m256i codes, __m256 mag_lut) {
-    const __m256 mag = _mm256_permutevar8x32_ps(mag_lut, codes);
-    const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(codes, 28), _mm256_set1_epi32(INT32_MIN));
-    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
-  }
-
+  // A block's 16 codes in element order (the low and high nibbles of its
+  // 8 bytes interleaved) become 2 * E2M1 as int8 by one vpshufb, then fp32
+  // (exact), times scale / 2: the same values e2m1 * scale (both products
+  // exact), except that code 8 (-0) gives +0, which no product's sum can
+  // tell apart from -0 (the accumulators start at +0). 16 instructions a
+  // block where the per-dword permute decode took 22.
   static void decode_nvfp4(const uint8_t* q, const uint8_t* s, int64_t nblocks, float* dst) {
-    const __m256 lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-    const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i nib = _mm_set1_epi8(0x0f);
     const float* e4m3 = sb_e4m3_table();
     for (int64_t b = 0; b < nblocks; ++b) {
-      const __m256 sc = _mm256_set1_ps(e4m3[s[b]]);
-      for (int64_t h = 0; h < 2; ++h) {
-        const __m256 v = signed8(nibbles8(q + b * 8 + h * 4, shifts), lut);
-        _mm256_storeu_ps(dst + b * 16 + h * 8, _mm256_mul_ps(v, sc));
-      }
+      const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 8));
+      const __m128i codes =
+          _mm_unpacklo_epi8(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+      const __m128i x2 = _mm_shuffle_epi8(lut, codes);
+      const __m256 sc = _mm256_set1_ps(e4m3[s[b]] * 0.5f);
+      _mm256_storeu_ps(dst + b * 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x2)), sc));
+      _mm256_storeu_ps(dst + b * 16 + 8,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x2, 8))), sc));
     }
   }
 
