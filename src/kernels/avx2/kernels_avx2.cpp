@@ -186,11 +186,11 @@ void nvfp4_gemv_rows(const float* xb, const NvWeights& w, int64_t j0, float* y, 
         const __m256 scale = _mm256_broadcast_ss(&sc[r][b]);
         const __m256 ve = _mm256_mul_ps(e2m1_decode8(d, lut), scale);
         const __m256 vo = _mm256_mul_ps(e2m1_decode8(_mm256_srli_epi32(d, 4), lut), scale);
-        const float* xv = xb + (b0 + b) * (M * 16);
+        const float* xv = xb + (b0 + b) * (int64_t{16} * M);
 #pragma GCC unroll 8
         for (int i = 0; i < M; ++i) {
-          acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + i * 16), acc[i][r]);
-          acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + i * 16 + 8), acc[i][r]);
+          acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + int64_t{16} * i), acc[i][r]);
+          acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + int64_t{16} * i + 8), acc[i][r]);
         }
       }
     }
@@ -471,8 +471,8 @@ void nf4_gemv_rows(const float* xb, const Nf4Weights& w, int64_t j0, float* y, i
       const float* xv = xb + c * M;  // block c / 16
 #pragma GCC unroll 8
       for (int i = 0; i < M; ++i) {
-        acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + i * 16), acc[i][r]);
-        acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + i * 16 + 8), acc[i][r]);
+        acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + int64_t{16} * i), acc[i][r]);
+        acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + int64_t{16} * i + 8), acc[i][r]);
       }
     }
   }
