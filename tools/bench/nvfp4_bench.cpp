@@ -918,7 +918,10 @@ int bench_main(int argc, char** argv) {
 
   json results = json::array();
   auto want = [&](const std::string& c) {
-    return o.only.empty() || o.only == c || (o.only == "products" && (c == "gemv" || c == "gemm"));
+    // (--only f32: the products with OpenBLAS sgemm beside them; it is
+    // measured inside their loop, on the same x and y.)
+    return o.only.empty() || o.only == c ||
+           ((o.only == "products" || o.only == "f32") && (c == "gemv" || c == "gemm"));
   };
   const int reps = o.quick ? 3 : o.reps;
 
@@ -1166,8 +1169,8 @@ int bench_main(int argc, char** argv) {
           limit_of(ms, mx_bytes, true));
       // OpenBLAS sgemm on the fp32 weights of the same shape (compute reference).
       if (sgemm != nullptr && want("f32") && (!o.quick || m == 64)) {
-        static std::vector<float> wf;
-        wf = random_vec(n * k, 9, 0.02f);
+        static std::vector<float> wf;  // (drawn once per shape: the same seed gives the same values)
+        if (wf.size() != static_cast<size_t>(n * k)) wf = random_vec(n * k, 9, 0.02f);
         ms = median_ms(r, [&](int) {
           sgemm(101, 111, 112, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, x.data(),
                 static_cast<int>(k), wf.data(), static_cast<int>(k), 0.0f, y.data(), static_cast<int>(n));
