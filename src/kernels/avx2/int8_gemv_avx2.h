@@ -136,8 +136,18 @@ struct I8yNvfp4 {
                                            _mm256_set1_epi32(static_cast<int32_t>(kb)));
     const __m256i g =
         _mm256_i32gather_epi32(reinterpret_cast<const int*>(w.s + j0 * kb + c * 4), idx, 1);  // 4 codes a row
+    // Every code a normal positive E4M3 (0x08 .. 0x7e: code - 8 <= 0x76 as
+    // an unsigned byte), the usual case: the fp32 bits are (code << 20) +
+    // (120 << 23), the value i8y_e4m3_decode8 gives, in 2 instructions
+    // instead of 12.
+    const __m256i t = _mm256_sub_epi8(g, _mm256_set1_epi8(8));
+    const bool normal = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, _mm256_set1_epi8(0x76)),
+                                                               _mm256_set1_epi8(0x76))) == -1;
     for (int q = 0; q < 4; ++q) {
-      sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
+      const __m256i code = _mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff));
+      sc[q] = normal ? _mm256_castsi256_ps(
+                           _mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32(120 << 23)))
+                     : i8y_e4m3_decode8(code);
     }
   }
 };
