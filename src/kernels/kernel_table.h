@@ -343,9 +343,9 @@ struct KernelTable {
   // the packed panels above. AVX-512: 64 (for m >= 2 its GEMV decodes each
   // 32 weights of 16 rows once into registers for groups of 8 rows of x,
   // see int8_avx512.h: at M = 5-8 1.5x its former passes of 4 rows, at M =
-  // 24-64 1.04-1.19x the panels). AVX2 keeps kI8GemvMaxRows: its GEMV
-  // (same decode, three instructions per dot product) measured 0.66-0.94x
-  // of its panels at M = 8-64.
+  // 24-64 1.04-1.19x the panels). AVX2: 16 (its GEMV takes 8 rows of x per
+  // decode; on an AVX2-only Zen 3 1.29-1.55x the panels at M = 5-8,
+  // 1.03-1.22x at M = 9-16, 0.86-0.94x at M = 24-32; int8_gemv_avx2.h).
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // Whether this table's integer GEMV entries read NvWeights::tiles /
   // Nf4Weights::tiles when given (the AVX-512 tables, every m): session

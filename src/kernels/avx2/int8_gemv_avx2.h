@@ -284,25 +284,27 @@ inline __m256i i8y_lut(const uint8_t* v16) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(l), l, 1);
 }
 
-// 2 <= m <= kI8GemvMaxRows rows of x: the weights are decoded once per 8
-// rows of W and 32 elements into the panel operand order (lanes = rows) in
-// registers and used by every row of x, which then costs the
-// micro-kernel's work per block (four 4-byte dot products on a broadcast of
-// x, one cvt, one mul, one fma) instead of the per-row sums and transposes
-// of i8y_gemv_rows. Per 8 rows and 2 blocks: one 16-byte load per row, rows
-// g and g+4 in the two lanes of one vector, a 4x4 dword transpose inside
-// the lanes: dword d of the 8 rows in one vector, its low and high nibbles
-// steps 2(d%2) and 2(d%2)+1 of block d/2 (kI8Perm). x staged block-major
-// (I8Staged). Same fixed fp32 sequence as i8_micro. Measured with the avx2
-// table forced on a Cascade Lake-class Xeon (A/B in one process, 4096^2, 2
-// threads, medians of 40-80 calls): M = 2 1.02-1.06x, M = 3-4 1.03-1.07x
-// the row GEMV; at M = 8-64 it lost to the packed panels (0.66-0.94x:
-// without VNNI every dot product is three instructions, so re-decoding W
-// per group of 4 rows of x does not pay), so the table keeps
-// i8_gemv_max_m = kI8GemvMaxRows. The AVX-VNNI table runs the same code
-// with vpdpbusd (not measured: no such CPU here).
-constexpr int32_t kI8yDirectGroup = kI8GemvMaxRows;
-constexpr int32_t kI8yDirectMaxRows = kI8GemvMaxRows;
+// 2 <= m <= kI8yDirectMaxRows rows of x (more: passes of that many): the
+// weights are decoded once per 8 rows of W and 32 elements into the panel
+// operand order (lanes = rows) in registers and used by every row of x,
+// which then costs the micro-kernel's work per block (four 4-byte dot
+// products on a broadcast of x, one cvt, one mul, one fma) instead of the
+// per-row sums and transposes of i8y_gemv_rows. Per 8 rows and 2 blocks:
+// one 16-byte load per row, rows g and g+4 in the two lanes of one vector,
+// a 4x4 dword transpose inside the lanes: dword d of the 8 rows in one
+// vector, its low and high nibbles steps 2(d%2) and 2(d%2)+1 of block d/2
+// (kI8Perm). x staged block-major (I8Staged). Same fixed fp32 sequence as
+// i8_micro. Measured with the avx2 table forced on a Cascade Lake-class
+// Xeon (A/B in one process, 4096^2, 2 threads, medians of 40-80 calls): M
+// = 2 1.02-1.06x, M = 3-4 1.03-1.07x the row GEMV, and at M = 8-64, in
+// passes of 4 rows of x, 0.66-0.94x the packed panels. On an AVX2-only Zen
+// 3 (A/B in one process, 2 threads) one pass of up to 8 rows beats the
+// panels: M = 5-8 1.29-1.55x (NF4 1.10-1.55x), M = 9-16 (a pass of 8 and
+// one of the rest) 1.03-1.22x, M = 24-32 0.86-0.94x, so the avx2 table's
+// i8_gemv_max_m is 16. The AVX-VNNI table runs the same code with
+// vpdpbusd (not measured: no such CPU here; it keeps kI8GemvMaxRows).
+constexpr int32_t kI8yDirectGroup = 8;
+constexpr int32_t kI8yDirectMaxRows = 8;
 
 template <int M, bool kVnni, class Fmt>
 void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int64_t rb, int64_t j0,

@@ -1264,6 +1264,7 @@ const KernelTable& avx2_table() {
     // 2880x2880 on an AVX2-only Zen 3, fast M = 1 3.1 GB/s against exact
     // 5.4).
     f.i8_gemv_k64 = true;
+    f.i8_gemv_max_m = 16;  // (int8_gemv_avx2.h: the direct GEMV against the panels)
     // Measured on an AVX2-only EPYC (Zen 3 class): the integer kernels beat
     // exact at every M (1.4-1.7x at M = 16..512), so fast mode is integer
     // everywhere and its bits do not depend on M.
