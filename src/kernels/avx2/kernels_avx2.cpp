@@ -39,10 +39,11 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Splits rows of x (fp32, fp16 or bf16) into even and odd fp32 elements,
-// converting fp16 (F16C) and bf16 in registers.
-void deinterleave(ActRows x, int64_t ldx, int32_t m, int64_t k, float* xe, float* xo) {
-  const int64_t h = k / 2, ld = split_stride(k);
+// Rows of x (fp32, fp16 or bf16; k % 16 == 0) block-major for the permute
+// GEMVs: the 16 elements of block b of row i at xb + (b * m + i) * 16, its 8
+// even elements first, then the 8 odd ones, fp16 (F16C) and bf16 converted
+// in registers.
+void deinterleave_blocks(ActRows x, int64_t ldx, int32_t m, int64_t k, float* xb) {
   const auto* f32 = static_cast<const float*>(x.data);
   const auto* u16 = static_cast<const uint16_t*>(x.data);
   auto load8 = [&](int64_t e) {
@@ -52,19 +53,15 @@ void deinterleave(ActRows x, int64_t ldx, int32_t m, int64_t k, float* xe, float
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(r), 16));
   };
   for (int32_t i = 0; i < m; ++i) {
-    int64_t j = 0;
-    for (; j + 8 <= h; j += 8) {
-      const int64_t e = i * ldx + 2 * j;
-      const __m256 a = load8(e), b = load8(e + 8);
+    for (int64_t b = 0; b < k / 16; ++b) {
+      const int64_t e = i * ldx + 16 * b;
+      const __m256 lo = load8(e), hi = load8(e + 8);
       // [a0 a2 b0 b2 | a4 a6 b4 b6] -> a0 a2 a4 a6 b0 b2 b4 b6
-      const __m256 ev = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-      const __m256 od = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-      _mm256_storeu_ps(xe + i * ld + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xd8)));
-      _mm256_storeu_ps(xo + i * ld + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xd8)));
-    }
-    for (; j < h; ++j) {
-      xe[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j);
-      xo[i * ld + j] = act_elem(x.data, x.type, i * ldx + 2 * j + 1);
+      const __m256 ev = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+      const __m256 od = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+      float* dst = xb + (b * m + i) * 16;
+      _mm256_store_ps(dst, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xd8)));
+      _mm256_store_ps(dst + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xd8)));
     }
   }
 }
@@ -109,31 +106,17 @@ constexpr int gemv_row_group() {
   return M <= 2 ? 4 : (M <= 4 ? 2 : 1);
 }
 
-// x rows for the permute GEMVs, block-major: the 16 elements of block b of
-// row i at xb + (b * m + i) * 16, its 8 even elements first, then the 8
-// odd ones (fp16/bf16 converted), so that a kernel reaches every row's
-// vectors of a block at constant offsets from one pointer. (With the rows
-// apart, x + i * stride for 8 rows and 2 halves took more general
-// registers than x86 has: GCC reloaded each address from the stack, three
-// scalar instructions per FMA, and those bound the kernel.) Then
-// body(std::integral_constant<int, M>, xb) with M = m.
+// x rows for the permute GEMVs, block-major (deinterleave_blocks), so that
+// a kernel reaches every row's vectors of a block at constant offsets from
+// one pointer. (With the rows apart, x + i * stride for 8 rows and 2 halves
+// took more general registers than x86 has: GCC reloaded each address from
+// the stack, three scalar instructions per FMA, and those bound the
+// kernel.) Then body(std::integral_constant<int, M>, xb) with M = m.
 template <class Body>
 void gemv_blocked(ActRows x, int64_t ldx, int32_t m, int64_t k, Body&& body) {
-  const int64_t ld = split_stride(k), nb = k / 16;
-  AlignedFloats split = aligned_floats(int64_t{2} * m * ld);
-  float* xe = split.get();
-  float* xo = xe + m * ld;
-  deinterleave(x, ldx, m, k, xe, xo);
-  AlignedFloats blocked = aligned_floats(nb * m * 16);
-  float* xb = blocked.get();
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int32_t i = 0; i < m; ++i) {
-      float* dst = xb + (b * m + i) * 16;
-      _mm256_store_ps(dst, _mm256_loadu_ps(xe + i * ld + b * 8));
-      _mm256_store_ps(dst + 8, _mm256_loadu_ps(xo + i * ld + b * 8));
-    }
-  }
-  with_rows<kGemvMaxRows>(m, [&](auto mm) { body(mm, static_cast<const float*>(xb)); });
+  AlignedFloats blocked = aligned_floats(k / 16 * m * 16);
+  deinterleave_blocks(x, ldx, m, k, blocked.get());
+  with_rows<kGemvMaxRows>(m, [&](auto mm) { body(mm, static_cast<const float*>(blocked.get())); });
 }
 
 // Rows j0 .. j0+R-1 of an NVFP4 GEMV; y[i*ldy + r] for row j0 + r. Block
