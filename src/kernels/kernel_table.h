@@ -185,14 +185,16 @@ struct KernelTable {
   void (*nf4_gemv)(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
                    int64_t ldy) = nullptr;
 
-  // Small-batch products (src/kernels/small_batch.h), any m >= 1: for
+  // Small-batch products (src/kernels/small_batch.h; the AVX2 table's:
+  // src/kernels/avx2/small_batch_lanes_avx2.h), any m >= 1: for
   // i < m and j in [n0, n1), y[i*ldy + (j - n0)] = post * sum over columns
   // kk in [k0, k1) of x[i*ldx + kk] * w(j, kk), where w is e2m1 * scale and
   // post = g (NVFP4), or the NF4 value and post = 1; k0 and k1 multiples of
   // 16; x fp32, fp16 or bf16 (converted in registers). The weights of a
   // tile of rows are decoded once per `kc` columns and reused for all m
-  // rows of X. Each output's fp32 sequence is fixed (lane-wise ascending k,
-  // then one reduction) whatever m, n0, n1 and kc are: kc is a speed knob
+  // rows of X. Each output's fp32 sequence is fixed (small_batch.h:
+  // lane-wise ascending k, then one reduction; the AVX2 kernel: one FMA
+  // chain in ascending k) whatever m, n0, n1 and kc are: kc is a speed knob
   // only. NF4 requires K % 16 == 0 and blocksize >= 16.
   void (*nvfp4_small)(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1,
                       int64_t k0, int64_t k1, float* y, int64_t ldy, int64_t kc) = nullptr;

@@ -10,6 +10,7 @@
 #include "kernels/avx2/int8_avx2.h"
 #include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/avx2/small_batch_avx2.h"
+#include "kernels/avx2/small_batch_lanes_avx2.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
@@ -1214,8 +1215,8 @@ const KernelTable& avx2_table() {
     f.micro_mr = kMR;
     f.nvfp4_gemv = nvfp4_gemv;
     f.nf4_gemv = nf4_gemv;
-    f.nvfp4_small = sb_nvfp4_small<SbAvx2>;
-    f.nf4_small = sb_nf4_small<SbAvx2>;
+    f.nvfp4_small = sbl_nvfp4_small;  // (small_batch_lanes_avx2.h)
+    f.nf4_small = sbl_nf4_small;
     f.act_to_f32 = sb_act_to_f32<SbAvx2>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {

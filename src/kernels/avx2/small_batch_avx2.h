@@ -1,6 +1,9 @@
-// AVX2 + FMA + F16C traits of the small-batch product kernels
-// (src/kernels/small_batch.h): 8 lanes, 3 rows of X x 3 rows of W = 9 ymm
-// accumulators (16 registers in all). Included by kernels_avx2.cpp only.
+// AVX2 + FMA + F16C traits of the generic small-batch code
+// (src/kernels/small_batch.h): act_to_f32 and the NF4 quantizer's
+// conversions run on them, and the small-batch products of the AVX2 table
+// (small_batch_lanes_avx2.h, which replaced sb_product's 3 x 3 dot-product
+// tiles there) on their load_act and, for the last 16 elements of an odd
+// stretch, their decodes. Included by kernels_avx2.cpp only.
 #pragma once
 
 #include <immintrin.h>
@@ -16,8 +19,6 @@ namespace {
 struct SbAvx2 {
   using Reg = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kMI = 3;
-  static constexpr int kR = 3;
   static __m256 zero() { return _mm256_setzero_ps(); }
   static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
