@@ -483,16 +483,7 @@ template <int M, int R>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
                                                int64_t j0, float* y, int64_t ldy, bool far) {
   const int64_t k = w.k, rb = k / 2;
-  __m256i plane[4];  // byte b of every code value, in both 128-bit halves
-  {
-    alignas(16) uint8_t pb[4][16];
-    for (int c = 0; c < 16; ++c) {
-      const uint32_t bits = fmt::f32_bits(w.lut[c]);
-      for (int b = 0; b < 4; ++b) pb[b][c] = static_cast<uint8_t>(bits >> (8 * b));
-    }
-    for (int b = 0; b < 4; ++b)
-      plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(pb[b])));
-  }
+  const Nf4Planes planes(w.lut);  // (small_batch_lanes_avx2.h)
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M][R];
 #pragma GCC unroll 2
@@ -519,23 +510,14 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
       for (int c = 1; c >= 0; --c) {
         const __m256i idx =
             c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-        const __m256i b0 = _mm256_shuffle_epi8(plane[0], idx), b1 = _mm256_shuffle_epi8(plane[1], idx);
-        const __m256i b2 = _mm256_shuffle_epi8(plane[2], idx), b3 = _mm256_shuffle_epi8(plane[3], idx);
+        __m256 val[4];  // vector q of nibble c
+        nf4_lookup32(planes, idx, val);
+#pragma GCC unroll 4
+        for (int qv = 0; qv < 4; ++qv) {
 #pragma GCC unroll 2
-        for (int hh = 0; hh < 2; ++hh) {  // bytes 0-7, then 8-15 of each 128-bit half
-          const __m256i lo16 = hh == 0 ? _mm256_unpacklo_epi8(b0, b1) : _mm256_unpackhi_epi8(b0, b1);
-          const __m256i hi16 = hh == 0 ? _mm256_unpacklo_epi8(b2, b3) : _mm256_unpackhi_epi8(b2, b3);
-          const __m256 val[2] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(lo16, hi16)),
-                                 _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo16, hi16))};
-#pragma GCC unroll 2
-          for (int e = 0; e < 2; ++e) {
-            const int qv = 2 * hh + e;  // vector q of nibble c
-#pragma GCC unroll 2
-            for (int i = 0; i < M; ++i) {
-              const __m256 xv =
-                  _mm256_loadu_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
-              t[i][c] = qv == 0 ? _mm256_mul_ps(val[e], xv) : _mm256_fmadd_ps(val[e], xv, t[i][c]);
-            }
+          for (int i = 0; i < M; ++i) {
+            const __m256 xv = _mm256_loadu_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
+            t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
           }
         }
       }

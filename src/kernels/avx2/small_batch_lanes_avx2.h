@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "formats/codec.h"
 #include "kernels/avx2/small_batch_avx2.h"
 #include "kernels/isa_common.h"
 
@@ -222,14 +223,14 @@ inline void sbl_decode_nvfp4(const uint8_t* q, const uint8_t* s, int64_t nblocks
 }
 
 // NF4's 16 code values as 4 byte planes (plane b: byte b of each value's
-// bits, the same 16 bytes in both 128-bit halves), for sbl_decode_nf4.
+// bits, the same 16 bytes in both 128-bit halves), the tables of the NF4
+// byte-plane decodes (sbl_decode_nf4 and the byte-plane GEMV).
 struct Nf4Planes {
   __m256i p[4];
   explicit Nf4Planes(const float* lut) : p() {
     alignas(16) uint8_t b[4][16];
     for (int c = 0; c < 16; ++c) {
-      uint32_t bits = 0;
-      __builtin_memcpy(&bits, lut + c, 4);
+      const uint32_t bits = fmt::f32_bits(lut[c]);
       for (int plane = 0; plane < 4; ++plane) b[plane][c] = static_cast<uint8_t>(bits >> (8 * plane));
     }
     for (int plane = 0; plane < 4; ++plane)
@@ -237,27 +238,36 @@ struct Nf4Planes {
   }
 };
 
+// The code values of the 32 codes in idx (one per byte, 0-15) by 4
+// vpshufb (one per byte of the fp32) and 8 unpacks: v[q] holds, in each
+// 128-bit half, the values of that half's bytes 4q .. 4q + 3.
+inline void nf4_lookup32(const Nf4Planes& pl, __m256i idx, __m256 (&v)[4]) {
+  const __m256i b0 = _mm256_shuffle_epi8(pl.p[0], idx), b1 = _mm256_shuffle_epi8(pl.p[1], idx);
+  const __m256i b2 = _mm256_shuffle_epi8(pl.p[2], idx), b3 = _mm256_shuffle_epi8(pl.p[3], idx);
+  const __m256i lo_l = _mm256_unpacklo_epi8(b0, b1), hi_l = _mm256_unpacklo_epi8(b2, b3);
+  const __m256i lo_h = _mm256_unpackhi_epi8(b0, b1), hi_h = _mm256_unpackhi_epi8(b2, b3);
+  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo_l, hi_l));
+  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo_l, hi_l));
+  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(lo_h, hi_h));
+  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(lo_h, hi_h));
+}
+
 // len (a multiple of 16) NF4 weights from flat element `flat` (a multiple
 // of 16): code value times its block's absmax, the bits of
 // SbAvx2::decode_nf4. Per 32 elements: the codes in sbl_codes32's order,
-// 4 vpshufb look up the 4 bytes of every value and 8 unpacks assemble
-// them into 4 vectors of 8 fp32 values in element order: 22 instructions
+// then nf4_lookup32 gives 4 vectors of 8 fp32 values in element order: 22
+// instructions
 // where the permute decode took 48.
 inline void sbl_decode_nf4(const Nf4Planes& pl, const Nf4Weights& w, int64_t flat, int64_t len, float* dst) {
   int64_t e = 0;
   for (; e + 32 <= len; e += 32) {
     const int64_t f = flat + e;
-    const __m256i codes = sbl_codes32<true>(w.q + f / 2);
-    const __m256i b0 = _mm256_shuffle_epi8(pl.p[0], codes), b1 = _mm256_shuffle_epi8(pl.p[1], codes);
-    const __m256i b2 = _mm256_shuffle_epi8(pl.p[2], codes), b3 = _mm256_shuffle_epi8(pl.p[3], codes);
-    const __m256i lo_l = _mm256_unpacklo_epi8(b0, b1), hi_l = _mm256_unpacklo_epi8(b2, b3);
-    const __m256i lo_h = _mm256_unpackhi_epi8(b0, b1), hi_h = _mm256_unpackhi_epi8(b2, b3);
-    const __m256i d[4] = {_mm256_unpacklo_epi16(lo_l, hi_l), _mm256_unpackhi_epi16(lo_l, hi_l),
-                          _mm256_unpacklo_epi16(lo_h, hi_h), _mm256_unpackhi_epi16(lo_h, hi_h)};
+    __m256 d[4];
+    nf4_lookup32(pl, sbl_codes32<true>(w.q + f / 2), d);
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
       const __m256 am = _mm256_broadcast_ss(w.absmax + ((f + int64_t{8} * t) >> w.block_shift));
-      _mm256_storeu_ps(dst + e + int64_t{8} * t, _mm256_mul_ps(_mm256_castsi256_ps(d[t]), am));
+      _mm256_storeu_ps(dst + e + int64_t{8} * t, _mm256_mul_ps(d[t], am));
     }
   }
   if (e < len) SbAvx2::decode_nf4(w, flat + e, len - e, dst + e);
