@@ -987,9 +987,13 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
   const int64_t nblocks = rows * (k / 16);
   const __m256 six_g = _mm256_set1_ps(fmt::kE2M1Max * g);
   const __m256 gv = _mm256_set1_ps(g);
-  alignas(32) float dv[kGroups * 8];
+  // (dv and rcp zeroed once per call: each pass writes every entry it
+  // reads, dv through scale_group8's vector stores, which the static
+  // analyzer's shallow mode, used on the ISA kernels by
+  // scripts/run-clang-tidy.sh, does not follow.)
+  alignas(32) float dv[kGroups * 8] = {};
   alignas(32) float yv[kGroups * 8];
-  bool rcp[kGroups];
+  bool rcp[kGroups] = {};
   const E2m1Encoder8 enc;
   int64_t b0 = 0;
   while (b0 + 8 <= nblocks) {
