@@ -301,6 +301,14 @@ float nf4_spec(uint32_t c) {
   return static_cast<float>(t::kNf4Spec[c]);
 }
 
+// The double-quantization read-back of docs/formats.md §5.5: two fp32
+// roundings, the product then the sum, whatever the compiler would contract
+// (the volatile keeps them two even without -ffp-contract=off).
+float nested_absmax_spec(float map_value, float nested_absmax, float offset) {
+  const volatile float product = map_value * nested_absmax;
+  return product + offset;
+}
+
 uint32_t nf4_nearest_lower(float y) {
   uint32_t code = 0;
   for (float th : t::kBnbNf4Thresholds) code += y > th ? 1u : 0u;
@@ -401,7 +409,7 @@ TEST_CASE("NF4 double quantization reads back through NF4_state", "[ops][nf4]") 
   REQUIRE(NF4_dequantize(q.t(), &st, out.t(), nullptr) == Q4_OK);
   for (int64_t i = 0; i < n; i += 97) {
     const int64_t b = i / 64;
-    const float absmax = map.f()[qam.data()[b]] * nam.f()[b / 256] + offset;
+    const float absmax = nested_absmax_spec(map.f()[qam.data()[b]], nam.f()[b / 256], offset);
     const uint32_t code = (i & 1) ? (q.data()[i / 2] & 0xf) : (q.data()[i / 2] >> 4);
     CHECK(out.f()[i] == nf4_spec(code) * absmax);
     CHECK(std::fabs(absmax - am.f()[b]) <= 0.02f * am.f()[b]);  // 8-bit dynamic map precision
@@ -440,7 +448,9 @@ TEST_CASE("every ISA variant: NF4_dequantize is bit-identical to the scalar tabl
           size_t bad = 0;
           for (int64_t i = 0; i < n; ++i) {
             const int64_t b = i / bs;
-            const float a = variant == 1 ? map.f()[qam.data()[b]] * nam.f()[b / 256] + offset : am.f()[b];
+            const float a = variant == 1
+                                ? nested_absmax_spec(map.f()[qam.data()[b]], nam.f()[b / 256], offset)
+                                : am.f()[b];
             const uint32_t code = (i & 1) ? (q.data()[i / 2] & 0xf) : (q.data()[i / 2] >> 4);
             const float v = (variant == 2 ? qm.f()[code] : nf4_spec(code)) * a;
             bad += std::memcmp(&v, want.data() + i * 4, 4) != 0 ? 1 : 0;
