@@ -212,12 +212,19 @@ void gemv_row_groups(int64_t n0, int64_t n1, float* y, Rows&& rows) {
 // block 2L + u of the group, so the 4 products of one u share a scale
 // vector (blocks u and 2 + u in the halves).
 constexpr int64_t kX64Group = 64;
-// The byte-table GEMV serves M <= kGemv64Rows, where decoding W is most of
-// the work (on a Zen 4 forced to this table, one thread, 256x4096 in
-// cache, against the permute GEMV: M = 1 1.22x, M = 2 1.13x; M = 4 0.97x,
-// M = 8 0.84-0.90x, where the FMAs dominate and the permute GEMV below
-// keeps M = 3-8: the two differ in the last bits), rows of W in groups of
-// kGemv64RowGroup at M = 1 (one at M = 2).
+// The byte-table GEMV serves K % 32 == 0 at every M of the GEMV (the
+// permute GEMV below, K % 32 == 16). At M <= kGemv64Rows, where decoding W
+// is most of the work, the sums of a block are multiplied by its scale
+// (nvfp4_gemv64_rows; on a Zen 4 forced to this table, one thread, 256x4096
+// in cache, against the permute GEMV: M = 1 1.22x, M = 2 1.13x), rows of W
+// in groups of kGemv64RowGroup at M = 1 (one at M = 2). At M = 3-8 the
+// decoded weights are multiplied by the scale first, as the permute GEMV
+// does, so both run the same FMAs (nvfp4_gemv64s_rows, one row of W at a
+// time: two at M = 3-4 read 0.65-0.78x). Against the permute GEMV on an
+// AVX2 Zen 1 EPYC, 2 threads, 4096x4096 rotated through 75 MB: M = 3-4
+// 1.33-1.53x, M = 5-7 1.24-1.34x, M = 8 1.17-1.22x (long shapes too); the
+// post-scaled form had read 0.84-0.97x at M = 4-8 on the Zen 4. The classes
+// differ in the last bits; rows agree at every M of a class.
 constexpr int32_t kGemv64Rows = 2;
 constexpr int kGemv64RowGroup = 2;
 
@@ -225,8 +232,11 @@ constexpr int kGemv64RowGroup = 2;
 // v) * 8 + lane]; K % 64 == 32: the last group's missing half zeros.
 // elem(v, lane): the element of the group vector v's lane holds (the NVFP4
 // order above, or nf4_elem's).
+// group_major: group g of row i at out + (g * m + i) * 64 instead, so that
+// a kernel reaches every row's vectors of a group at constant offsets from
+// one pointer (gemv_blocked says why that matters from M = 3 on).
 template <class Elem>
-void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& elem) {
+void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& elem, bool group_major = false) {
   const int64_t groups = (k + kX64Group - 1) / kX64Group;
   alignas(32) float tmp[kX64Group];
   __m256i idx[8];
@@ -252,7 +262,7 @@ void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& 
       } else {
         for (int64_t j = 0; j < kX64Group; ++j) tmp[j] = j < len ? act_elem(x.data, x.type, e0 + j) : 0.0f;
       }
-      float* dst = out + (i * groups + g) * kX64Group;
+      float* dst = out + (group_major ? g * m + i : i * groups + g) * kX64Group;
       for (int v = 0; v < 8; ++v) _mm256_storeu_ps(dst + int64_t{8} * v, _mm256_i32gather_ps(src, idx[v], 4));
     }
   }
@@ -264,19 +274,21 @@ inline int nvfp4_elem(int v, int lane) {
   return 32 * (lane / 4) + 16 * u + 4 * (lane % 4) + 2 * p + c;
 }
 
-// The driver of the byte-table and byte-plane GEMVs (m <= kGemv64Rows): x
-// reordered once by elem, then rows(M, R, xa, groups, j, y + (j - n0),
-// far) for rows [n0, n1) of W in groups of R (kGemv64RowGroup at M = 1,
-// else 1; the remainder one by one).
-template <class Elem, class Rows>
+// The driver of the byte-table and byte-plane GEMVs (m <= MaxM):
+// x reordered once by elem (group-major above kGemv64Rows), then rows(M, R,
+// xa, groups, j, y + (j - n0), far) for rows [n0, n1) of W in groups of R
+// (kGemv64RowGroup at M = 1, 1 at M = 2, gemv_row_group's above; the
+// remainder one by one).
+template <int MaxM, class Elem, class Rows>
 void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1, float* y, Elem&& elem,
             Rows&& rows) {
   const int64_t groups = (k + kX64Group - 1) / kX64Group;
   AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
-  x64_order(x, ldx, m, k, xa.get(), elem);
+  x64_order(x, ldx, m, k, xa.get(), elem, m > kGemv64Rows);
   const bool far = rows_to_l2();
-  with_rows<kGemv64Rows>(m, [&](auto mm) {
-    constexpr int R = decltype(mm)::value == 1 ? kGemv64RowGroup : 1;
+  with_rows<MaxM>(m, [&](auto mm) {
+    constexpr int M = decltype(mm)::value;
+    constexpr int R = M == 1 ? kGemv64RowGroup : 1;
     int64_t j = n0;
     for (; j + R <= n1; j += R)
       rows(mm, std::integral_constant<int, R>{}, xa.get(), groups, j, y + (j - n0), far);
@@ -401,12 +413,90 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   }
 }
 
+// Rows j0 .. j0+R-1 of the byte-table GEMV for M = 3-8, over x group-major
+// (x64_order's group_major: group g of row i at xa + (g * M + i) * 64). The
+// decode is the one above; each decoded vector is multiplied by its blocks'
+// scales first (exact: E2M1 times E4M3 has at most 5 significant bits) and
+// then FMA'd into the (x row, W row) accumulator: per group nibble c = 0,
+// 1, unpack u = 0, 1, the even then the odd vector, one chain from +0,
+// the same sequence for any M of the class and any R. With the scale in
+// the weights, the FMAs are those of the permute GEMV (below), and the
+// decode is 29 vector instructions per 64 weights where the permute decode
+// takes 48, 8 cross-lane vpermps among them.
+template <int M, int R>
+__attribute__((noinline)) void nvfp4_gemv64s_rows(const float* xa, int64_t groups, const NvWeights& w,
+                                                  int64_t j0, float* y, int64_t ldy, bool far) {
+  const int64_t k = w.k, kb = k / 16, rb = k / 2;
+  const __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i high_words = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  __m256 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+  alignas(32) float sc[R][8];
+  for (int64_t g0 = 0; g0 < groups; g0 += 2) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
+      scales8(w.s + (j0 + r) * kb + g0 * 4, std::min<int64_t>(8, kb - g0 * 4), sc[r]);
+    for (int64_t g = g0; g < std::min(groups, g0 + 2); ++g) {
+      const bool half = (g + 1) * kX64Group > k;
+      const bool second = g != g0;
+      const float* xg = xa + g * M * kX64Group;
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
+        if (!second) prefetch_row_ahead(p, R * rb, far);
+        const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
+                                                       _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
+                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        const __m256 sv = _mm256_load_ps(sc[r]);
+        // lanes 0-3: block h + u, lanes 4-7: block h + 2 + u (h = 4 in
+        // the second group; sc in the kScales8Order)
+        const __m256 s0 = second ? _mm256_permute_ps(sv, 0xaa) : _mm256_permute_ps(sv, 0x00);
+        const __m256 s1 = second ? _mm256_permute_ps(sv, 0xff) : _mm256_permute_ps(sv, 0x55);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; ++c) {
+          const __m256i idx =
+              c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+          const __m256i hb = _mm256_shuffle_epi8(th, idx), lb = _mm256_shuffle_epi8(tl, idx);
+#pragma GCC unroll 2
+          for (int u = 0; u < 2; ++u) {
+            const __m256i wd = u == 0 ? _mm256_unpacklo_epi8(lb, hb) : _mm256_unpackhi_epi8(lb, hb);
+            const __m256 su = u == 0 ? s0 : s1;
+            const __m256 we = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wd, 16)), su);
+            const __m256 wo = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(wd, high_words)), su);
+            const float* xv = xg + int64_t{32} * c + int64_t{16} * u;
+#pragma GCC unroll 8
+            for (int i = 0; i < M; ++i) {
+              acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+              acc[i][r] = _mm256_fmadd_ps(wo, _mm256_load_ps(xv + i * kX64Group + 8), acc[i][r]);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]) * w.g;
+  }
+}
+
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
-  if (w.k % 32 == 0 && m <= kGemv64Rows) {
-    gemv64(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
+  if (w.k % 32 == 0) {
+    gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
            [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-             nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
+             constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+             if constexpr (M <= kGemv64Rows) {
+               nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+             } else {
+               nvfp4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+             }
            });
     report_scale_signs(w, n0, n1);
     return;
@@ -419,57 +509,6 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
     });
   });
   report_scale_signs(w, n0, n1);
-}
-
-// NF4: byte j holds element 2j (high nibble) and 2j+1 (low). K % 32 == 0
-// and blocksize >= 32, so each 16-element step lies in one absmax block,
-// whose value is broadcast straight from memory; the 16-entry codebook is
-// two 8-entry permutes and a blend on bit 3. Rows j0 .. j0+R-1 over x
-// block-major (gemv_blocked); each step's 16 code values are multiplied by
-// the absmax first (the dequantized weights, one rounding as the
-// reference's), then FMA'd even then odd (as NVFP4's).
-template <int M, int R>
-void nf4_gemv_rows(const float* xb, const Nf4Weights& w, int64_t j0, float* y, int64_t ldy, bool far) {
-  const int64_t k = w.k;
-  const __m256 lut_lo = _mm256_loadu_ps(w.lut);
-  const __m256 lut_hi = _mm256_loadu_ps(w.lut + 8);
-  auto decode = [&](__m256i c) {
-    const __m256 lo = _mm256_permutevar8x32_ps(lut_lo, c);
-    const __m256 hi = _mm256_permutevar8x32_ps(lut_hi, c);
-    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
-  };
-  __m256 acc[M][R];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  }
-  const int64_t f0 = j0 * k;
-  for (int64_t c = 0; c < k; c += 16) {
-    if (c % 128 == 0) {
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) prefetch_row_ahead(w.q + (f0 + r * k + c) / 2, R * (k / 2), far);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const int64_t f = f0 + r * k + c;
-      const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.q + f / 2)));
-      const __m256 sc = _mm256_broadcast_ss(w.absmax + (f >> w.block_shift));
-      const __m256 ve = _mm256_mul_ps(decode(_mm256_srli_epi32(d, 4)), sc);  // the dequantized values
-      const __m256 vo = _mm256_mul_ps(decode(d), sc);
-      const float* xv = xb + c * M;  // block c / 16
-#pragma GCC unroll 8
-      for (int i = 0; i < M; ++i) {
-        acc[i][r] = _mm256_fmadd_ps(ve, _mm256_load_ps(xv + int64_t{16} * i), acc[i][r]);
-        acc[i][r] = _mm256_fmadd_ps(vo, _mm256_load_ps(xv + int64_t{16} * i + 8), acc[i][r]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
-  }
 }
 
 // The NF4 byte-plane GEMV (M <= kGemv64Rows, K % 32 == 0, blocksize % 32
@@ -543,23 +582,75 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
   }
 }
 
+// Rows j0 .. j0+R-1 of the NF4 byte-plane GEMV for M = 3-8, over x
+// group-major (as nvfp4_gemv64s_rows): each decoded vector of code values
+// is multiplied by its half group's absmax first (the dequantized weights,
+// one rounding as the reference's), then FMA'd into the (x row, W row)
+// accumulator, vectors q = 0-3 of nibble c = 1 then of c = 0: one chain
+// from +0, the same sequence for any M of the class and any R. The decode
+// (12 shuffle-class operations per 32 weights) replaces the permute GEMV's
+// two vpermps and a blend per 8 weights (against it on the Zen 1 above:
+// M = 3 1.71x, M = 4 1.55x, M = 6-8 1.40x).
+template <int M, int R>
+__attribute__((noinline)) void nf4_gemv64s_rows(const float* xa, int64_t groups, const Nf4Weights& w,
+                                                int64_t j0, float* y, int64_t ldy, bool far) {
+  const int64_t k = w.k, rb = k / 2;
+  const Nf4Planes planes(w.lut);
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  __m256 acc[M][R];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const bool half = (g + 1) * kX64Group > k;
+    const float* xg = xa + g * M * kX64Group;
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
+      if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);
+      const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
+                                                     _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
+                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+      const int64_t f = (j0 + r) * k + g * kX64Group;
+      const __m256 scale = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : w.absmax[(f + 32) >> w.block_shift]),
+                                           _mm_set1_ps(w.absmax[f >> w.block_shift]));
+#pragma GCC unroll 2
+      for (int c = 1; c >= 0; --c) {
+        const __m256i idx =
+            c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        __m256 val[4];
+        nf4_lookup32(planes, idx, val);
+#pragma GCC unroll 4
+        for (int qv = 0; qv < 4; ++qv) {
+          const __m256 wv = _mm256_mul_ps(val[qv], scale);
+          const float* xv = xg + int64_t{8} * (4 * c + qv);
+#pragma GCC unroll 8
+          for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
+  }
+}
+
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  if (m <= kGemv64Rows) {
-    gemv64(x, ldx, m, w.k, n0, n1, y, nf4_elem,
-           [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-             nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
-           });
-    return;
-  }
-  const bool far = rows_to_l2();
-  gemv_blocked(x, ldx, m, w.k, [&](auto mm, const float* xb) {
-    constexpr int M = decltype(mm)::value;
-    gemv_row_groups<M>(n0, n1, y, [&](auto rr, int64_t j, float* yj) {
-      nf4_gemv_rows<M, decltype(rr)::value>(xb, w, j, yj, ldy, far);
-    });
-  });
+  gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
+                       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
+                         constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+                         if constexpr (M <= kGemv64Rows) {
+                           nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+                         } else {
+                           nf4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+                         }
+                       });
 }
 
 inline __m256i tail_mask(int32_t n) {
