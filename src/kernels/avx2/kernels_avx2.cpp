@@ -932,26 +932,35 @@ inline bool scale_group8(const float* x, __m256 six_g, __m256 gv, uint8_t* s, fl
 // |x| / d (two vectors) and the input bits (for the signs), packed into 8
 // bytes (element 2j in the low nibble of byte j).
 struct E2m1Encoder8 {
-  __m256 t[7] = {_mm256_set1_ps(0.25f), _mm256_set1_ps(0.75f), _mm256_set1_ps(1.25f), _mm256_set1_ps(1.75f),
-                 _mm256_set1_ps(2.5f),  _mm256_set1_ps(3.5f),  _mm256_set1_ps(5.0f)};
+  __m256 six = _mm256_set1_ps(6.0f), two = _mm256_set1_ps(2.0f), magic = _mm256_set1_ps(0x1p23f);
+  __m256i exp_mask = _mm256_set1_epi32(0x7f800000), one_exp = _mm256_set1_epi32(127 << 23);
+  __m256i ulp_shift = _mm256_set1_epi32(22 << 23);
+  // byte 2m -> code of the E2M1 magnitude m (2m in {0, 1, 2, 3, 4, 6, 8,
+  // 12}); index 11 (the 0x4b of 2^23's high byte) -> 0.
+  __m256i code_of = _mm256_setr_epi8(0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7, 0, 0, 0,  //
+                                     0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7, 0, 0, 0);
   __m256i eight = _mm256_set1_epi32(8);
   __m256i pack = _mm256_setr_epi8(0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                   -1, -1, 0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1);
 
   // fmt::e2m1_encode's magnitude (nearest, ties to even, saturating at 6)
-  // as the count of thresholds passed: > at odd codes' midpoints below,
-  // >= where the tie goes up to an even code.
+  // of finite q >= 0 by the fp32 adder: the E2M1 grid's step is 0.5 below
+  // 2, 1 in [2, 4) and 2 from 4, i.e. the ulp of q + C with C = 2^22,
+  // 2^23, 2^24 (2^22 times 2 to q's exponent, at least 1), so
+  // (min(q, 6) + C) - C is q rounded to the grid with ties to the even
+  // multiple of the step, which is the even code; then 2^23 + 2r holds 2r
+  // in its low byte, mapped to the code by one vpshufb. 8 instructions where
+  // the 7 threshold compares and adds took 14 (A/B on an AVX2 Zen 1,
+  // 11008x4096 from DRAM: see docs/performance.md).
   __m256i codes(__m256 q, __m256i v) const {
-    __m256i mag = _mm256_castps_si256(_mm256_cmp_ps(q, t[0], _CMP_GT_OQ));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[1], _CMP_GE_OQ)));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[2], _CMP_GT_OQ)));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[3], _CMP_GE_OQ)));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[4], _CMP_GT_OQ)));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[5], _CMP_GE_OQ)));
-    mag = _mm256_add_epi32(mag, _mm256_castps_si256(_mm256_cmp_ps(q, t[6], _CMP_GT_OQ)));
-    // mag holds -count; code = count | (sign bit >> 28 & 8).
-    return _mm256_or_si256(_mm256_sub_epi32(_mm256_setzero_si256(), mag),
-                           _mm256_and_si256(_mm256_srli_epi32(v, 28), eight));
+    const __m256 qc = _mm256_min_ps(q, six);
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(qc), exp_mask);
+    const __m256 c = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_max_epi32(e, one_exp), ulp_shift));
+    const __m256 r = _mm256_sub_ps(_mm256_add_ps(qc, c), c);
+    const __m256i mag = _mm256_shuffle_epi8(code_of, _mm256_castps_si256(_mm256_fmadd_ps(r, two, magic)));
+    // code = magnitude | 8 where the sign bit is set (a compare: a shift
+    // took longer on the Zen 1).
+    return _mm256_or_si256(mag, _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), v), eight));
   }
 
   void store(__m256i c0, __m256i c1, uint8_t* dst) const {
