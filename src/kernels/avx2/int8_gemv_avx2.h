@@ -132,10 +132,24 @@ struct I8yNvfp4 {
   }
   // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane].
   void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rr)),
-                                           _mm256_set1_epi32(static_cast<int32_t>(kb)));
-    const __m256i g =
-        _mm256_i32gather_epi32(reinterpret_cast<const int*>(w.s + j0 * kb + c * 4), idx, 1);  // 4 codes a row
+    // The 4 codes of each row by a broadcast load and a dword blend: no
+    // gather (microcoded on AMD) and no shuffle. Against the vpgatherdd, on
+    // an AVX2 Zen 1, 2 threads, 4096x4096 from DRAM: M = 1 1.05-1.10x,
+    // M = 2 1.05x.
+    const uint8_t* s0 = w.s + j0 * kb + c * 4;
+    const auto codes4 = [&](int r) {
+      int32_t v;
+      std::memcpy(&v, s0 + rr[r] * kb, 4);
+      return _mm256_set1_epi32(v);
+    };
+    __m256i g = codes4(0);
+    g = _mm256_blend_epi32(g, codes4(1), 0x02);
+    g = _mm256_blend_epi32(g, codes4(2), 0x04);
+    g = _mm256_blend_epi32(g, codes4(3), 0x08);
+    g = _mm256_blend_epi32(g, codes4(4), 0x10);
+    g = _mm256_blend_epi32(g, codes4(5), 0x20);
+    g = _mm256_blend_epi32(g, codes4(6), 0x40);
+    g = _mm256_blend_epi32(g, codes4(7), 0x80);
     // Every code a normal positive E4M3 (0x08 .. 0x7e: code - 8 <= 0x76 as
     // an unsigned byte), the usual case: the fp32 bits are (code << 20) +
     // (120 << 23), the value i8y_e4m3_decode8 gives, in 2 instructions
@@ -167,13 +181,25 @@ struct I8yNf4 {
     const int64_t a = (j0 * w.k) >> w.block_shift << w.block_shift;
     alignas(32) int32_t e[8];
     for (int r = 0; r < 8; ++r) e[r] = static_cast<int32_t>((j0 + rr[r]) * w.k - a);
-    const __m256i ev = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
-    const __m128i sh = _mm_cvtsi32_si128(w.block_shift);
     const float* base = w.absmax + (a >> w.block_shift);
-    for (int64_t q = 0; q < 4; ++q) {
-      const __m256i idx = _mm256_srl_epi32(
-          _mm256_add_epi32(ev, _mm256_set1_epi32(static_cast<int32_t>(c * 64 + 16 * q))), sh);
-      sc[q] = _mm256_i32gather_ps(base, idx, 4);
+    // The offsets are multiples of 64 (K % 64 == 0), so from blocksize 64 on
+    // the 4 blocks of a chunk share one absmax per row, at 32 two. Each
+    // distinct vector by broadcast loads and blends instead of a vpgatherdps
+    // per block (on an AVX2 Zen 1, 2 threads, 4096x4096 from DRAM,
+    // blocksize 64: M = 1 1.25-1.41x, M = 2 1.11x).
+    const int64_t per = w.block_shift >= 6 ? 4 : (w.block_shift == 5 ? 2 : 1);
+    for (int64_t q = 0; q < 4; q += per) {
+      const int64_t off = c * 64 + 16 * q;
+      const auto at = [&](int r) { return _mm256_broadcast_ss(base + ((e[r] + off) >> w.block_shift)); };
+      __m256 v = at(0);
+      v = _mm256_blend_ps(v, at(1), 0x02);
+      v = _mm256_blend_ps(v, at(2), 0x04);
+      v = _mm256_blend_ps(v, at(3), 0x08);
+      v = _mm256_blend_ps(v, at(4), 0x10);
+      v = _mm256_blend_ps(v, at(5), 0x20);
+      v = _mm256_blend_ps(v, at(6), 0x40);
+      v = _mm256_blend_ps(v, at(7), 0x80);
+      for (int64_t t = 0; t < per; ++t) sc[q + t] = v;
     }
   }
 };
