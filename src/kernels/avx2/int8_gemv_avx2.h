@@ -118,6 +118,20 @@ inline __m256 i8y_e4m3_decode8(__m256i c) {
   return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
 }
 
+// The vector whose lane r is lane r of at(r) (r = 0..7; at(r) a broadcast
+// load): seven blends, no gather (microcoded on AMD) and no shuffle.
+template <class At>
+inline __m256 i8y_blend_lanes8(At&& at) {
+  __m256 v = at(0);
+  v = _mm256_blend_ps(v, at(1), 0x02);
+  v = _mm256_blend_ps(v, at(2), 0x04);
+  v = _mm256_blend_ps(v, at(3), 0x08);
+  v = _mm256_blend_ps(v, at(4), 0x10);
+  v = _mm256_blend_ps(v, at(5), 0x20);
+  v = _mm256_blend_ps(v, at(6), 0x40);
+  return _mm256_blend_ps(v, at(7), 0x80);
+}
+
 // The two weight formats of the GEMV: row bytes, nibble order and the
 // per-16-block scale of 8 rows.
 struct I8yNvfp4 {
@@ -132,24 +146,16 @@ struct I8yNvfp4 {
   }
   // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane].
   void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
-    // The 4 codes of each row by a broadcast load and a dword blend: no
-    // gather (microcoded on AMD) and no shuffle. Against the vpgatherdd, on
+    // The 4 codes of each row by a broadcast load and a blend
+    // (i8y_blend_lanes8). Against the vpgatherdd, on
     // an AVX2 Zen 1, 2 threads, 4096x4096 from DRAM: M = 1 1.05-1.10x,
     // M = 2 1.05x.
     const uint8_t* s0 = w.s + j0 * kb + c * 4;
-    const auto codes4 = [&](int r) {
+    const __m256i g = _mm256_castps_si256(i8y_blend_lanes8([&](int r) {
       int32_t v;
       std::memcpy(&v, s0 + rr[r] * kb, 4);
-      return _mm256_set1_epi32(v);
-    };
-    __m256i g = codes4(0);
-    g = _mm256_blend_epi32(g, codes4(1), 0x02);
-    g = _mm256_blend_epi32(g, codes4(2), 0x04);
-    g = _mm256_blend_epi32(g, codes4(3), 0x08);
-    g = _mm256_blend_epi32(g, codes4(4), 0x10);
-    g = _mm256_blend_epi32(g, codes4(5), 0x20);
-    g = _mm256_blend_epi32(g, codes4(6), 0x40);
-    g = _mm256_blend_epi32(g, codes4(7), 0x80);
+      return _mm256_castsi256_ps(_mm256_set1_epi32(v));
+    }));
     // Every code a normal positive E4M3 (0x08 .. 0x7e: code - 8 <= 0x76 as
     // an unsigned byte), the usual case: the fp32 bits are (code << 20) +
     // (120 << 23), the value i8y_e4m3_decode8 gives, in 2 instructions
@@ -190,15 +196,8 @@ struct I8yNf4 {
     const int64_t per = w.block_shift >= 6 ? 4 : (w.block_shift == 5 ? 2 : 1);
     for (int64_t q = 0; q < 4; q += per) {
       const int64_t off = c * 64 + 16 * q;
-      const auto at = [&](int r) { return _mm256_broadcast_ss(base + ((e[r] + off) >> w.block_shift)); };
-      __m256 v = at(0);
-      v = _mm256_blend_ps(v, at(1), 0x02);
-      v = _mm256_blend_ps(v, at(2), 0x04);
-      v = _mm256_blend_ps(v, at(3), 0x08);
-      v = _mm256_blend_ps(v, at(4), 0x10);
-      v = _mm256_blend_ps(v, at(5), 0x20);
-      v = _mm256_blend_ps(v, at(6), 0x40);
-      v = _mm256_blend_ps(v, at(7), 0x80);
+      const __m256 v = i8y_blend_lanes8(
+          [&](int r) { return _mm256_broadcast_ss(base + ((e[r] + off) >> w.block_shift)); });
       for (int64_t t = 0; t < per; ++t) sc[q + t] = v;
     }
   }
@@ -282,11 +281,10 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
         // (vinserti128, and vpermq + vpblendd for the high halves: the same
         // one shuffle-port uop each on Intel as vperm2i128, which a Zen 1
         // splits into 8: there M = 1 1.04-1.10x, NF4 1.06x)
-        const __m256i D[4] = {
-            _mm256_inserti128_si256(e0, _mm256_castsi256_si128(e2), 1),
-            _mm256_inserti128_si256(e1, _mm256_castsi256_si128(e3), 1),
-            _mm256_blend_epi32(_mm256_permute4x64_epi64(e0, 0xee), e2, 0xf0),
-            _mm256_blend_epi32(_mm256_permute4x64_epi64(e1, 0xee), e3, 0xf0)};
+        const __m256i D[4] = {_mm256_inserti128_si256(e0, _mm256_castsi256_si128(e2), 1),
+                              _mm256_inserti128_si256(e1, _mm256_castsi256_si128(e3), 1),
+                              _mm256_blend_epi32(_mm256_permute4x64_epi64(e0, 0xee), e2, 0xf0),
+                              _mm256_blend_epi32(_mm256_permute4x64_epi64(e1, 0xee), e3, 0xf0)};
         const float* xsb = xs + i * ldxs + c * 4;
         const int32_t* xcb = xc + i * ldxs + c * 4;
         for (int q = 0; q < 4; ++q) {

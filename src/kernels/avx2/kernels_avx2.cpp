@@ -236,7 +236,8 @@ constexpr int kGemv64RowGroup = 2;
 // a kernel reaches every row's vectors of a group at constant offsets from
 // one pointer (gemv_blocked says why that matters from M = 3 on).
 template <class Elem>
-void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& elem, bool group_major = false) {
+void x64_order(ActRows x, int64_t ldx, int32_t m, int64_t k, float* out, Elem&& elem,
+               bool group_major = false) {
   const int64_t groups = (k + kX64Group - 1) / kX64Group;
   alignas(32) float tmp[kX64Group];
   __m256i idx[8];
@@ -277,8 +278,7 @@ inline int nvfp4_elem(int v, int lane) {
 // The driver of the byte-table and byte-plane GEMVs (m <= MaxM):
 // x reordered once by elem (group-major above kGemv64Rows), then rows(M, R,
 // xa, groups, j, y + (j - n0), far) for rows [n0, n1) of W in groups of R
-// (kGemv64RowGroup at M = 1, 1 at M = 2, gemv_row_group's above; the
-// remainder one by one).
+// (kGemv64RowGroup at M = 1, else 1; the remainder one by one).
 template <int MaxM, class Elem, class Rows>
 void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1, float* y, Elem&& elem,
             Rows&& rows) {
@@ -301,8 +301,8 @@ void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1
 // and positive, e4m3_decode8 otherwise), in the lane-pair order
 // kScales8Order: block kScales8Order[l] in sc[l], so that the byte-table
 // GEMV's scale vectors (block q in lanes 0-3, q + 2 in lanes 4-7) are each
-// one in-lane vpermilps where a cross-lane vpermps took 3 uops and about 4
-// cycles on a Zen 1.
+// one in-lane vpermilps (group_scale) where a cross-lane vpermps is 3 uops
+// on a Zen 1 (there the GEMV at M = 1-2 ran 1.04-1.12x faster).
 constexpr int kScales8Order[8] = {0, 1, 4, 5, 2, 3, 6, 7};
 inline void scales8(const uint8_t* s, int64_t n, float* sc) {
   if (n == 8) {
@@ -326,6 +326,40 @@ inline void scales8(const uint8_t* s, int64_t n, float* sc) {
   }
 }
 
+// A group's 32 bytes of a row at p (a half group: its 16 bytes only; the
+// row may end there).
+inline __m256i load_group32(const uint8_t* p, bool half) {
+  return half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
+                                      _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
+              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// The byte-table decode: words(v, c, wd) gives the bf16 values of nibble c
+// (0: low) of a group's bytes v as the words of unpack u in wd[u]; even()
+// and odd() make fp32 of a vector's even and odd words.
+struct E2m1Words {
+  // bf16 high and low bytes of the 16 E2M1 values, in both 128-bit halves.
+  __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
+  __m256i nib = _mm256_set1_epi8(0x0f);
+  __m256i high_words = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  void words(__m256i v, int c, __m256i (&wd)[2]) const {
+    const __m256i idx = c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    const __m256i hb = _mm256_shuffle_epi8(th, idx), lb = _mm256_shuffle_epi8(tl, idx);
+    wd[0] = _mm256_unpacklo_epi8(lb, hb);
+    wd[1] = _mm256_unpackhi_epi8(lb, hb);
+  }
+  static __m256 even(__m256i wd) { return _mm256_castsi256_ps(_mm256_slli_epi32(wd, 16)); }
+  __m256 odd(__m256i wd) const { return _mm256_castsi256_ps(_mm256_and_si256(wd, high_words)); }
+};
+
+// The scale vector of unpack u of the group whose first block is h (0 or
+// 4) in sv (scales8's kScales8Order): block h + u in lanes 0-3, h + 2 + u
+// in lanes 4-7, i.e. dword h / 2 + u of each 128-bit half.
+inline __m256 group_scale(__m256 sv, int32_t h, int u) {
+  return h == 0 ? (u == 0 ? _mm256_permute_ps(sv, 0x00) : _mm256_permute_ps(sv, 0x55))
+                : (u == 0 ? _mm256_permute_ps(sv, 0xaa) : _mm256_permute_ps(sv, 0xff));
+}
+
 // Rows j0 .. j0+R-1 of the byte-table GEMV over x arranged by x64_order
 // (`groups` groups per x row, M <= kGemv64Rows); y[i*ldy + r] for row j0 +
 // r. Per (x row, W row) and group: t_u = ((lo even + lo odd) + hi even) +
@@ -336,10 +370,7 @@ template <int M, int R>
 __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups, const NvWeights& w,
                                                  int64_t j0, float* y, int64_t ldy, bool far) {
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
-  // bf16 high and low bytes of the 16 E2M1 values, in both 128-bit halves.
-  const __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
-  const __m256i nib = _mm256_set1_epi8(0x0f);
-  const __m256i high_words = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const E2m1Words dec;
   __m256 acc[M][R];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
@@ -358,48 +389,27 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
         if (g == g0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
-        // (a half group: its 16 bytes only; the row may end there)
-        const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
-                                                       _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
-                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-        // The bf16 values of nibble c (0: low) as words of unpack u.
-        auto words = [&](int c, __m256i(&wd)[2]) __attribute__((always_inline)) {
-          const __m256i idx =
-              c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-          const __m256i hb = _mm256_shuffle_epi8(th, idx), lb = _mm256_shuffle_epi8(tl, idx);
-          wd[0] = _mm256_unpacklo_epi8(lb, hb);
-          wd[1] = _mm256_unpackhi_epi8(lb, hb);
-        };
-        const auto even = [](__m256i wd) { return _mm256_castsi256_ps(_mm256_slli_epi32(wd, 16)); };
-        const auto odd = [high_words](__m256i wd) {
-          return _mm256_castsi256_ps(_mm256_and_si256(wd, high_words));
-        };
+        const __m256i v = load_group32(p, half);
         const __m256 sv = _mm256_load_ps(sc[r]);
-        // lanes 0-3: block h + u, lanes 4-7: block h + 2 + u (sc in the
-        // kScales8Order: dword h / 2 + u of each 128-bit half)
-        const auto scale = [&](int u) {
-          return h == 0 ? (u == 0 ? _mm256_permute_ps(sv, 0x00) : _mm256_permute_ps(sv, 0x55))
-                        : (u == 0 ? _mm256_permute_ps(sv, 0xaa) : _mm256_permute_ps(sv, 0xff));
-        };
         __m256 t[M][2];
 #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
           __m256i wd[2];
-          words(c, wd);
+          dec.words(v, c, wd);
 #pragma GCC unroll 2
           for (int u = 0; u < 2; ++u) {
 #pragma GCC unroll 2
             for (int i = 0; i < M; ++i) {
               const float* xg = xa + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
-              t[i][u] = c == 0 ? _mm256_mul_ps(even(wd[u]), _mm256_loadu_ps(xg))
-                               : _mm256_fmadd_ps(even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
-              t[i][u] = _mm256_fmadd_ps(odd(wd[u]), _mm256_loadu_ps(xg + 8), t[i][u]);
+              t[i][u] = c == 0 ? _mm256_mul_ps(dec.even(wd[u]), _mm256_loadu_ps(xg))
+                               : _mm256_fmadd_ps(dec.even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
+              t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), _mm256_loadu_ps(xg + 8), t[i][u]);
             }
           }
         }
 #pragma GCC unroll 2
         for (int u = 0; u < 2; ++u) {
-          const __m256 su = scale(u);
+          const __m256 su = group_scale(sv, h, u);
 #pragma GCC unroll 2
           for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(t[i][u], su, acc[i][r]);
         }
@@ -415,8 +425,8 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
 
 // Rows j0 .. j0+R-1 of the byte-table GEMV for M = 3-8, over x group-major
 // (x64_order's group_major: group g of row i at xa + (g * M + i) * 64). The
-// decode is the one above; each decoded vector is multiplied by its blocks'
-// scales first (exact: E2M1 times E4M3 has at most 5 significant bits) and
+// decode is the one above (E2m1Words); each decoded vector is multiplied by
+// its blocks' scales first (exact: 2 and 4 significant bits) and
 // then FMA'd into the (x row, W row) accumulator: per group nibble c = 0,
 // 1, unpack u = 0, 1, the even then the odd vector, one chain from +0,
 // the same sequence for any M of the class and any R. With the scale in
@@ -427,9 +437,7 @@ template <int M, int R>
 __attribute__((noinline)) void nvfp4_gemv64s_rows(const float* xa, int64_t groups, const NvWeights& w,
                                                   int64_t j0, float* y, int64_t ldy, bool far) {
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
-  const __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
-  const __m256i nib = _mm256_set1_epi8(0x0f);
-  const __m256i high_words = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const E2m1Words dec;
   __m256 acc[M][R];
 #pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
@@ -443,31 +451,23 @@ __attribute__((noinline)) void nvfp4_gemv64s_rows(const float* xa, int64_t group
       scales8(w.s + (j0 + r) * kb + g0 * 4, std::min<int64_t>(8, kb - g0 * 4), sc[r]);
     for (int64_t g = g0; g < std::min(groups, g0 + 2); ++g) {
       const bool half = (g + 1) * kX64Group > k;
-      const bool second = g != g0;
+      const int32_t h = static_cast<int32_t>(g - g0) * 4;
       const float* xg = xa + g * M * kX64Group;
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
-        if (!second) prefetch_row_ahead(p, R * rb, far);
-        const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
-                                                       _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
-                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        if (g == g0) prefetch_row_ahead(p, R * rb, far);
+        const __m256i v = load_group32(p, half);
         const __m256 sv = _mm256_load_ps(sc[r]);
-        // lanes 0-3: block h + u, lanes 4-7: block h + 2 + u (h = 4 in
-        // the second group; sc in the kScales8Order)
-        const __m256 s0 = second ? _mm256_permute_ps(sv, 0xaa) : _mm256_permute_ps(sv, 0x00);
-        const __m256 s1 = second ? _mm256_permute_ps(sv, 0xff) : _mm256_permute_ps(sv, 0x55);
 #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
-          const __m256i idx =
-              c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-          const __m256i hb = _mm256_shuffle_epi8(th, idx), lb = _mm256_shuffle_epi8(tl, idx);
+          __m256i wd[2];
+          dec.words(v, c, wd);
 #pragma GCC unroll 2
           for (int u = 0; u < 2; ++u) {
-            const __m256i wd = u == 0 ? _mm256_unpacklo_epi8(lb, hb) : _mm256_unpackhi_epi8(lb, hb);
-            const __m256 su = u == 0 ? s0 : s1;
-            const __m256 we = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wd, 16)), su);
-            const __m256 wo = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(wd, high_words)), su);
+            const __m256 su = group_scale(sv, h, u);
+            const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
+            const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
             const float* xv = xg + int64_t{32} * c + int64_t{16} * u;
 #pragma GCC unroll 8
             for (int i = 0; i < M; ++i) {
@@ -489,15 +489,16 @@ __attribute__((noinline)) void nvfp4_gemv64s_rows(const float* xa, int64_t group
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   if (w.k % 32 == 0) {
-    gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
-           [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-             constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-             if constexpr (M <= kGemv64Rows) {
-               nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-             } else {
-               nvfp4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-             }
-           });
+    gemv64<kGemvMaxRows>(
+        x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
+        [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
+          constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+          if constexpr (M <= kGemv64Rows) {
+            nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+          } else {
+            nvfp4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+          }
+        });
     report_scale_signs(w, n0, n1);
     return;
   }
@@ -528,6 +529,14 @@ inline int nf4_elem(int v, int lane) {
   return 32 * (lane / 4) + 8 * q + 2 * (lane % 4) + 1 - c;
 }
 
+// The absmax of a group's halves, the group's first element at flat index
+// f: the first half's in lanes 0-3, the second's in 4-7 (a half group: 0
+// for the missing half, whose codes are 0 and x zeros).
+inline __m256 nf4_group_scale(const Nf4Weights& w, int64_t f, bool half) {
+  return _mm256_set_m128(_mm_set1_ps(half ? 0.0f : w.absmax[(f + 32) >> w.block_shift]),
+                         _mm_set1_ps(w.absmax[f >> w.block_shift]));
+}
+
 template <int M, int R>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
                                                int64_t j0, float* y, int64_t ldy, bool far) {
@@ -546,14 +555,8 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
       if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
-      const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
-                                                     _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
-                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      // The absmax of the group's halves (a half group: 0 for the missing
-      // half, whose codes are 0 and x zeros).
-      const int64_t f = (j0 + r) * k + g * kX64Group;
-      const __m256 scale = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : w.absmax[(f + 32) >> w.block_shift]),
-                                           _mm_set1_ps(w.absmax[f >> w.block_shift]));
+      const __m256i v = load_group32(p, half);
+      const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
       __m256 t[M][2];
 #pragma GCC unroll 2
       for (int c = 1; c >= 0; --c) {
@@ -610,12 +613,8 @@ __attribute__((noinline)) void nf4_gemv64s_rows(const float* xa, int64_t groups,
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
       if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);
-      const __m256i v = half ? _mm256_maskload_epi32(reinterpret_cast<const int*>(p),
-                                                     _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0))
-                             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-      const int64_t f = (j0 + r) * k + g * kX64Group;
-      const __m256 scale = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : w.absmax[(f + 32) >> w.block_shift]),
-                                           _mm_set1_ps(w.absmax[f >> w.block_shift]));
+      const __m256i v = load_group32(p, half);
+      const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
 #pragma GCC unroll 2
       for (int c = 1; c >= 0; --c) {
         const __m256i idx =
@@ -627,7 +626,8 @@ __attribute__((noinline)) void nf4_gemv64s_rows(const float* xa, int64_t groups,
           const __m256 wv = _mm256_mul_ps(val[qv], scale);
           const float* xv = xg + int64_t{8} * (4 * c + qv);
 #pragma GCC unroll 8
-          for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+          for (int i = 0; i < M; ++i)
+            acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
         }
       }
     }
@@ -642,15 +642,16 @@ __attribute__((noinline)) void nf4_gemv64s_rows(const float* xa, int64_t groups,
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
-                       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-                         constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-                         if constexpr (M <= kGemv64Rows) {
-                           nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-                         } else {
-                           nf4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-                         }
-                       });
+  gemv64<kGemvMaxRows>(
+      x, ldx, m, w.k, n0, n1, y, nf4_elem,
+      [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
+        constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+        if constexpr (M <= kGemv64Rows) {
+          nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+        } else {
+          nf4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
+        }
+      });
 }
 
 inline __m256i tail_mask(int32_t n) {
