@@ -401,8 +401,8 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
 #pragma GCC unroll 2
             for (int i = 0; i < M; ++i) {
               const float* xg = xa + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
-              t[i][u] = c == 0 ? _mm256_mul_ps(dec.even(wd[u]), _mm256_loadu_ps(xg))
-                               : _mm256_fmadd_ps(dec.even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
+              t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg))
+                               : _mm256_fmadd_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
               t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), _mm256_loadu_ps(xg + 8), t[i][u]);
             }
           }
