@@ -219,7 +219,7 @@ constexpr int64_t kX64Group = 64;
 // in cache, against the permute GEMV: M = 1 1.22x, M = 2 1.13x), rows of W
 // in groups of kGemv64RowGroup at M = 1 (one at M = 2). At M = 3-8 the
 // decoded weights are multiplied by the scale first, as the permute GEMV
-// does, so both run the same FMAs (nvfp4_gemv64s_rows, one row of W at a
+// does, so both run the same FMAs (its kScaleFirst order, one row of W at a
 // time: two at M = 3-4 read 0.65-0.78x). Against the permute GEMV on an
 // AVX2 Zen 1 EPYC, 2 threads, 4096x4096 rotated through 75 MB: M = 3-4
 // 1.33-1.53x, M = 5-7 1.24-1.34x, M = 8 1.17-1.22x (long shapes too); the
@@ -361,14 +361,25 @@ inline __m256 group_scale(__m256 sv, int32_t h, int u) {
 }
 
 // Rows j0 .. j0+R-1 of the byte-table GEMV over x arranged by x64_order
-// (`groups` groups per x row, M <= kGemv64Rows); y[i*ldy + r] for row j0 +
-// r. Per (x row, W row) and group: t_u = ((lo even + lo odd) + hi even) +
-// hi odd for u = 0, 1, then acc += t_0 * scale_0, acc += t_1 * scale_1: the
-// same sequence for any M and R. Nibble by nibble, the 2 M partial sums t
-// live across them (the accumulators then stay in the 16 registers).
+// (`groups` groups per x row); y[i*ldy + r] for row j0 + r. Two orders,
+// each the same sequence for any M of its class and any R:
+// * M <= kGemv64Rows, where decoding W is most of the work: per (x row, W
+//   row) and group, t_u = ((lo even + lo odd) + hi even) + hi odd for u =
+//   0, 1, then acc += t_0 * scale_0, acc += t_1 * scale_1. Nibble by
+//   nibble, the 2 M partial sums t live across them (the accumulators then
+//   stay in the 16 registers).
+// * M = 3-8 (kScaleFirst; x group-major: group g of row i at xa + (g * M +
+//   i) * 64): each decoded vector is multiplied by its blocks' scales first
+//   (exact: 2 and 4 significant bits) and then FMA'd into the (x row, W
+//   row) accumulator, per nibble c = 0, 1 and unpack u = 0, 1 the even then
+//   the odd vector, one chain from +0. The FMAs are then those of the
+//   permute GEMV (below), and the decode is 29 vector instructions per 64
+//   weights where the permute decode takes 48, 8 cross-lane vpermps among
+//   them.
 template <int M, int R>
 __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups, const NvWeights& w,
                                                  int64_t j0, float* y, int64_t ldy, bool far) {
+  constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
   const E2m1Words dec;
   __m256 acc[M][R];
@@ -391,89 +402,40 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
         if (g == g0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
         const __m256i v = load_group32(p, half);
         const __m256 sv = _mm256_load_ps(sc[r]);
-        __m256 t[M][2];
+        [[maybe_unused]] __m256 t[M][2];
 #pragma GCC unroll 2
         for (int c = 0; c < 2; ++c) {
           __m256i wd[2];
           dec.words(v, c, wd);
 #pragma GCC unroll 2
           for (int u = 0; u < 2; ++u) {
+            if constexpr (kScaleFirst) {
+              const __m256 su = group_scale(sv, h, u);
+              const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
+              const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
+              const float* xv = xa + g * M * kX64Group + int64_t{32} * c + int64_t{16} * u;
+#pragma GCC unroll 8
+              for (int i = 0; i < M; ++i) {
+                acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+                acc[i][r] = _mm256_fmadd_ps(wo, _mm256_load_ps(xv + i * kX64Group + 8), acc[i][r]);
+              }
+            } else {
 #pragma GCC unroll 2
-            for (int i = 0; i < M; ++i) {
-              const float* xg = xa + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
-              t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg))
-                               : _mm256_fmadd_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
-              t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), _mm256_loadu_ps(xg + 8), t[i][u]);
+              for (int i = 0; i < M; ++i) {
+                const float* xg = xa + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
+                t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg))
+                                 : _mm256_fmadd_ps(E2m1Words::even(wd[u]), _mm256_loadu_ps(xg), t[i][u]);
+                t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), _mm256_loadu_ps(xg + 8), t[i][u]);
+              }
             }
           }
         }
-#pragma GCC unroll 2
-        for (int u = 0; u < 2; ++u) {
-          const __m256 su = group_scale(sv, h, u);
-#pragma GCC unroll 2
-          for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(t[i][u], su, acc[i][r]);
-        }
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]) * w.g;
-  }
-}
-
-// Rows j0 .. j0+R-1 of the byte-table GEMV for M = 3-8, over x group-major
-// (x64_order's group_major: group g of row i at xa + (g * M + i) * 64). The
-// decode is the one above (E2m1Words); each decoded vector is multiplied by
-// its blocks' scales first (exact: 2 and 4 significant bits) and
-// then FMA'd into the (x row, W row) accumulator: per group nibble c = 0,
-// 1, unpack u = 0, 1, the even then the odd vector, one chain from +0,
-// the same sequence for any M of the class and any R. With the scale in
-// the weights, the FMAs are those of the permute GEMV (below), and the
-// decode is 29 vector instructions per 64 weights where the permute decode
-// takes 48, 8 cross-lane vpermps among them.
-template <int M, int R>
-__attribute__((noinline)) void nvfp4_gemv64s_rows(const float* xa, int64_t groups, const NvWeights& w,
-                                                  int64_t j0, float* y, int64_t ldy, bool far) {
-  const int64_t k = w.k, kb = k / 16, rb = k / 2;
-  const E2m1Words dec;
-  __m256 acc[M][R];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  }
-  alignas(32) float sc[R][8];
-  for (int64_t g0 = 0; g0 < groups; g0 += 2) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r)
-      scales8(w.s + (j0 + r) * kb + g0 * 4, std::min<int64_t>(8, kb - g0 * 4), sc[r]);
-    for (int64_t g = g0; g < std::min(groups, g0 + 2); ++g) {
-      const bool half = (g + 1) * kX64Group > k;
-      const int32_t h = static_cast<int32_t>(g - g0) * 4;
-      const float* xg = xa + g * M * kX64Group;
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
-        if (g == g0) prefetch_row_ahead(p, R * rb, far);
-        const __m256i v = load_group32(p, half);
-        const __m256 sv = _mm256_load_ps(sc[r]);
-#pragma GCC unroll 2
-        for (int c = 0; c < 2; ++c) {
-          __m256i wd[2];
-          dec.words(v, c, wd);
+        if constexpr (!kScaleFirst) {
 #pragma GCC unroll 2
           for (int u = 0; u < 2; ++u) {
             const __m256 su = group_scale(sv, h, u);
-            const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
-            const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
-            const float* xv = xg + int64_t{32} * c + int64_t{16} * u;
-#pragma GCC unroll 8
-            for (int i = 0; i < M; ++i) {
-              acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
-              acc[i][r] = _mm256_fmadd_ps(wo, _mm256_load_ps(xv + i * kX64Group + 8), acc[i][r]);
-            }
+#pragma GCC unroll 2
+            for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(t[i][u], su, acc[i][r]);
           }
         }
       }
@@ -492,12 +454,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
     gemv64<kGemvMaxRows>(
         x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-          constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-          if constexpr (M <= kGemv64Rows) {
-            nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-          } else {
-            nvfp4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-          }
+          nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
         });
     report_scale_signs(w, n0, n1);
     return;
@@ -512,8 +469,8 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
   report_scale_signs(w, n0, n1);
 }
 
-// The NF4 byte-plane GEMV (M <= kGemv64Rows, K % 32 == 0, blocksize % 32
-// == 0): an NF4 code value is any fp32, so 32 codes become their values by
+// The NF4 byte-plane GEMV (K % 32 == 0, blocksize % 32 == 0): an NF4 code
+// value is any fp32, so 32 codes become their values by
 // four vpshufb, one per byte of the fp32 (the planes of the codebook), and
 // two rounds of unpacks (bytes to words, words to dwords): 12 shuffle-class
 // operations per 32 weights where the two-permute decode takes 20. Vector
@@ -521,9 +478,17 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
 // high ones, element 2j) holds in lane (L, d) the code of byte 16L + 4q +
 // d, element 32L + 8q + 2d + 1 - c of the group (nf4_elem; x arranged to
 // match by x64_order, v = 4c + q). Each 32-element half of a group lies in
-// one absmax block. Per (x row, W row) and group: t_c = v(c,0) x + ... +
-// v(c,3) x for c = 1, 0, then acc += (t_1 + t_0) * absmax: one sequence for
-// any M and R.
+// one absmax block. Two orders, each one sequence for any M of its class
+// and any R:
+// * M <= kGemv64Rows: per (x row, W row) and group, t_c = v(c,0) x + ... +
+//   v(c,3) x for c = 1, 0, then acc += (t_1 + t_0) * absmax.
+// * M = 3-8 (kScaleFirst; x group-major, as nvfp4_gemv64_rows): each
+//   vector of code values is multiplied by its half group's absmax first
+//   (the dequantized weights, one rounding as the reference's), then FMA'd
+//   into the (x row, W row) accumulator, vectors q = 0-3 of nibble c = 1
+//   then of c = 0, one chain from +0. The decode replaces the permute
+//   GEMV's two vpermps and a blend per 8 weights (against it on an AVX2
+//   Zen 1: M = 3 1.71x, M = 4 1.55x, M = 6-8 1.40x).
 inline int nf4_elem(int v, int lane) {
   const int c = v / 4, q = v % 4;
   return 32 * (lane / 4) + 8 * q + 2 * (lane % 4) + 1 - c;
@@ -540,11 +505,12 @@ inline __m256 nf4_group_scale(const Nf4Weights& w, int64_t f, bool half) {
 template <int M, int R>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
                                                int64_t j0, float* y, int64_t ldy, bool far) {
+  constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, rb = k / 2;
   const Nf4Planes planes(w.lut);  // (small_batch_lanes_avx2.h)
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M][R];
-#pragma GCC unroll 2
+#pragma GCC unroll 8
   for (int i = 0; i < M; ++i) {
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
@@ -557,7 +523,7 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
       if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
       const __m256i v = load_group32(p, half);
       const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
-      __m256 t[M][2];
+      [[maybe_unused]] __m256 t[M][2];
 #pragma GCC unroll 2
       for (int c = 1; c >= 0; --c) {
         const __m256i idx =
@@ -566,69 +532,26 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
         nf4_lookup32(planes, idx, val);
 #pragma GCC unroll 4
         for (int qv = 0; qv < 4; ++qv) {
+          if constexpr (kScaleFirst) {
+            const __m256 wv = _mm256_mul_ps(val[qv], scale);
+            const float* xv = xa + g * M * kX64Group + int64_t{8} * (4 * c + qv);
+#pragma GCC unroll 8
+            for (int i = 0; i < M; ++i)
+              acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+          } else {
 #pragma GCC unroll 2
-          for (int i = 0; i < M; ++i) {
-            const __m256 xv = _mm256_loadu_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
-            t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
+            for (int i = 0; i < M; ++i) {
+              const __m256 xv =
+                  _mm256_loadu_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
+              t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
+            }
           }
         }
       }
+      if constexpr (!kScaleFirst) {
 #pragma GCC unroll 2
-      for (int i = 0; i < M; ++i)
-        acc[i][r] = _mm256_fmadd_ps(_mm256_add_ps(t[i][1], t[i][0]), scale, acc[i][r]);
-    }
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
-  }
-}
-
-// Rows j0 .. j0+R-1 of the NF4 byte-plane GEMV for M = 3-8, over x
-// group-major (as nvfp4_gemv64s_rows): each decoded vector of code values
-// is multiplied by its half group's absmax first (the dequantized weights,
-// one rounding as the reference's), then FMA'd into the (x row, W row)
-// accumulator, vectors q = 0-3 of nibble c = 1 then of c = 0: one chain
-// from +0, the same sequence for any M of the class and any R. The decode
-// (12 shuffle-class operations per 32 weights) replaces the permute GEMV's
-// two vpermps and a blend per 8 weights (against it on the Zen 1 above:
-// M = 3 1.71x, M = 4 1.55x, M = 6-8 1.40x).
-template <int M, int R>
-__attribute__((noinline)) void nf4_gemv64s_rows(const float* xa, int64_t groups, const Nf4Weights& w,
-                                                int64_t j0, float* y, int64_t ldy, bool far) {
-  const int64_t k = w.k, rb = k / 2;
-  const Nf4Planes planes(w.lut);
-  const __m256i nib = _mm256_set1_epi8(0x0f);
-  __m256 acc[M][R];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    const bool half = (g + 1) * kX64Group > k;
-    const float* xg = xa + g * M * kX64Group;
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
-      if (g % 2 == 0) prefetch_row_ahead(p, R * rb, far);
-      const __m256i v = load_group32(p, half);
-      const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
-#pragma GCC unroll 2
-      for (int c = 1; c >= 0; --c) {
-        const __m256i idx =
-            c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-        __m256 val[4];
-        nf4_lookup32(planes, idx, val);
-#pragma GCC unroll 4
-        for (int qv = 0; qv < 4; ++qv) {
-          const __m256 wv = _mm256_mul_ps(val[qv], scale);
-          const float* xv = xg + int64_t{8} * (4 * c + qv);
-#pragma GCC unroll 8
-          for (int i = 0; i < M; ++i)
-            acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
-        }
+        for (int i = 0; i < M; ++i)
+          acc[i][r] = _mm256_fmadd_ps(_mm256_add_ps(t[i][1], t[i][0]), scale, acc[i][r]);
       }
     }
   }
@@ -645,12 +568,7 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
   gemv64<kGemvMaxRows>(
       x, ldx, m, w.k, n0, n1, y, nf4_elem,
       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-        constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-        if constexpr (M <= kGemv64Rows) {
-          nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-        } else {
-          nf4_gemv64s_rows<M, R>(xa, groups, w, j, yj, ldy, far);
-        }
+        nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
       });
 }
 
