@@ -783,7 +783,8 @@ struct Nf4Matrix {
   }
 };
 
-// Checks y[i*ldy + (j - n0)] of a GEMV entry against the reference product.
+// Checks y[i*ldy + (j - n0)] of a GEMV entry against the reference product
+// (NaN exactly where the reference is NaN).
 template <class Dot>
 size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1,
                        const float* y, int64_t ldy, Dot&& dot) {
@@ -791,7 +792,9 @@ size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_
   for (int32_t i = 0; i < m; ++i) {
     for (int64_t j = n0; j < n1; ++j) {
       const ref::Dot d = dot(x + i * ldx, j);
-      if (std::fabs(y[i * ldy + (j - n0)] - d.value) > ref::product_bound(k, d.magnitude)) ++bad;
+      const float v = y[i * ldy + (j - n0)];
+      if (std::isnan(v) != std::isnan(d.value) || std::fabs(v - d.value) > ref::product_bound(k, d.magnitude))
+        ++bad;
     }
   }
   return bad;
@@ -816,6 +819,9 @@ void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
       std::vector<float> y0(static_cast<size_t>(m * (n1 - n0))), y1(y0.size());
       kern::NvWeights w = mat.w;
       t.nvfp4_gemv(x.data(), k, m, w, n0, n1, y0.data(), n1 - n0);
+      // (the slow-path codes decoded as the reference does them)
+      CHECK(gemv_violations(x.data(), k, m, k, n0, n1, y0.data(), n1 - n0,
+                            [&](const float* xi, int64_t j) { return ref::nvfp4_dot(xi, mat.w, j); }) == 0);
       kern::ScaleSigns signs;
       w.signs = &signs;
       t.nvfp4_gemv(x.data(), k, m, w, n0, n1, y1.data(), n1 - n0);
