@@ -276,9 +276,33 @@ inline int nvfp4_elem(int v, int lane) {
 }
 
 // The driver of the byte-table and byte-plane GEMVs (m <= MaxM):
-// x reordered once by elem (group-major above kGemv64Rows), then rows(M, R,
-// xa, groups, j, y + (j - n0), far) for rows [n0, n1) of W in groups of R
-// (kGemv64RowGroup at M = 1, else 1; the remainder one by one).
+// x reordered once by elem (group-major above kGemv64Rows), then
+// rows(M, R, xa, groups, j, y + (j - n0), far, chunk) for rows [n0, n1) of
+// W in groups of R (the remainder one by one): kGemv64RowGroup at M = 1,
+// 2 at M = 3-4 (twice the accumulator chains: there each chain's 8 FMAs
+// per group bound the kernel by latency; on an AVX2 Zen 3 M = 3 1.14x, M =
+// 4 1.08x; the order per accumulator, so the bits, are those of R = 1),
+// else 1. Above kGemv64Rows, x of the whole K (M x K x 4 bytes) no longer
+// fits in L1 and each row of W read all of it again from L2, which bound
+// the GEMV at M = 8 near half its FMA rate on the Zen 3: K is then cut into
+// chunks of groups [ga, gb) whose x takes at most kGemv64ChunkBytes
+// (gemv64_chunk), and each block of kGemv64RowBlock rows of W runs chunk
+// after chunk, each row's accumulators kept in `part` between chunks (the
+// same FMA sequence per accumulator: the same bits as one pass). On the
+// Zen 3, one thread, 2048x4096 in cache: M = 3 1.19x, M = 5 1.14x, M = 8
+// 1.23x (chunks of 16 KiB: M = 3 0.89x; 32 KiB about as 24); M = 2, where
+// x is 32 KiB, read 0.96x chunked and stays one pass.
+constexpr int64_t kGemv64RowBlock = 64;
+constexpr int64_t kGemv64ChunkBytes = 24576;
+struct Gemv64Chunk {
+  int64_t ga = 0, gb = 0;  // groups [ga, gb): ga even
+  float* part = nullptr;   // the R rows' M x 8 accumulators; nullptr: one pass
+  bool first() const { return ga == 0; }
+};
+inline int64_t gemv64_chunk(int32_t m) {
+  return m <= kGemv64Rows ? 0 : std::max<int64_t>(2, kGemv64ChunkBytes / (m * kX64Group * 4) / 2 * 2);
+}
+
 template <int MaxM, class Elem, class Rows>
 void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1, float* y, Elem&& elem,
             Rows&& rows) {
@@ -286,13 +310,41 @@ void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1
   AlignedFloats xa = aligned_floats(int64_t{m} * groups * kX64Group);
   x64_order(x, ldx, m, k, xa.get(), elem, m > kGemv64Rows);
   const bool far = rows_to_l2();
+  const int64_t kc = gemv64_chunk(m);
   with_rows<MaxM>(m, [&](auto mm) {
     constexpr int M = decltype(mm)::value;
-    constexpr int R = M == 1 ? kGemv64RowGroup : 1;
-    int64_t j = n0;
-    for (; j + R <= n1; j += R)
-      rows(mm, std::integral_constant<int, R>{}, xa.get(), groups, j, y + (j - n0), far);
-    for (; j < n1; ++j) rows(mm, std::integral_constant<int, 1>{}, xa.get(), groups, j, y + (j - n0), far);
+    auto run = [&](auto rr) {
+      constexpr int R = decltype(rr)::value;
+      auto pass = [&](int64_t j0, int64_t j1, Gemv64Chunk c) {
+        Gemv64Chunk cr = c;
+        int64_t j = j0;
+        for (; j + R <= j1; j += R) {
+          if (c.part != nullptr) cr.part = c.part + (j - j0) * M * 8;
+          rows(mm, rr, xa.get(), groups, j, y + (j - n0), far, cr);
+        }
+        for (; j < j1; ++j) {
+          if (c.part != nullptr) cr.part = c.part + (j - j0) * M * 8;
+          rows(mm, std::integral_constant<int, 1>{}, xa.get(), groups, j, y + (j - n0), far, cr);
+        }
+      };
+      if (kc == 0 || kc >= groups) {
+        pass(n0, n1, Gemv64Chunk{0, groups, nullptr});
+        return;
+      }
+      AlignedFloats part = aligned_floats(kGemv64RowBlock * M * 8);  // each row's M accumulators
+      for (int64_t jb = n0; jb < n1; jb += kGemv64RowBlock) {
+        const int64_t je = std::min(n1, jb + kGemv64RowBlock);
+        for (int64_t ga = 0; ga < groups; ga += kc)
+          pass(jb, je, Gemv64Chunk{ga, std::min(groups, ga + kc), part.get()});
+      }
+    };
+    if (M == 1) {
+      run(std::integral_constant<int, kGemv64RowGroup>{});
+    } else if (M > kGemv64Rows && M <= 4) {
+      run(std::integral_constant<int, 2>{});
+    } else {
+      run(std::integral_constant<int, 1>{});
+    }
   });
 }
 
@@ -398,18 +450,42 @@ inline __m256 group_scale(__m256 sv, int32_t h, int u) {
 //   permute GEMV (below), and the decode is 29 vector instructions per 64
 //   weights where the permute decode takes 48, 8 cross-lane vpermps among
 //   them.
+// A chunk's accumulators: from part (zeros for the first chunk); back to
+// part, or for the last chunk the row sums times `post` into y.
+template <int M, int R>
+inline void gemv64_acc_load(const Gemv64Chunk& ch, __m256 (&acc)[M][R]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r)
+      acc[i][r] = ch.first() ? _mm256_setzero_ps() : _mm256_load_ps(ch.part + int64_t{8} * (r * M + i));
+  }
+}
+template <int M, int R>
+inline void gemv64_acc_store(const Gemv64Chunk& ch, int64_t groups, const __m256 (&acc)[M][R], float post,
+                             float* y, int64_t ldy) {
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      if (ch.gb == groups) {
+        y[i * ldy + r] = hsum8(acc[i][r]) * post;
+      } else {
+        _mm256_store_ps(ch.part + int64_t{8} * (r * M + i), acc[i][r]);
+      }
+    }
+  }
+}
+
 template <int M, int R>
 __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups, const NvWeights& w,
-                                                 int64_t j0, float* y, int64_t ldy, bool far) {
+                                                 int64_t j0, float* y, int64_t ldy, bool far,
+                                                 Gemv64Chunk ch) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
   const E2m1Words dec;
   __m256 acc[M][R];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  }
+  gemv64_acc_load(ch, acc);
   __m256 sv[R];
   // Group g (its first block h in sv: 0 or 4) of the R rows.
   auto group = [&](int64_t g, auto hh, bool half) {
@@ -468,10 +544,10 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   // and staged sv through memory: M = 1 1.15-1.36x (4096x4096 in L3 and
   // 11008x4096 rotated through 150 MB), M = 2 1.03-1.13x, M = 4-8
   // 1.05-1.09x; the check per 8 codes alone had cost M = 1 7 %.
-  const int64_t full_pairs = k / (2 * kX64Group) * 2;
-  int64_t g0 = 0;
+  const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);  // the chunk's full pairs end
+  int64_t g0 = ch.ga;
   auto pairs = [&](auto checked) {
-    for (; g0 < full_pairs; g0 += 2) {
+    for (; g0 < full_end; g0 += 2) {
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
         const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
@@ -483,33 +559,32 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   };
   bool normal = true;
 #pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) normal = normal && scales_normal(w.s + (j0 + r) * kb, full_pairs * 4);
+  for (int r = 0; r < R; ++r)
+    normal =
+        normal && scales_normal(w.s + (j0 + r) * kb + ch.ga * 4, std::max<int64_t>(0, full_end - ch.ga) * 4);
   if (normal) {
     pairs(std::false_type{});
   } else {
     pairs(std::true_type{});
   }
-  if (g0 < groups) {
+  if (g0 < ch.gb) {  // the last chunk's last pair
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) sv[r] = scales8(w.s + (j0 + r) * kb + g0 * 4, kb - g0 * 4);
     group(g0, H0{}, (g0 + 1) * kX64Group > k);
     if (g0 + 1 < groups) group(g0 + 1, H4{}, (g0 + 2) * kX64Group > k);
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]) * w.g;
-  }
+  gemv64_acc_store(ch, groups, acc, w.g, y, ldy);
 }
 
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   if (w.k % 32 == 0) {
-    gemv64<kGemvMaxRows>(
-        x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
-        [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-          nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
-        });
+    gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
+                         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj,
+                             bool far, Gemv64Chunk ch) {
+                           nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj,
+                                                                                       ldy, far, ch);
+                         });
     report_scale_signs(w, n0, n1);
     return;
   }
@@ -558,17 +633,13 @@ inline __m256 nf4_group_scale(const Nf4Weights& w, int64_t f, bool half) {
 
 template <int M, int R>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
-                                               int64_t j0, float* y, int64_t ldy, bool far) {
+                                               int64_t j0, float* y, int64_t ldy, bool far, Gemv64Chunk ch) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, rb = k / 2;
   const Nf4Planes planes(w.lut);  // (small_batch_lanes_avx2.h)
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M][R];
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
-  }
+  gemv64_acc_load(ch, acc);
   // Group g of the R rows; pf: prefetch (every other group: once per 64
   // bytes).
   auto group = [&](int64_t g, bool pf, bool half) {
@@ -612,18 +683,14 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
   // Pairs of full groups first, without the checks of the last ones (on an
   // AVX2 Zen 3 EPYC, 2 threads, 4096x4096 in L3 and 11008x4096 rotated
   // through 150 MB: M = 1 1.05x, M = 2 1.00-1.02x, M = 4-8 1.04-1.09x).
-  const int64_t full_pairs = k / (2 * kX64Group) * 2;
-  int64_t g = 0;
-  for (; g < full_pairs; g += 2) {
+  const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);
+  int64_t g = ch.ga;
+  for (; g < full_end; g += 2) {
     group(g, true, false);
     group(g + 1, false, false);
   }
-  for (; g < groups; ++g) group(g, g % 2 == 0, (g + 1) * kX64Group > k);
-#pragma GCC unroll 8
-  for (int i = 0; i < M; ++i) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) y[i * ldy + r] = hsum8(acc[i][r]);
-  }
+  for (; g < ch.gb; ++g) group(g, g % 2 == 0, (g + 1) * kX64Group > k);
+  gemv64_acc_store(ch, groups, acc, 1.0f, y, ldy);
 }
 
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
@@ -631,8 +698,8 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
   gemv64<kGemvMaxRows>(
       x, ldx, m, w.k, n0, n1, y, nf4_elem,
-      [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far) {
-        nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far);
+      [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far, Gemv64Chunk ch) {
+        nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far, ch);
       });
 }
 
