@@ -118,6 +118,24 @@ inline __m256 i8y_e4m3_decode8(__m256i c) {
   return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
 }
 
+// Normal and positive E4M3 codes are 0x08 .. 0x7e: (code - 8) <= 0x76 as
+// unsigned bytes. Whether all of s[0, n) are (the GEMVs' scale decodes
+// then take the plain bit mapping, (code << 20) + (120 << 23), unchecked).
+inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
+  __m256i hi = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    hi = _mm256_max_epu8(hi, _mm256_sub_epi8(v, _mm256_set1_epi8(8)));
+  }
+  const __m256i lim = _mm256_set1_epi8(0x76);
+  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(hi, lim), lim)) != -1) return false;
+  for (; i < n; ++i) {
+    if (static_cast<uint8_t>(s[i] - 8) > 0x76) return false;
+  }
+  return true;
+}
+
 // The vector whose lane r is lane r of at(r) (r = 0..7; at(r) a broadcast
 // load): seven blends, no gather (microcoded on AMD) and no shuffle.
 template <class At>
@@ -144,8 +162,17 @@ struct I8yNvfp4 {
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nvfp4_scale_span(w, r0, n, bytes);
   }
-  // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane].
-  void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
+  // Whether every scale code of rows j0 + rr[0..7] is normal and positive
+  // (scales() may then skip its check).
+  bool rows_normal(int64_t j0, const int32_t* rr) const {
+    for (int r = 0; r < 8; ++r) {
+      if ((r == 0 || rr[r] != rr[r - 1]) && !i8y_codes_normal(w.s + (j0 + rr[r]) * kb, kb)) return false;
+    }
+    return true;
+  }
+  // Scales of blocks 4c .. 4c+3 of rows j0 + rr[lane]; normal: every code
+  // of the rows is normal and positive (rows_normal).
+  void scales(int64_t j0, const int32_t* rr, int64_t c, bool normal, __m256 (&sc)[4]) const {
     // The 4 codes of each row by a broadcast load and a blend
     // (i8y_blend_lanes8). Against the vpgatherdd, on
     // an AVX2 Zen 1, 2 threads, 4096x4096 from DRAM: M = 1 1.05-1.10x,
@@ -156,19 +183,25 @@ struct I8yNvfp4 {
       std::memcpy(&v, s0 + rr[r] * kb, 4);
       return _mm256_castsi256_ps(_mm256_set1_epi32(v));
     }));
-    // Every code a normal positive E4M3 (0x08 .. 0x7e: code - 8 <= 0x76 as
-    // an unsigned byte), the usual case: the fp32 bits are (code << 20) +
-    // (120 << 23), the value i8y_e4m3_decode8 gives, in 2 instructions
-    // instead of 12.
-    const __m256i t = _mm256_sub_epi8(g, _mm256_set1_epi8(8));
-    const bool normal = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, _mm256_set1_epi8(0x76)),
-                                                               _mm256_set1_epi8(0x76))) == -1;
-    for (int q = 0; q < 4; ++q) {
-      const __m256i code = _mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff));
-      sc[q] = normal ? _mm256_castsi256_ps(
-                           _mm256_add_epi32(_mm256_slli_epi32(code, 20), _mm256_set1_epi32(120 << 23)))
-                     : i8y_e4m3_decode8(code);
+    // Every code a normal positive E4M3, the usual case: the fp32 bits are
+    // (code << 20) + (120 << 23), the value i8y_e4m3_decode8 gives, by a
+    // shift, a mask and an add per block instead of 12 instructions. When
+    // the rows were not all normal, the group's 32 codes are checked here.
+    if (!normal) {
+      const __m256i t = _mm256_sub_epi8(g, _mm256_set1_epi8(8));
+      normal = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, _mm256_set1_epi8(0x76)),
+                                                      _mm256_set1_epi8(0x76))) == -1;
     }
+    if (normal) {
+      const __m256i mask = _mm256_set1_epi32(0xff << 20), base = _mm256_set1_epi32(120 << 23);
+      sc[0] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_slli_epi32(g, 20), mask), base));
+      sc[1] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_slli_epi32(g, 12), mask), base));
+      sc[2] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_slli_epi32(g, 4), mask), base));
+      sc[3] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(g, 4), mask), base));
+      return;
+    }
+    for (int q = 0; q < 4; ++q)
+      sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
   }
 };
 
@@ -181,7 +214,8 @@ struct I8yNf4 {
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nf4_scale_span(w, r0, n, bytes);
   }
-  void scales(int64_t j0, const int32_t* rr, int64_t c, __m256 (&sc)[4]) const {
+  bool rows_normal(int64_t, const int32_t*) const { return true; }  // (fp32 absmax)
+  void scales(int64_t j0, const int32_t* rr, int64_t c, bool /*normal*/, __m256 (&sc)[4]) const {
     // Element offsets of the rows relative to A = (j0 K) rounded down to a
     // block: absmax index = (offset + 64c + 16q) >> shift from absmax + A/bs.
     const int64_t a = (j0 * w.k) >> w.block_shift << w.block_shift;
@@ -245,6 +279,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
                            f.row(0), k / 2, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks);
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+    const bool normal = f.rows_normal(j0, rr);
     for (int64_t c = 0; c < chunks; ++c) {
       next.step();
       if (c % 2 == 0) {
@@ -272,7 +307,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
         }
       }
       __m256 sc[4];
-      f.scales(j0, rr, c, sc);
+      f.scales(j0, rr, c, normal, sc);
       for (int i = 0; i < M; ++i) {
         const __m256i e0 = _mm256_unpacklo_epi64(C[i][0], C[i][1]);  // q0: rows 0-3 | q2
         const __m256i e1 = _mm256_unpackhi_epi64(C[i][0], C[i][1]);  // q1 | q3
@@ -342,6 +377,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M];
   for (int64_t i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  const bool normal = f.rows_normal(j0, rr);
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
@@ -355,7 +391,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
     alignas(32) float sc[4][8];
     {
       __m256 s4[4];
-      f.scales(j0, rr, c, s4);
+      f.scales(j0, rr, c, normal, s4);
       for (int64_t q = 0; q < 4; ++q) _mm256_store_ps(sc[q], s4[q]);
     }
     for (int64_t h = 0; h < 2; ++h) {

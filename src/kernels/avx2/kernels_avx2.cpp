@@ -366,22 +366,6 @@ inline __m256 scales8_normal(__m128i codes) {
   return _mm256_castsi256_ps(
       _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(codes), 20), _mm256_set1_epi32(120 << 23)));
 }
-// Normal and positive E4M3 codes are 0x08 .. 0x7e: (code - 8) <= 0x76 as
-// unsigned bytes. Whether all of s[0, n) are.
-inline bool scales_normal(const uint8_t* s, int64_t n) {
-  __m256i hi = _mm256_setzero_si256();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    hi = _mm256_max_epu8(hi, _mm256_sub_epi8(v, _mm256_set1_epi8(8)));
-  }
-  const __m256i lim = _mm256_set1_epi8(0x76);
-  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(hi, lim), lim)) != -1) return false;
-  for (; i < n; ++i) {
-    if (static_cast<uint8_t>(s[i] - 8) > 0x76) return false;
-  }
-  return true;
-}
 inline __m256 scales8(const uint8_t* s, int64_t n) {
   if (n == 8) {
     const __m128i b = scale_codes8(s);
@@ -560,8 +544,8 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   bool normal = true;
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
-    normal =
-        normal && scales_normal(w.s + (j0 + r) * kb + ch.ga * 4, std::max<int64_t>(0, full_end - ch.ga) * 4);
+    normal = normal &&
+             i8y_codes_normal(w.s + (j0 + r) * kb + ch.ga * 4, std::max<int64_t>(0, full_end - ch.ga) * 4);
   if (normal) {
     pairs(std::false_type{});
   } else {
