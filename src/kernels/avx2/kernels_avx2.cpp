@@ -966,36 +966,41 @@ inline bool scale_group8(const float* x, __m256 six_g, __m256 gv, uint8_t* s, fl
 // |x| / d (two vectors) and the input bits (for the signs), packed into 8
 // bytes (element 2j in the low nibble of byte j).
 struct E2m1Encoder8 {
-  __m256 six = _mm256_set1_ps(6.0f), two = _mm256_set1_ps(2.0f), magic = _mm256_set1_ps(0x1p23f);
+  __m256 six = _mm256_set1_ps(6.0f);
   __m256i exp_mask = _mm256_set1_epi32(0x7f800000), one_exp = _mm256_set1_epi32(127 << 23);
   __m256i ulp_shift = _mm256_set1_epi32(22 << 23);
-  // byte 2m -> code of the E2M1 magnitude m (2m in {0, 1, 2, 3, 4, 6, 8,
-  // 12}); index 11 (the 0x4b of 2^23's high byte) -> 0.
-  __m256i code_of = _mm256_setr_epi8(0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7, 0, 0, 0,  //
-                                     0, 1, 2, 3, 4, 0, 5, 0, 6, 0, 0, 0, 7, 0, 0, 0);
-  __m256i eight = _mm256_set1_epi32(8);
+  __m256i c_base = _mm256_set1_epi32(2 * 149);  // 2^22's bits >> 22
+  __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
   __m256i pack = _mm256_setr_epi8(0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                   -1, -1, 0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1);
 
-  // fmt::e2m1_encode's magnitude (nearest, ties to even, saturating at 6)
-  // of finite q >= 0 by the fp32 adder: the E2M1 grid's step is 0.5 below
-  // 2, 1 in [2, 4) and 2 from 4, i.e. the ulp of q + C with C = 2^22,
-  // 2^23, 2^24 (2^22 times 2 to q's exponent, at least 1), so
-  // (min(q, 6) + C) - C is q rounded to the grid with ties to the even
-  // multiple of the step, which is the even code; then 2^23 + 2r holds 2r
-  // in its low byte, mapped to the code by one vpshufb. 8 instructions where
-  // the 7 threshold compares and adds took 14 (A/B on an AVX2 Zen 1,
-  // 11008x4096 from DRAM: see docs/performance.md).
-  __m256i codes(__m256 q, __m256i v) const {
-    const __m256 qc = _mm256_min_ps(q, six);
-    const __m256i e = _mm256_and_si256(_mm256_castps_si256(qc), exp_mask);
-    const __m256 c = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_max_epi32(e, one_exp), ulp_shift));
-    const __m256 r = _mm256_sub_ps(_mm256_add_ps(qc, c), c);
-    const __m256i mag = _mm256_shuffle_epi8(code_of, _mm256_castps_si256(_mm256_fmadd_ps(r, two, magic)));
-    // code = magnitude | 8 where the sign bit is set (a compare: a shift
-    // took longer on the Zen 1).
-    return _mm256_or_si256(mag, _mm256_and_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), v), eight));
+  // fmt::e2m1_encode's code (nearest, ties to even, saturating at 6) of
+  // finite q >= 0 by the fp32 adder, the sign's 8 from the input bits v:
+  // the E2M1 grid's step is 0.5 below 2, 1 in [2, 4) and 2 from 4, i.e.
+  // the ulp of C = 2^22, 2^23, 2^24 (2^22 times 2 to q's exponent, at
+  // least 1), so t = min(q, 6) + C is q rounded to the grid with ties to
+  // the even multiple of the step, which is the even code, and t's low
+  // mantissa bits hold 2r, r or r / 2 (r the rounded value): the code is
+  // (t & 7) + 2 (binade of C). 13 instructions, 4 of them on the chain
+  // after q (C and the binade beside it), where the 7 threshold compares and
+  // adds took 14 (the adder's first form, t - C then 2r + 2^23 and a
+  // vpshufb, on an AVX2 Zen 1: see docs/performance.md). C may also come
+  // from qc, an approximation of q within a few ulps (group8: q0 before the
+  // correcting FMAs, in parallel with them): they differ in binade only
+  // next to 2 or 4, which both grids hold and round to alike. On an AVX2
+  // Zen 3 this form and group8 made NVFP4 quantize 1.19-1.20x faster
+  // (11008x4096 from DRAM, 2 threads; 1024x4096 one thread), MXFP4
+  // 1.03-1.05x.
+  __m256i codes(__m256 qc, __m256 q, __m256i v) const {
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(_mm256_min_ps(qc, six)), exp_mask);
+    const __m256i cb = _mm256_add_epi32(_mm256_max_epi32(e, one_exp), ulp_shift);
+    // 2 (binade of C) | the sign's 8 (bit 31 of v to bit 3)
+    const __m256i k = _mm256_or_si256(_mm256_sub_epi32(_mm256_srli_epi32(cb, 22), c_base),
+                                      _mm256_and_si256(_mm256_srli_epi32(v, 28), eight));
+    const __m256 t = _mm256_add_ps(_mm256_min_ps(q, six), _mm256_castsi256_ps(cb));
+    return _mm256_add_epi32(_mm256_and_si256(_mm256_castps_si256(t), seven), k);
   }
+  __m256i codes(__m256 q, __m256i v) const { return codes(q, q, v); }
 
   void store(__m256i c0, __m256i c1, uint8_t* dst) const {
     // dword j: code j | code 8+j << 8; qword j then holds bytes j and 4+j
@@ -1025,6 +1030,42 @@ struct E2m1Encoder8 {
       const __m256 q0 = _mm256_mul_ps(ax, y);
       return _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0);
     });
+  }
+
+  // Two blocks' codes (block A: a0 elements 0-7, a1 8-15; block B: b0,
+  // b1), packed into 16 bytes at dst: codes to bytes by saturating packs
+  // (in-lane order A 0-3 8-11 B 0-3 8-11 | A 4-7 12-15 B 4-7 12-15), byte
+  // pairs c + 16 c' by vpmaddubsw, words to bytes, then the two halves'
+  // words interleaved: 7 instructions for two blocks where store() takes 8
+  // for one.
+  void store2(__m256i a0, __m256i a1, __m256i b0, __m256i b1, uint8_t* dst) const {
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(a0, a1), _mm256_packus_epi32(b0, b1));
+    const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(16 << 8 | 1));
+    const __m256i out = _mm256_packus_epi16(pairs, pairs);  // A01 A45 B01 B45 | A23 A67 B23 B67 (words)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm_unpacklo_epi16(_mm256_castsi256_si128(out), _mm256_extracti128_si256(out, 1)));
+  }
+
+  // 8 blocks of the division-free window (scale_group8 said so), none
+  // with d = 0, two at a time (store2); codes' C from q0 = |x| y, before
+  // the two FMAs that correct it to q, to shorten the dependency chain.
+  void group8(const float* x, const float* dv, const float* yv, uint8_t* dst) const {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    for (int64_t i = 0; i < 8; i += 2) {
+      __m256i c[2][2];
+#pragma GCC unroll 2
+      for (int64_t b = 0; b < 2; ++b) {
+        const __m256 d = _mm256_broadcast_ss(dv + i + b), y = _mm256_broadcast_ss(yv + i + b);
+#pragma GCC unroll 2
+        for (int64_t h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (i + b) * 16 + 8 * h));
+          const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
+          const __m256 q0 = _mm256_mul_ps(ax, y);
+          c[b][h] = codes(q0, _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0), v);
+        }
+      }
+      store2(c[0][0], c[0][1], c[1][0], c[1][1], dst + i * 8);
+    }
   }
 
   // 16 elements of an MXFP4 block: the codec's products |x| * 2^-e.
@@ -1150,16 +1191,24 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     }
     const int64_t next0 = b0 + groups * 8;
     const int64_t ahead = std::min(groups * 8, nblocks - next0);
-    for (int64_t i = 0; i < groups * 8; ++i) {
+    for (int64_t j = 0; j < groups; ++j) {
       // The next pass's blocks, one line each, while these are coded from L1.
-      if (i < ahead) _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
-      uint8_t* dst = q + (b0 + i) * 8;
-      if (dv[i] == 0.0f) {
-        std::memset(dst, 0, 8);
-      } else if (rcp[i / 8]) {
-        enc.block(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
-      } else {
-        enc.block_div(x + (b0 + i) * 16, dv[i], dst);
+      for (int64_t i = 8 * j; i < std::min(ahead, 8 * j + 8); ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
+      if (rcp[j] && _mm256_movemask_ps(
+                        _mm256_cmp_ps(_mm256_load_ps(dv + 8 * j), _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0) {
+        enc.group8(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
+        continue;
+      }
+      for (int64_t i = 8 * j; i < 8 * j + 8; ++i) {
+        uint8_t* dst = q + (b0 + i) * 8;
+        if (dv[i] == 0.0f) {
+          std::memset(dst, 0, 8);
+        } else if (rcp[j]) {
+          enc.block(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
+        } else {
+          enc.block_div(x + (b0 + i) * 16, dv[i], dst);
+        }
       }
     }
     b0 += groups * 8;
