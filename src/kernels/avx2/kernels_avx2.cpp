@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "formats/codec.h"
@@ -384,6 +385,27 @@ inline __m256 scales8(const uint8_t* s, int64_t n) {
   return _mm256_load_ps(sc);
 }
 
+// scales8 from MXFP4's E8M0 scales in place (NvWeights::e8m0, every byte
+// inside E4M3's window under 2^t, so 2^(e - 127 - t) is a normal fp32):
+// blocks [b, b + n) of a row, e at byte b / 2 (a byte per two blocks).
+inline __m256 scales8_e8m0(const uint8_t* e, int64_t n, int32_t t) {
+  if (n == 8) {
+    int32_t v;
+    std::memcpy(&v, e, 4);
+    // lane l: block kScales8Order[l], byte kScales8Order[l] / 2
+    const __m128i b = _mm_shuffle_epi8(_mm_cvtsi32_si128(v),
+                                       _mm_setr_epi8(0, 0, 2, 2, 1, 1, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(t)), 23));
+  }
+  alignas(32) float sc[8];
+  for (int64_t l = 0; l < 8; ++l) {
+    const int64_t b = kScales8Order[l];
+    sc[l] = b < n ? std::ldexp(1.0f, static_cast<int32_t>(e[b / 2]) - fmt::kE8M0Bias - t) : 0.0f;
+  }
+  return _mm256_load_ps(sc);
+}
+
 // A group's 32 bytes of a row at p (a half group: its 16 bytes only; the
 // row may end there).
 inline __m256i load_group32(const uint8_t* p, bool half) {
@@ -529,31 +551,46 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   // 11008x4096 rotated through 150 MB), M = 2 1.03-1.13x, M = 4-8
   // 1.05-1.09x; the check per 8 codes alone had cost M = 1 7 %.
   const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);  // the chunk's full pairs end
+  // MXFP4's E8M0 scales in place (NvWeights::e8m0; the drivers pass them
+  // where reads_e8m0 says, K % 128 == 0), a byte per two blocks.
+  const bool mx = w.s == nullptr;
+  const int64_t kx = k / 32;
   int64_t g0 = ch.ga;
-  auto pairs = [&](auto checked) {
+  // kMode 0: E4M3 codes checked per 8; 1: all normal (one scan); 2: E8M0.
+  auto pairs = [&](auto mode) {
+    constexpr int kMode = decltype(mode)::value;
     for (; g0 < full_end; g0 += 2) {
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
-        sv[r] = decltype(checked)::value ? scales8(s, 8) : scales8_normal(scale_codes8(s));
+        if constexpr (kMode == 2) {
+          sv[r] = scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, 8, w.e8m0_t);
+        } else {
+          const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
+          sv[r] = kMode == 0 ? scales8(s, 8) : scales8_normal(scale_codes8(s));
+        }
       }
       group(g0, H0{}, false);
       group(g0 + 1, H4{}, false);
     }
   };
-  bool normal = true;
+  bool normal = !mx;
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
     normal = normal &&
              i8y_codes_normal(w.s + (j0 + r) * kb + ch.ga * 4, std::max<int64_t>(0, full_end - ch.ga) * 4);
-  if (normal) {
-    pairs(std::false_type{});
+  if (mx) {
+    pairs(std::integral_constant<int, 2>{});
+  } else if (normal) {
+    pairs(std::integral_constant<int, 1>{});
   } else {
-    pairs(std::true_type{});
+    pairs(std::integral_constant<int, 0>{});
   }
   if (g0 < ch.gb) {  // the last chunk's last pair
 #pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) sv[r] = scales8(w.s + (j0 + r) * kb + g0 * 4, kb - g0 * 4);
+    for (int r = 0; r < R; ++r) {
+      sv[r] = mx ? scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, kb - g0 * 4, w.e8m0_t)
+                 : scales8(w.s + (j0 + r) * kb + g0 * 4, kb - g0 * 4);
+    }
     group(g0, H0{}, (g0 + 1) * kX64Group > k);
     if (g0 + 1 < groups) group(g0 + 1, H4{}, (g0 + 2) * kX64Group > k);
   }
@@ -1422,6 +1459,9 @@ const KernelTable& avx2_table() {
     // 2880x2880 on an AVX2-only Zen 3, fast M = 1 3.1 GB/s against exact
     // 5.4).
     f.i8_gemv_k64 = true;
+    // nvfp4_gemv (scales8_e8m0) and i8_gemv_nvfp4 (I8yNvfp4::scales) read
+    // MXFP4's E8M0 scales in place.
+    f.reads_e8m0 = true;
     f.i8_gemv_max_m = 16;  // (int8_gemv_avx2.h: the direct GEMV against the panels)
     // Measured on an AVX2-only EPYC (Zen 3 class): the integer kernels beat
     // exact at every M (1.4-1.7x at M = 16..512), so fast mode is integer
