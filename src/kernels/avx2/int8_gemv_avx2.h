@@ -165,7 +165,6 @@ struct I8yNvfp4 {
   // Whether every scale code of rows j0 + rr[0..7] is normal and positive
   // (scales() may then skip its check).
   bool rows_normal(int64_t j0, const int32_t* rr) const {
-    if (w.s == nullptr) return true;  // (E8M0: scales() decodes it unchecked)
     for (int r = 0; r < 8; ++r) {
       if ((r == 0 || rr[r] != rr[r - 1]) && !i8y_codes_normal(w.s + (j0 + rr[r]) * kb, kb)) return false;
     }
@@ -178,24 +177,6 @@ struct I8yNvfp4 {
     // (i8y_blend_lanes8). Against the vpgatherdd, on
     // an AVX2 Zen 1, 2 threads, 4096x4096 from DRAM: M = 1 1.05-1.10x,
     // M = 2 1.05x.
-    if (w.s == nullptr) {
-      // MXFP4's E8M0 scales in place (NvWeights::e8m0, every byte inside
-      // E4M3's window under 2^t): bytes 2c (blocks 4c, 4c + 1) and 2c + 1
-      // of each row, 2^(e - 127 - t) = (e - t) << 23.
-      const int64_t kx = w.k / 32;
-      const uint8_t* e0 = w.e8m0 + j0 * kx + c * 2;
-      const __m256i g = _mm256_castps_si256(i8y_blend_lanes8([&](int r) {
-        uint16_t v;
-        std::memcpy(&v, e0 + rr[r] * kx, 2);
-        return _mm256_castsi256_ps(_mm256_set1_epi32(v));
-      }));
-      const __m256i t = _mm256_set1_epi32(w.e8m0_t), byte = _mm256_set1_epi32(0xff);
-      sc[0] = sc[1] =
-          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_and_si256(g, byte), t), 23));
-      sc[2] = sc[3] = _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(g, 8), byte), t), 23));
-      return;
-    }
     const uint8_t* s0 = w.s + j0 * kb + c * 4;
     const __m256i g = _mm256_castps_si256(i8y_blend_lanes8([&](int r) {
       int32_t v;
@@ -221,6 +202,30 @@ struct I8yNvfp4 {
     }
     for (int q = 0; q < 4; ++q)
       sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
+  }
+};
+
+// MXFP4's E8M0 scales in place (NvWeights::e8m0 with s null, every byte
+// inside E4M3's window under 2^t): bytes 2c (blocks 4c, 4c + 1) and 2c + 1
+// of each row, 2^(e - 127 - t) = (e - t) << 23, the fp32 of the E4M3 codes
+// the drivers would make. A format of its own, so that I8yNvfp4's kernels
+// keep no branch for it (one there cost NVFP4 M = 1-4 7-10 %).
+struct I8yMx : I8yNvfp4 {
+  using I8yNvfp4::I8yNvfp4;
+  bool rows_normal(int64_t, const int32_t*) const { return true; }
+  void scales(int64_t j0, const int32_t* rr, int64_t c, bool /*normal*/, __m256 (&sc)[4]) const {
+    const int64_t kx = w.k / 32;
+    const uint8_t* e0 = w.e8m0 + j0 * kx + c * 2;
+    const __m256i g = _mm256_castps_si256(i8y_blend_lanes8([&](int r) {
+      uint16_t v;
+      std::memcpy(&v, e0 + rr[r] * kx, 2);
+      return _mm256_castsi256_ps(_mm256_set1_epi32(v));
+    }));
+    const __m256i t = _mm256_set1_epi32(w.e8m0_t), byte = _mm256_set1_epi32(0xff);
+    sc[0] = sc[1] =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_and_si256(g, byte), t), 23));
+    sc[2] = sc[3] = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_srli_epi32(g, 8), byte), t), 23));
   }
 };
 
@@ -521,13 +526,36 @@ struct I8yNvLut {
   }
 };
 
+// (out of line: the NVFP4 GEMV's code stays as it was without this path)
 template <bool kVnni>
-void i8_gemv_nvfp4_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
-                        int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
-                        int64_t ldy) {
+__attribute__((noinline)) void i8y_gemv_mx(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc,
+                                           int64_t ldxs, int32_t m, const NvWeights& w, const uint8_t* lut16,
+                                           int64_t n0, int64_t n1, float post, float* y, int64_t ldy) {
+  i8y_gemv<kVnni>(xq, ldxq, xs, xc, ldxs, m, I8yMx(w), lut16, w.k, n0, n1, post, y, ldy);
+}
+
+template <bool kVnni>
+__attribute__((noinline)) void i8_gemv_nvfp4_avx2(const int8_t* xq, int64_t ldxq, const float* xs,
+                                                  const int32_t* xc, int64_t ldxs, int32_t m,
+                                                  const NvWeights& w, int64_t n0, int64_t n1, float post,
+                                                  float* y, int64_t ldy) {
   static const I8yNvLut lut;
   i8y_gemv<kVnni>(xq, ldxq, xs, xc, ldxs, m, I8yNvfp4(w), lut.v, w.k, n0, n1, post, y, ldy);
   report_scale_signs(w, n0, n1);
+}
+
+// KernelTable::i8_gemv_nvfp4: MXFP4's E8M0 scales in place (I8yMx) or
+// E4M3 codes (I8yNvfp4), each its own out-of-line kernel.
+template <bool kVnni>
+void i8_gemv_nvfp4_or_mx(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
+                         int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float post, float* y,
+                         int64_t ldy) {
+  if (w.s == nullptr && w.e8m0 != nullptr) {
+    static const I8yNvLut lut;
+    i8y_gemv_mx<kVnni>(xq, ldxq, xs, xc, ldxs, m, w, lut.v, n0, n1, post, y, ldy);
+  } else {
+    i8_gemv_nvfp4_avx2<kVnni>(xq, ldxq, xs, xc, ldxs, m, w, n0, n1, post, y, ldy);
+  }
 }
 
 template <bool kVnni>

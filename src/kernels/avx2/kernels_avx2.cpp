@@ -1451,7 +1451,7 @@ const KernelTable& avx2_table() {
     f.i8_micro_mr = kI8MR2;
     f.i8_quantize_act = i8_quantize_act_avx2;
     f.i8_probe = i8_probe_avx2;
-    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_avx2<false>;
+    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_or_mx<false>;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx2<false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx2;
     // The GEMV steps 64 elements at a time, so K % 128 == 64 runs it too

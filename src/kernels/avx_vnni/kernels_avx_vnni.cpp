@@ -22,7 +22,7 @@ const KernelTable& avx_vnni_table() {
     f.i8_micro_small = nullptr;  // (vpdpbusd widens as it adds)
     f.i8_micro_mr = kI8MRVnni256;
     f.i8_probe = i8_probe_avxvnni;
-    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_avx2<true>;
+    f.i8_gemv_nvfp4 = i8_gemv_nvfp4_or_mx<true>;
     f.i8_gemv_nf4 = i8_gemv_nf4_avx2<true>;
     // The AVX2 table's GEMV window (16 rows of x) was measured without
     // VNNI; this table keeps the panels above kI8GemvMaxRows until it is
