@@ -1362,12 +1362,16 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
       std::vector<float> x(static_cast<size_t>(n));
       for (auto& v : x) v = nd(rng) * 0.02f;
       // Special blocks: all zero (code 7); the values on the thresholds
-      // with absmax 1 (y == t goes to the lower code); subnormals; -0.
+      // with absmax 1 (y == t goes to the lower code) and just above them;
+      // subnormals; -0.
       if (n >= bs) std::fill(x.begin(), x.begin() + bs, 0.0f);
       if (n >= 3 * bs) {
         float* b1 = x.data() + bs;
         b1[0] = 1.0f;
         for (int i = 0; i < 15 && i + 1 < bs; ++i) b1[i + 1] = q4::fmt::nf4_threshold(i);
+        // ... and the float just above each (the upper code).
+        for (int i = 0; i < 15 && i + 16 < bs; ++i)
+          b1[i + 16] = std::nextafter(q4::fmt::nf4_threshold(i), 2.0f);
         float* b2 = x.data() + 2 * bs;
         for (int64_t i = 0; i < bs; ++i)
           b2[i] = (i % 3 == 0 ? -1.0f : 1.0f) * 1e-42f * static_cast<float>(i + 1);
