@@ -85,34 +85,39 @@ class NextGroupPrefetch {
   template <class Span>
   NextGroupPrefetch(Span&& span, const uint8_t* q, int64_t rb, int64_t next, int64_t rows, int64_t steps,
                     bool rows_too = true)
-      : rb_(rb) {
+      : rb_(static_cast<uintptr_t>(rb)) {
     if (rows <= 0) return;
     int64_t scale_bytes = 0;
     const uintptr_t s0 = reinterpret_cast<uintptr_t>(span(next, rows, &scale_bytes));
-    scales_ = s0 / 64 * 64;
-    scale_lines_ = static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
-    rows_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);
-    total_ = scale_lines_ + (rows_too ? rows * kRowLines : 0);
-    per_step_ = (total_ + steps - 1) / (steps > 0 ? steps : 1);
+    const int64_t scale_lines =
+        static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
+    // The scales' lines as the first run, then a run of kRowLines per row.
+    addr_ = s0 / 64 * 64;
+    in_run_ = scale_lines;
+    row_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);
+    left_ = scale_lines + (rows_too ? rows * kRowLines : 0);
+    per_step_ = (left_ + steps - 1) / (steps > 0 ? steps : 1);
   }
+  // The next per_step_ lines (incrementally: this runs once per step of
+  // the GEMVs' inner loops, where a division and a branch per line had
+  // cost the AVX2 integer GEMV at M = 1 a fifth of its time in cache).
   void step() {
-    for (int64_t e = 0; e < per_step_ && done_ < total_; ++e, ++done_) {
-      uintptr_t a;
-      if (done_ < scale_lines_) {
-        a = scales_ + static_cast<uintptr_t>(done_ * 64);
-      } else {
-        const int64_t l = done_ - scale_lines_;
-        a = rows_ + static_cast<uintptr_t>(l / kRowLines * rb_ + l % kRowLines * 64);
+    for (int64_t e = 0; e < per_step_ && left_ > 0; ++e, --left_) {
+      if (in_run_ == 0) {  // the next row's run
+        addr_ = row_;
+        row_ += rb_;
+        in_run_ = kRowLines;
       }
-      __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+      __builtin_prefetch(reinterpret_cast<const void*>(addr_), 0, 3);
+      addr_ += 64;
+      --in_run_;
     }
   }
 
  private:
   static constexpr int64_t kRowLines = kRowPrefetchBytes / 64;
-  uintptr_t scales_ = 0, rows_ = 0;
-  int64_t rb_;
-  int64_t scale_lines_ = 0, total_ = 0, per_step_ = 0, done_ = 0;
+  uintptr_t rb_, addr_ = 0, row_ = 0;
+  int64_t in_run_ = 0, left_ = 0, per_step_ = 0;
 };
 
 // fp32 value of element i of fp16/bf16/fp32 data (scalar; tails only).
