@@ -1179,12 +1179,9 @@ struct Nf4CodeAvx2 {
     const __m128i order = _mm_setr_epi8(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm_shuffle_epi8(bytes, order));
   }
-  // The absmax of 16 whole blocks (nf4_quantize_blocks_impl's `maxima16`):
-  // each block's vectors folded by a max of their |x| bits, then 8 blocks at
-  // a time reduced by the max network; a NaN or Inf (a lane >= 0x7f800000):
-  // false, the loop there takes the NaN rule.
-  // |x| bits of 8 blocks at xh folded to a vector each; BS: the blocksize
-  // as a constant (offsets in the instructions), 0: bs at run time.
+  // |x| bits of 8 blocks at xh folded to a vector each, then reduced by
+  // the max network; BS: the blocksize as a constant (offsets in the
+  // instructions), 0: bs at run time.
   template <int64_t BS>
   static __m256i maxima8(const float* xh, int64_t bs) {
     if (BS != 0) bs = BS;
@@ -1202,6 +1199,10 @@ struct Nf4CodeAvx2 {
     }
     return max_network8(v);
   }
+  // The absmax of 16 whole blocks (nf4_quantize_blocks_impl's `maxima16`):
+  // each block's vectors folded by a max of their |x| bits, then 8 blocks at
+  // a time reduced by the max network; a NaN or Inf (a lane >= 0x7f800000):
+  // false, the loop there takes the NaN rule.
   bool maxima16(const float* x, int64_t blocksize, float* absmax) const {
     if (blocksize % 16 != 0) return false;
     __m256i m[2];
