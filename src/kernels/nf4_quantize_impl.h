@@ -42,13 +42,18 @@ struct Nf4NoCoder {
 // Blocks are taken in groups of about 2 Ki elements: the maxima of a
 // group first, then its codes, so that coding a block does not wait on the
 // maximum (and the division) of the next one (Zen 5, AVX-512 coder: the
-// block-at-a-time loop ran at the latency of that chain).
+// block-at-a-time loop ran at the latency of that chain). While a group is
+// coded, the input kAheadGroups groups on is prefetched, a block's lines
+// per block: the hardware prefetcher alone did not keep up (AVX2 Zen 3,
+// two threads from DRAM: fp32 2.2x with the AVX2 coder, bf16 1.2x).
+constexpr int64_t kAheadGroups = 2;
 template <class Convert, class Code = Nf4NoCoder>
 bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
                               float* absmax, Convert&& convert, Code&& code = Code{}) {
   float thresholds[15];
   for (int32_t k = 0; k < 15; ++k) thresholds[k] = fmt::nf4_threshold(k);
   const int64_t per = std::max<int64_t>(1, 2048 / blocksize);
+  const size_t esize = x.type == FType::F32 ? sizeof(float) : sizeof(uint16_t);
   std::vector<float> buf(static_cast<size_t>(x.type == FType::F32 ? 0 : per * blocksize));
   std::vector<int32_t> codes(static_cast<size_t>(blocksize + 1));
   int32_t non_finite = 0;
@@ -87,6 +92,14 @@ bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t 
     }
     for (int64_t b = g0; b < g1; ++b) {
       const int64_t lo = b * blocksize, len = std::min(n, lo + blocksize) - lo;
+      {
+        // The input kAheadGroups groups on, a block's lines per block coded
+        // (an integer address: it may lie past the input's end).
+        const uintptr_t ahead = reinterpret_cast<uintptr_t>(x.data) +
+                                static_cast<uintptr_t>((b + kAheadGroups * per) * blocksize) * esize;
+        for (int64_t l = 0; l < blocksize * static_cast<int64_t>(esize); l += 64)
+          __builtin_prefetch(reinterpret_cast<const void*>(ahead + static_cast<uintptr_t>(l)), 0, 3);
+      }
       const float* xb = xg + (b - g0) * blocksize;
       const float m = absmax[b];
       uint8_t* qb = q + lo / 2;

@@ -1129,12 +1129,8 @@ struct E2m1Encoder8 {
 // cheaper than vpermps here, has its 4 entries in both lanes. Four vectors
 // are packed together: -code to bytes by signed packs, negated, pairs
 // joined as 16 c(2j) + c(2j+1) by vpmaddubsw, the 16-bit pieces put in
-// order by one shuffle. len % 32 != 0: false. Coding prefetches the
-// input kAhead elements on (the caller takes blocks in groups of about
-// 2 Ki elements: the group after next), which the hardware prefetcher
-// alone did not keep up with (Zen 3, 2 threads from DRAM: 2.2x).
+// order by one shuffle. len % 32 != 0: false.
 struct Nf4CodeAvx2 {
-  static constexpr int64_t kAhead = 4096;
   __m256 t3, t11, Tb, Tc, t7;
   Nf4CodeAvx2() {
     alignas(32) float b[8], c[8];
@@ -1223,13 +1219,7 @@ struct Nf4CodeAvx2 {
   bool operator()(const float* xb, int64_t len, float inv, uint8_t* qb) const {
     if (len % 32 != 0) return false;
     const __m256 vinv = _mm256_set1_ps(inv);
-    for (int64_t i = 0; i < len; i += 32) {
-      // (The address as an integer: it may lie past the input's end.)
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(xb + i) + kAhead * sizeof(float);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + 64), _MM_HINT_T0);
-      code32(xb + i, vinv, qb + i / 2);
-    }
+    for (int64_t i = 0; i < len; i += 32) code32(xb + i, vinv, qb + i / 2);
     return true;
   }
 };
