@@ -45,7 +45,7 @@ struct Nf4NoCoder {
 // block-at-a-time loop ran at the latency of that chain). While a group is
 // coded, the input kAheadGroups groups on is prefetched, a block's lines
 // per block: the hardware prefetcher alone did not keep up (AVX2 Zen 3,
-// two threads from DRAM: fp32 2.2x with the AVX2 coder, bf16 1.2x).
+// two threads from DRAM: fp32 2.2x with the AVX2 coder, bf16 1.27x).
 constexpr int64_t kAheadGroups = 2;
 template <class Convert, class Code = Nf4NoCoder>
 bool nf4_quantize_blocks_impl(FloatPtr x, int64_t n, int64_t blocksize, int64_t b0, int64_t b1, uint8_t* q,
