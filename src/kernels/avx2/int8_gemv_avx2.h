@@ -119,17 +119,23 @@ inline __m256 i8y_e4m3_decode8(__m256i c) {
 }
 
 // Normal and positive E4M3 codes are 0x08 .. 0x7e: (code - 8) <= 0x76 as
-// unsigned bytes. Whether all of s[0, n) are (the GEMVs' scale decodes
+// unsigned bytes. i8y_code_excess: code - 8 per byte; i8y_excess_normal:
+// whether every byte of such differences (or of their maxima) is <= 0x76.
+inline __m256i i8y_code_excess(__m256i codes) {
+  return _mm256_sub_epi8(codes, _mm256_set1_epi8(8));
+}
+inline bool i8y_excess_normal(__m256i t) {
+  const __m256i lim = _mm256_set1_epi8(0x76);
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, lim), lim)) == -1;
+}
+// Whether all of s[0, n) are normal and positive (the GEMVs' scale decodes
 // then take the plain bit mapping, (code << 20) + (120 << 23), unchecked).
 inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
   __m256i hi = _mm256_setzero_si256();
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    hi = _mm256_max_epu8(hi, _mm256_sub_epi8(v, _mm256_set1_epi8(8)));
-  }
-  const __m256i lim = _mm256_set1_epi8(0x76);
-  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(hi, lim), lim)) != -1) return false;
+  for (; i + 32 <= n; i += 32)
+    hi = _mm256_max_epu8(hi, i8y_code_excess(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+  if (!i8y_excess_normal(hi)) return false;
   for (; i < n; ++i) {
     if (static_cast<uint8_t>(s[i] - 8) > 0x76) return false;
   }
@@ -187,11 +193,7 @@ struct I8yNvfp4 {
     // (code << 20) + (120 << 23), the value i8y_e4m3_decode8 gives, by a
     // shift, a mask and an add per block instead of 12 instructions. When
     // the rows were not all normal, the group's 32 codes are checked here.
-    if (!normal) {
-      const __m256i t = _mm256_sub_epi8(g, _mm256_set1_epi8(8));
-      normal = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, _mm256_set1_epi8(0x76)),
-                                                      _mm256_set1_epi8(0x76))) == -1;
-    }
+    if (!normal) normal = i8y_excess_normal(i8y_code_excess(g));
     if (normal) {
       const __m256i mask = _mm256_set1_epi32(0xff << 20), base = _mm256_set1_epi32(120 << 23);
       sc[0] = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(_mm256_slli_epi32(g, 20), mask), base));

@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "formats/codec.h"
@@ -401,7 +400,7 @@ inline __m256 scales8_e8m0(const uint8_t* e, int64_t n, int32_t t) {
   alignas(32) float sc[8];
   for (int64_t l = 0; l < 8; ++l) {
     const int64_t b = kScales8Order[l];
-    sc[l] = b < n ? std::ldexp(1.0f, static_cast<int32_t>(e[b / 2]) - fmt::kE8M0Bias - t) : 0.0f;
+    sc[l] = b < n ? fmt::pow2_f32(static_cast<int32_t>(e[b / 2]) - fmt::kE8M0Bias - t) : 0.0f;
   }
   return _mm256_load_ps(sc);
 }
