@@ -956,15 +956,11 @@ inline __m256i block_amax8(const float* x) {
   return max_network8(v);
 }
 
-// Scale codes of 8 consecutive blocks at x into s, their divisors d into
-// dv and y = RN(1/d) into yv; returns whether the division-free element
-// path may run for all of them (d in [2^-90, 2^90], amax <= d 2^100).
-// *non_finite: some block holds a NaN or Inf.
-inline bool scale_group8(const float* x, __m256 six_g, __m256 gv, uint8_t* s, float* dv, float* yv,
-                         bool* non_finite) {
-  const __m256i bits = block_amax8(x);
-  *non_finite =
-      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, _mm256_set1_epi32(0x7f7fffff)))) != 0;
+// Scale codes of 8 consecutive blocks with finite maxima `bits`
+// (block_amax8) into s, their divisors d into dv and y = RN(1/d) into yv;
+// returns whether the division-free element path may run for all of them
+// (d in [2^-90, 2^90], amax <= d 2^100).
+inline bool scale_group8(__m256i bits, __m256 six_g, __m256 gv, uint8_t* s, float* dv, float* yv) {
   const __m256 av = _mm256_castsi256_ps(bits);
   const __m256 sv = _mm256_div_ps(av, six_g);
   const __m256i nonzero = _mm256_castps_si256(_mm256_cmp_ps(av, _mm256_setzero_ps(), _CMP_GT_OQ));
@@ -1243,9 +1239,10 @@ struct Nf4CodeAvx2 {
 };
 
 // Bit-exact NVFP4 quantization with the finite check fused into the block
-// maxima (KernelTable::nvfp4_quantize_checked; false at the first group of
-// 8 blocks holding a NaN or Inf, q and s then partly written). Two passes
-// over up to kGroups x 8 blocks (in L1/L2): all scales, then all elements.
+// maxima (KernelTable::nvfp4_quantize_checked; false at the first pass of
+// up to 128 blocks holding a NaN or Inf, q and s then partly written).
+// Two passes over up to kGroups x 8 blocks (in L1/L2): all scales, then
+// all elements.
 bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
   constexpr int64_t kGroups = 16;  // 8 KiB of input per pass (the next 8 KiB prefetched behind it)
   const int64_t nblocks = rows * (k / 16);
@@ -1262,11 +1259,19 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
   int64_t b0 = 0;
   while (b0 + 8 <= nblocks) {
     const int64_t groups = std::min(kGroups, (nblocks - b0) / 8);
+    // The pass's block maxima first, one finite check for them all, then
+    // the scales: the scale chains (two divisions) of several groups
+    // overlap when no loads sit between them (on an AVX2 Zen 3: 1.04x, in
+    // cache and from DRAM, against a group's maxima and scales together).
+    __m256i am[kGroups], worst = _mm256_setzero_si256();
+    for (int64_t j = 0; j < groups; ++j) {
+      am[j] = block_amax8(x + (b0 + 8 * j) * 16);
+      worst = _mm256_max_epi32(worst, am[j]);
+    }
+    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(worst, _mm256_set1_epi32(0x7f7fffff))) != 0) return false;
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t b = b0 + 8 * j;
-      bool bad = false;
-      rcp[j] = scale_group8(x + b * 16, six_g, gv, s + b, dv + 8 * j, yv + 8 * j, &bad);
-      if (bad) return false;
+      rcp[j] = scale_group8(am[j], six_g, gv, s + b, dv + 8 * j, yv + 8 * j);
     }
     const int64_t next0 = b0 + groups * 8;
     const int64_t ahead = std::min(groups * 8, nblocks - next0);
