@@ -1512,7 +1512,7 @@ const KernelTable& avx2_table() {
     // 2880x2880 on an AVX2-only Zen 3, fast M = 1 3.1 GB/s against exact
     // 5.4).
     f.i8_gemv_k64 = true;
-    // nvfp4_gemv (scales8_e8m0) and i8_gemv_nvfp4 (I8yNvfp4::scales) read
+    // nvfp4_gemv (scales8_e8m0) and i8_gemv_nvfp4 (I8yMx::stage) read
     // MXFP4's E8M0 scales in place.
     f.reads_e8m0 = true;
     f.i8_gemv_max_m = 16;  // (int8_gemv_avx2.h: the direct GEMV against the panels)
