@@ -414,11 +414,25 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
           const int8_t* xp = xs_split + (i * chunks + c) * 64;
           const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
           const __m256i xhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32));
-          const __m256i A = i8y_dot8<kVnni, Fmt::kMaxBiased>(ea, xlo, oa, xhi);
-          const __m256i B = i8y_dot8<kVnni, Fmt::kMaxBiased>(eb, xlo, ob, xhi);
-          // qword q = (block q of row 2p, block q of row 2p+1)
-          C[i][p] = _mm256_add_epi32(_mm256_blend_epi32(A, B, 0xaa),
-                                     _mm256_shuffle_epi32(_mm256_blend_epi32(A, B, 0x55), 0xb1));
+          if constexpr (!kVnni && i8_int16_sums(Fmt::kMaxBiased, 4)) {
+            // The same fold on the int16 sums, before one vpmaddwd for both
+            // rows (a block's four int16 sums fit int16: 4 vpmaddubsw terms;
+            // the same integers). On an AVX2 Zen 3, A/B, 2 threads: NVFP4
+            // 1.02-1.03x in cache, 0.99-1.03x from DRAM, MXFP4 1.16-1.18x
+            // from DRAM.
+            const __m256i A = _mm256_add_epi16(_mm256_maddubs_epi16(ea, xlo), _mm256_maddubs_epi16(oa, xhi));
+            const __m256i B = _mm256_add_epi16(_mm256_maddubs_epi16(eb, xlo), _mm256_maddubs_epi16(ob, xhi));
+            C[i][p] = _mm256_madd_epi16(
+                _mm256_add_epi16(_mm256_blend_epi32(A, B, 0xaa),
+                                 _mm256_shuffle_epi32(_mm256_blend_epi32(A, B, 0x55), 0xb1)),
+                _mm256_set1_epi16(1));
+          } else {
+            const __m256i A = i8y_dot8<kVnni, Fmt::kMaxBiased>(ea, xlo, oa, xhi);
+            const __m256i B = i8y_dot8<kVnni, Fmt::kMaxBiased>(eb, xlo, ob, xhi);
+            // qword q = (block q of row 2p, block q of row 2p+1)
+            C[i][p] = _mm256_add_epi32(_mm256_blend_epi32(A, B, 0xaa),
+                                       _mm256_shuffle_epi32(_mm256_blend_epi32(A, B, 0x55), 0xb1));
+          }
         }
       }
       __m256 sc[4];
