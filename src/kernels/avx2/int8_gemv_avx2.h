@@ -177,6 +177,15 @@ inline void i8y_transpose8x8_dwords(const __m256i (&z)[8], __m256i (&T)[8]) {
   }
 }
 
+// The 32 bytes at row(r) for the 8 rows, transposed: dword r of T[d] =
+// dword d of row r's bytes (the stages below).
+template <class Row>
+inline void i8y_rows_transposed(Row&& row, __m256i (&T)[8]) {
+  __m256i z[8];
+  for (int r = 0; r < 8; ++r) z[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(r)));
+  i8y_transpose8x8_dwords(z, T);
+}
+
 // Per group of 8 rows of W, the GEMVs first stage the rows' scales of
 // every chunk (64 elements, 4 blocks) in a buffer, kI8yStagedPerChunk
 // vectors a chunk (Fmt::stage), and each chunk then reads them there
@@ -210,10 +219,8 @@ struct I8yNvfp4 {
     __m256i hi = _mm256_setzero_si256();
     int64_t c = 0;
     for (; c + 8 <= chunks; c += 8) {
-      __m256i z[8], T[8];
-      for (int r = 0; r < 8; ++r)
-        z[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + rr[r] * kb + c * 4));
-      i8y_transpose8x8_dwords(z, T);
+      __m256i T[8];
+      i8y_rows_transposed([&](int r) { return s0 + rr[r] * kb + c * 4; }, T);
       for (int d = 0; d < 8; ++d) {
         st[(c + d) * kI8yStagedPerChunk] = T[d];
         hi = _mm256_max_epu8(hi, i8y_code_excess(T[d]));
@@ -267,10 +274,8 @@ struct I8yMx : I8yNvfp4 {
     const uint8_t* e0 = w.e8m0 + j0 * kx;
     int64_t c = 0;
     for (; c + 16 <= chunks; c += 16) {
-      __m256i z[8], T[8];
-      for (int r = 0; r < 8; ++r)
-        z[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e0 + rr[r] * kx + c * 2));
-      i8y_transpose8x8_dwords(z, T);
+      __m256i T[8];
+      i8y_rows_transposed([&](int r) { return e0 + rr[r] * kx + c * 2; }, T);
       for (int64_t d = 0; d < 8; ++d) {
         st[(c + 2 * d) * kI8yStagedPerChunk] = T[d];
         st[(c + 2 * d + 1) * kI8yStagedPerChunk] = _mm256_srli_epi32(T[d], 16);
@@ -321,10 +326,8 @@ struct I8yNf4 {
     int64_t c = 0;
     if (w.block_shift == 6) {  // a row's absmax of chunks c .. c+7 are 8 consecutive floats
       for (; c + 8 <= chunks; c += 8) {
-        __m256i z[8], T[8];
-        for (int r = 0; r < 8; ++r)
-          z[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + (e[r] >> 6) + c));
-        i8y_transpose8x8_dwords(z, T);
+        __m256i T[8];
+        i8y_rows_transposed([&](int r) { return base + (e[r] >> 6) + c; }, T);
         for (int d = 0; d < 8; ++d) st[(c + d) * kI8yStagedPerChunk] = T[d];
       }
     }
