@@ -805,7 +805,9 @@ size_t gemv_violations(const float* x, int64_t ldx, int32_t m, int64_t k, int64_
 // that take the decoders' slow paths (zero, subnormal, NaN) are not signs,
 // and y does not depend on whether the check runs.
 void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
-  for (int64_t k : {128, 272, 640, 192}) {  // the chunk GEMV (a half chunk last), the even/odd one
+  // (the chunk GEMV with a half chunk last, the even/odd one; 2048: M = 8
+  // in three K chunks on the AVX2 tables)
+  for (int64_t k : {128, 272, 640, 192, 2048}) {
     const int64_t n = 13, n0 = 2, n1 = 11, kb = k / 16;
     NvMatrix mat(n, k, static_cast<uint32_t>(3 * k));
     mat.s[static_cast<size_t>(n0 * kb + 1)] = 0x00;             // zero
@@ -1804,35 +1806,38 @@ TEST_CASE("integer GEMV entries: the sign rule on the way (NvWeights::signs)", "
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
     if (kt.i8_gemv_nvfp4 == nullptr) continue;
-    const int64_t k = 384, n = 37, n0 = 3, n1 = 30, kb = k / 16;
-    std::vector<uint8_t> wq, ws;
-    random_nvfp4(n, k, 47, wq, ws, false);               // (zero and subnormal codes too)
-    for (auto& b : ws) b &= 0x7f;                        // (random_nvfp4 gives signed codes)
-    ws[static_cast<size_t>((n0 - 1) * kb + 5)] |= 0x80;  // outside [n0, n1)
-    ws[static_cast<size_t>(n1 * kb + 2)] |= 0x80;        // outside [n0, n1)
-    for (int32_t m : {1, 2, 5}) {
-      INFO("isa " << q4::isa_name(isa) << " m=" << m);
-      const std::vector<float> x = randoms(static_cast<size_t>(m * k), 49, 2.0f);
-      std::vector<int8_t> xq(static_cast<size_t>(m * k));
-      std::vector<float> xs(static_cast<size_t>(m * kb));
-      std::vector<int32_t> xc(xs.size());
-      kt.i8_quantize_act(x.data(), k, m, k, xq.data(), k, xs.data(), xc.data(), kb, kern::kI8WeightBias);
-      std::vector<float> y0(static_cast<size_t>(m * (n1 - n0))), y1(y0.size());
-      kern::NvWeights w{wq.data(), ws.data(), 1.0f, k};
-      kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, w, n0, n1, 0.5f, y0.data(), n1 - n0);
-      kern::ScaleSigns none;
-      w.signs = &none;
-      kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, w, n0, n1, 0.5f, y1.data(), n1 - n0);
-      CHECK_FALSE(none.negative.load());
-      CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * sizeof(float)) == 0);
-      for (int64_t at : {n0 * kb, (n0 + 17) * kb + 9, n1 * kb - 1}) {
-        std::vector<uint8_t> s = ws;
-        s[static_cast<size_t>(at)] |= 0x80;
-        kern::ScaleSigns found;
-        kern::NvWeights wb{wq.data(), s.data(), 1.0f, k};
-        wb.signs = &found;
-        kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, wb, n0, n1, 0.5f, y1.data(), n1 - n0);
-        CHECK(found.negative.load());
+    // (K = 1088: the AVX2 stages' 8-chunk transposes, then a last chunk)
+    for (const int64_t k : {int64_t{384}, int64_t{1088}}) {
+      const int64_t n = 37, n0 = 3, n1 = 30, kb = k / 16;
+      std::vector<uint8_t> wq, ws;
+      random_nvfp4(n, k, 47, wq, ws, false);               // (zero and subnormal codes too)
+      for (auto& b : ws) b &= 0x7f;                        // (random_nvfp4 gives signed codes)
+      ws[static_cast<size_t>((n0 - 1) * kb + 5)] |= 0x80;  // outside [n0, n1)
+      ws[static_cast<size_t>(n1 * kb + 2)] |= 0x80;        // outside [n0, n1)
+      for (int32_t m : {1, 2, 5}) {
+        INFO("isa " << q4::isa_name(isa) << " m=" << m);
+        const std::vector<float> x = randoms(static_cast<size_t>(m * k), 49, 2.0f);
+        std::vector<int8_t> xq(static_cast<size_t>(m * k));
+        std::vector<float> xs(static_cast<size_t>(m * kb));
+        std::vector<int32_t> xc(xs.size());
+        kt.i8_quantize_act(x.data(), k, m, k, xq.data(), k, xs.data(), xc.data(), kb, kern::kI8WeightBias);
+        std::vector<float> y0(static_cast<size_t>(m * (n1 - n0))), y1(y0.size());
+        kern::NvWeights w{wq.data(), ws.data(), 1.0f, k};
+        kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, w, n0, n1, 0.5f, y0.data(), n1 - n0);
+        kern::ScaleSigns none;
+        w.signs = &none;
+        kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, w, n0, n1, 0.5f, y1.data(), n1 - n0);
+        CHECK_FALSE(none.negative.load());
+        CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * sizeof(float)) == 0);
+        for (int64_t at : {n0 * kb, (n0 + 17) * kb + 9, n1 * kb - 1}) {
+          std::vector<uint8_t> s = ws;
+          s[static_cast<size_t>(at)] |= 0x80;
+          kern::ScaleSigns found;
+          kern::NvWeights wb{wq.data(), s.data(), 1.0f, k};
+          wb.signs = &found;
+          kt.i8_gemv_nvfp4(xq.data(), k, xs.data(), xc.data(), kb, m, wb, n0, n1, 0.5f, y1.data(), n1 - n0);
+          CHECK(found.negative.load());
+        }
       }
     }
   }
