@@ -210,6 +210,11 @@ struct I8yNvfp4 {
       : w(wt), kb(wt.k / 16), negative(neg) {}
   static constexpr bool kEvenLow = true;                    // element 2j in the low nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNvfp4;  // the largest biased weight
+  // M = 1 on the row GEMV (i8y_gemv_rows) rather than the direct one: on an
+  // AVX2 Zen 3, 2 threads, A/B in one process, the direct GEMV read 0.96x
+  // for NVFP4 in cache but 1.05-1.07x for NF4 (1.02-1.04x from DRAM) and
+  // 1.02-1.05x for MXFP4 (1.01x from DRAM), which take it.
+  static constexpr bool kRowGemv = true;
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nvfp4_scale_span(w, r0, n, bytes);
@@ -276,6 +281,7 @@ struct I8yNvfp4 {
 // keep no branch for it (one there cost NVFP4 M = 1-4 7-10 %).
 struct I8yMx : I8yNvfp4 {
   using I8yNvfp4::I8yNvfp4;
+  static constexpr bool kRowGemv = false;
   // st[c * kI8yStagedPerChunk] dword r: the E8M0 bytes of chunk c of row
   // rr[r] in its low 16 bits. A 32-byte load per row holds 16 chunks: after
   // the transpose, dword d of row r holds chunks 2d and 2d + 1.
@@ -319,6 +325,7 @@ struct I8yNf4 {
       : w(wt), per(wt.block_shift >= 6 ? 4 : (wt.block_shift == 5 ? 2 : 1)) {}
   static constexpr bool kEvenLow = false;                 // element 2j in the high nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNf4;  // the largest biased weight
+  static constexpr bool kRowGemv = false;                 // (I8yNvfp4::kRowGemv)
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nf4_scale_span(w, r0, n, bytes);
@@ -490,25 +497,26 @@ inline __m256i i8y_lut(const uint8_t* v16) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(l), l, 1);
 }
 
-// 2 <= m <= kI8yDirectMaxRows rows of x (more: passes of that many): the
-// weights are decoded once per 8 rows of W and 32 elements into the panel
-// operand order (lanes = rows) in registers and used by every row of x,
-// which then costs the micro-kernel's work per block (four 4-byte dot
-// products on a broadcast of x, one cvt, one mul, one fma) instead of the
-// per-row sums and transposes of i8y_gemv_rows. Per 8 rows and 2 blocks:
-// one 16-byte load per row, rows g and g+4 in the two lanes of one vector,
-// a 4x4 dword transpose inside the lanes: dword d of the 8 rows in one
-// vector, its low and high nibbles steps 2(d%2) and 2(d%2)+1 of block d/2
-// (kI8Perm). x staged block-major (I8Staged). Same fixed fp32 sequence as
-// i8_micro. Measured with the avx2 table forced on a Cascade Lake-class
-// Xeon (A/B in one process, 4096^2, 2 threads, medians of 40-80 calls): M
-// = 2 1.02-1.06x, M = 3-4 1.03-1.07x the row GEMV, and at M = 8-64, in
-// passes of 4 rows of x, 0.66-0.94x the packed panels. On an AVX2-only Zen
-// 3 (A/B in one process, 2 threads) one pass of up to 8 rows beats the
-// panels: M = 5-8 1.29-1.55x (NF4 1.10-1.55x), M = 9-16 (a pass of 8 and
-// one of the rest) 1.03-1.22x, M = 24-32 0.86-0.94x, so the avx2 table's
-// i8_gemv_max_m is 16. The AVX-VNNI table runs the same code with
-// vpdpbusd (not measured: no such CPU here; it keeps kI8GemvMaxRows).
+// m <= kI8yDirectMaxRows rows of x (more: passes of that many; m = 1 only
+// for NF4 and MXFP4, I8yNvfp4::kRowGemv): the weights are decoded once per
+// 8 rows of W and 32 elements into the panel operand order (lanes = rows)
+// in registers and used by every row of x, which then costs the
+// micro-kernel's work per block (four 4-byte dot products on a broadcast of
+// x, one cvt, one mul, one fma) instead of the per-row sums and transposes
+// of i8y_gemv_rows. Per 8 rows and 2 blocks: one 16-byte load per row, rows
+// g and g+4 in the two lanes of one vector, a 4x4 dword transpose inside
+// the lanes: dword d of the 8 rows in one vector, its low and high nibbles
+// steps 2(d%2) and 2(d%2)+1 of block d/2 (kI8Perm). x staged block-major
+// (I8Staged). Same fixed fp32 sequence as i8_micro. Measured with the avx2
+// table forced on a Cascade Lake-class Xeon (A/B in one process, 4096^2, 2
+// threads, medians of 40-80 calls): M = 2 1.02-1.06x, M = 3-4 1.03-1.07x
+// the row GEMV, and at M = 8-64, in passes of 4 rows of x, 0.66-0.94x the
+// packed panels. On an AVX2-only Zen 3 (A/B in one process, 2 threads) one
+// pass of up to 8 rows beats the panels: M = 5-8 1.29-1.55x (NF4
+// 1.10-1.55x), M = 9-16 (a pass of 8 and one of the rest) 1.03-1.22x, M =
+// 24-32 0.86-0.94x, so the avx2 table's i8_gemv_max_m is 16. The AVX-VNNI
+// table runs the same code with vpdpbusd (not measured: no such CPU here;
+// it keeps kI8GemvMaxRows).
 constexpr int32_t kI8yDirectGroup = 8;
 constexpr int32_t kI8yDirectMaxRows = 8;
 
@@ -629,17 +637,19 @@ template <bool kVnni, class Fmt>
 void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
               const Fmt& f, const uint8_t* lut16, int64_t k, int64_t n0, int64_t n1, float post, float* y,
               int64_t ldy) {
-  // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64).
-  if (m > 1)
-    return i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
-  std::vector<int8_t> split(static_cast<size_t>(int64_t{m} * k));
-  i8y_split_x(xq, ldxq, m, k, split.data());
-  const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
-  const __m256i lut = i8y_lut(lut16);
-  with_rows<kI8GemvMaxRows>(m, [&](auto rows) {
-    i8y_gemv_rows<decltype(rows)::value, kVnni>(split.data(), xs, xc, ldxs, f, lut, k, n0, n1, post, y, ldy,
-                                                reinterpret_cast<__m256i*>(stb.get()));
-  });
+  // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64). M = 1 of
+  // NVFP4 on the row GEMV (Fmt::kRowGemv), everything else on the direct one.
+  if constexpr (Fmt::kRowGemv) {
+    if (m == 1) {
+      std::vector<int8_t> split(static_cast<size_t>(k));
+      i8y_split_x(xq, ldxq, 1, k, split.data());
+      const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
+      i8y_gemv_rows<1, kVnni>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+                              reinterpret_cast<__m256i*>(stb.get()));
+      return;
+    }
+  }
+  i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
 }
 
 struct I8yNvLut {
