@@ -813,8 +813,11 @@ void check_nvfp4_gemv_signs(const kern::KernelTable& t) {
     mat.s[static_cast<size_t>(n0 * kb + 1)] = 0x00;             // zero
     mat.s[static_cast<size_t>((n0 + 1) * kb + 2)] = 0x05;       // subnormal
     mat.s[static_cast<size_t>((n1 - 2) * kb + kb - 1)] = 0x7f;  // NaN
-    mat.s[static_cast<size_t>((n0 - 1) * kb + 3)] |= 0x80;      // outside [n0, n1)
-    mat.s[static_cast<size_t>(n1 * kb)] |= 0x80;                // outside [n0, n1)
+    // (code 40: K = 2048 at M = 8 scans 48 codes a row per K chunk on the
+    // AVX2 tables, 32 and the last 32)
+    mat.s[static_cast<size_t>((n0 + 2) * kb + std::min<int64_t>(kb - 1, 40))] = 0x00;
+    mat.s[static_cast<size_t>((n0 - 1) * kb + 3)] |= 0x80;  // outside [n0, n1)
+    mat.s[static_cast<size_t>(n1 * kb)] |= 0x80;            // outside [n0, n1)
     for (int32_t m : {1, 3, kern::kGemvMaxRows}) {
       INFO("signs k=" << k << " m=" << m);
       const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + 5 * k));
