@@ -229,12 +229,13 @@ struct I8yNvfp4 {
   // Stages the scale codes of rows j0 + rr[0..7]: st[c * kI8yStagedPerChunk]
   // dword r = the 4 codes of chunk c (blocks 4c .. 4c+3) of row rr[r].
   // Returns whether every code is normal and positive (staged() may then
-  // skip its check); when not, a set sign bit among them sets *negative
-  // (every code of the rows passes here, so the GEMV needs no pass of its
-  // own over the scales for the sign rule).
+  // skip its check); when not, and *negative is asked for, the rows' codes
+  // are searched for a set sign bit (normal codes are positive; every code
+  // of the rows passes here, so the GEMV needs no pass of its own over the
+  // scales for the sign rule, and the loops above none of its work).
   bool stage(int64_t j0, const int32_t* rr, int64_t chunks, __m256i* st) const {
     const uint8_t* s0 = w.s + j0 * kb;
-    __m256i hi = _mm256_setzero_si256(), any = _mm256_setzero_si256();
+    __m256i hi = _mm256_setzero_si256();
     int64_t c = 0;
     for (; c + 8 <= chunks; c += 8) {
       __m256i T[8];
@@ -242,7 +243,6 @@ struct I8yNvfp4 {
       for (int d = 0; d < 8; ++d) {
         st[(c + d) * kI8yStagedPerChunk] = T[d];
         hi = _mm256_max_epu8(hi, i8y_code_excess(T[d]));
-        any = _mm256_or_si256(any, T[d]);
       }
     }
     for (; c < chunks; ++c) {  // the last chunks: a broadcast load per row and blends
@@ -253,10 +253,11 @@ struct I8yNvfp4 {
       }));
       st[c * kI8yStagedPerChunk] = g;
       hi = _mm256_max_epu8(hi, i8y_code_excess(g));
-      any = _mm256_or_si256(any, g);
     }
-    if (i8y_excess_normal(hi)) return true;  // (normal codes are positive)
-    if (negative != nullptr && _mm256_movemask_epi8(any) != 0) *negative = true;
+    if (i8y_excess_normal(hi)) return true;
+    if (negative != nullptr && !*negative) {
+      for (int r = 0; r < 8 && !*negative; ++r) *negative = any_sign_bit(s0 + rr[r] * kb, kb);
+    }
     return false;
   }
   // Scales of blocks 4c .. 4c+3 of the staged rows (lane r: row rr[r]);
@@ -686,8 +687,9 @@ __attribute__((noinline)) void i8_gemv_nvfp4_avx2(const int8_t* xq, int64_t ldxq
   // The sign rule from the stages' flag, where a pass over the rows'
   // scales after the GEMV (report_scale_signs) read them again. On an AVX2
   // Zen 3, 2 threads, A/B in one process, with the rule asked for (the
-  // stateless products): M = 1 4096x4096 in cache 1.04-1.05x, 11008x4096
-  // from DRAM 1.07-1.09x, M = 4 1.06x; without (linears) 0.99x.
+  // stateless products): M = 1 4096x4096 in cache 1.04-1.08x, 11008x4096
+  // from DRAM 1.07-1.09x, M = 4 1.06x; without it (linears) 1.00x (a
+  // sign-bit OR in the stages' loops had cost 2-3 % there).
   if (negative) w.signs->negative.store(true, std::memory_order_relaxed);
 }
 
