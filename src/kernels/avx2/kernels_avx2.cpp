@@ -96,6 +96,13 @@ inline void prefetch_row_ahead(const uint8_t* p, int64_t ahead, bool far) {
   if (far) _mm_prefetch(reinterpret_cast<const char*>(pn), _MM_HINT_T2);
 }
 
+// Every cache line of the bytes [begin, end) into L1 (integer addresses:
+// they may lie past the end of an array, which a prefetch never faults on).
+inline void prefetch_lines_l1(uintptr_t begin, uintptr_t end) {
+  for (uintptr_t a = begin & ~uintptr_t{63}; a < end; a += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+
 // Rows of W handled together by the GEMV kernels: each x vector loaded is
 // used for R rows, and M x R accumulator chains hide the FMA latency. Every
 // (x row, W row) pair has one accumulator chain and the same operation
@@ -575,20 +582,18 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   bool normal = !mx;
   const int64_t scanned = std::max<int64_t>(0, full_end - ch.ga) * 4;  // codes the scan reads per row
   // M = 3-8 (K chunks): the codes the next R rows' scan of this chunk reads,
-  // into L1 (integer addresses: past the last row they are past the
-  // weight). Each row's scan otherwise waits for them at its start; on an
-  // AVX2 Zen 3, 2 threads, A/B in one process, weights rotated through 150
-  // MB: M = 4-8 1.03-1.20x (4096x11008 1.12-1.20x), M = 3 0.99x, in cache
-  // 1.00-1.01x; MXFP4 M = 4-8 1.02-1.05x.
+  // into L1 (past the last row, past the weight). Each row's scan otherwise
+  // waits for them at its start; on an AVX2 Zen 3, 2 threads, A/B in one
+  // process, weights rotated through 150 MB: M = 4-8 1.03-1.20x (4096x11008
+  // 1.12-1.20x), M = 3 0.99x, in cache 1.00-1.01x; MXFP4 M = 4-8 1.02-1.05x.
   if (kScaleFirst) {
     // (MXFP4: its E8M0 bytes, two a group)
     const uintptr_t s0 = reinterpret_cast<uintptr_t>(mx ? w.e8m0 : w.s);
     const int64_t per_row = mx ? kx : kb, per_group = mx ? 2 : 4;
     for (int r = 0; r < R; ++r) {
       const uintptr_t row = s0 + static_cast<uintptr_t>((j0 + R + r) * per_row);
-      const uintptr_t a1 = row + static_cast<uintptr_t>(std::min(per_row, ch.gb * per_group));
-      for (uintptr_t a = (row + static_cast<uintptr_t>(ch.ga * per_group)) & ~uintptr_t{63}; a < a1; a += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+      prefetch_lines_l1(row + static_cast<uintptr_t>(ch.ga * per_group),
+                        row + static_cast<uintptr_t>(std::min(per_row, ch.gb * per_group)));
     }
   }
 #pragma GCC unroll 2
@@ -742,9 +747,7 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
     const auto at = [&](int64_t e) { return a0 + static_cast<uintptr_t>((e >> w.block_shift) * 4); };
     for (int r = 0; r < R; ++r) {
       const int64_t f = (j0 + R + r) * k;  // the row's first element
-      const uintptr_t e = at(f + std::min(k, ch.gb * kX64Group) - 1) + 4;
-      for (uintptr_t a = at(f + ch.ga * kX64Group) & ~uintptr_t{63}; a < e; a += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+      prefetch_lines_l1(at(f + ch.ga * kX64Group), at(f + std::min(k, ch.gb * kX64Group) - 1) + 4);
     }
   }
   int64_t g = ch.ga;
