@@ -221,11 +221,12 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 }
 
 // A fast-mode CPU linear's codes in the tile order its table's integer
-// GEMV reads (kern::i8_tile_codes; 1.1-1.4x at M = 1-64 on a Zen 5), kept
-// beside the row form that every other kernel reads: N*K/2 more bytes
-// (NF4: and its absmax regrouped; NVFP4 and MXFP4: their E4M3 scales in
-// the GEMV's transposed order, kern::i8_tile_scales), counted in the
-// linear's bytes.
+// GEMV reads (kern::i8_tile_codes; 1.1-1.4x at M = 1-64 on a Zen 5, M = 1
+// 1.1-1.3x on an AVX2 Zen 3), kept beside the row form that every other
+// kernel reads: N*K/2 more bytes (where the table reads them too,
+// i8_reads_tile_scales: NF4's absmax regrouped, NVFP4's and MXFP4's E4M3
+// scales in the GEMV's transposed order, kern::i8_tile_scales), counted in
+// the linear's bytes.
 void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters& c) {
   const kern::KernelTable& kt = kern::table_for(active_isa());
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
@@ -236,6 +237,7 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
   kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads);
   p.tiles = t;
+  if (!kt.i8_reads_tile_scales) return;
   if (p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
     // (N*K/16 + N/16 bytes more: the E4M3 scales as the GEMV transposes
     // them, and a flag per group of 16 rows)

@@ -350,9 +350,15 @@ struct KernelTable {
   // 1.03-1.22x at M = 9-16, 0.86-0.94x at M = 24-32; int8_gemv_avx2.h).
   int32_t i8_gemv_max_m = kI8GemvMaxRows;
   // Whether this table's integer GEMV entries read NvWeights::tiles /
-  // Nf4Weights::tiles when given (the AVX-512 tables, every m): session
-  // linears in fast mode keep that copy of their codes for such a table.
+  // Nf4Weights::tiles when given (the AVX-512, AVX2 and AVX-VNNI tables,
+  // every m): session linears in fast mode keep that copy of their codes
+  // for such a table.
   bool i8_reads_tiles = false;
+  // With i8_reads_tiles: whether they also read NvWeights::tile_scales /
+  // tile_flags and Nf4Weights::tile_absmax (the AVX-512 tables; the AVX2
+  // GEMV stages each group's scales from the row form), which the linears
+  // then keep too.
+  bool i8_reads_tile_scales = false;
   // Whether nvfp4_gemv (as NvWeights::e8m0 says) and i8_gemv_nvfp4 read
   // NvWeights::e8m0 (the AVX-512 tables: decoded in registers as they reach
   // each group of rows, so MXFP4's scales cross memory once, as E8M0).

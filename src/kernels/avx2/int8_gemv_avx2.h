@@ -223,6 +223,7 @@ struct I8yNvfp4 {
   // 1.02-1.05x for MXFP4 (1.01x from DRAM), which take it.
   static constexpr bool kRowGemv = true;
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  const uint8_t* tiles() const { return w.tiles; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nvfp4_scale_span(w, r0, n, bytes);
   }
@@ -335,6 +336,7 @@ struct I8yNf4 {
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNf4;  // the largest biased weight
   static constexpr bool kRowGemv = false;                 // (I8yNvfp4::kRowGemv)
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
+  const uint8_t* tiles() const { return w.tiles; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nf4_scale_span(w, r0, n, bytes);
   }
@@ -526,74 +528,107 @@ inline __m256i i8y_lut(const uint8_t* v16) {
 // table runs the same code with vpdpbusd (not measured: no such CPU here;
 // it keeps kI8GemvMaxRows).
 constexpr int32_t kI8yDirectGroup = 8;
+// Bytes ahead in a tile stream (NvWeights::tiles) that the direct GEMV
+// prefetches (as the AVX-512 GEMV's kTilePrefetchBytes).
+constexpr int64_t kI8yTilePrefetchBytes = 8192;
 constexpr int32_t kI8yDirectMaxRows = 8;
 
-template <int M, bool kVnni, class Fmt>
+// One group of M rows of x over 8 rows of W at rows + r * rb, or (tile
+// not null) over H halves of a tiled group of 16 rows (tile: the group's
+// tile stream, half hh at + 32 hh; st: each half's staged scales, staged
+// vectors apart; normal: each half's flag). On a session linear's tiles
+// (AVX2 Zen 3, 2 threads, A/B in one process against the row form, same
+// bits): M = 1 (H = 2) 4096^2 hot 1.08-1.25x, NF4 1.22x, 11008x4096 from
+// DRAM 1.16-1.23x (NF4 1.30x), 4096x11008 0.98-1.07x; M = 3-16 (H = 1,
+// one half after the other) 1.02-1.12x. H = 2 at M = 4 read 0.86x (16
+// accumulators and the decoded weights spill).
+template <int M, int H, bool kVnni, class Fmt>
 void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int64_t rb, const __m256i* st,
-                      bool normal, __m256i lut, int64_t chunks, NextGroupPrefetch* next, float post, float* y,
-                      int64_t ldy, int32_t nrows) {
+                      const bool* normal, __m256i lut, int64_t chunks, NextGroupPrefetch* next, float post,
+                      float* y, int64_t ldy, int32_t nrows, const uint8_t* tile) {
+  static_assert(H == 1 || H == 2, "one or both halves of a group of 16 rows");
   const __m256i nib = _mm256_set1_epi8(0x0f);
-  __m256 acc[M];
-  for (int64_t i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[M][H];
+  for (int64_t i = 0; i < M; ++i) {
+    for (int hh = 0; hh < H; ++hh) acc[i][hh] = _mm256_setzero_ps();
+  }
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
   for (int64_t c = 0; c < chunks; ++c) {  // 64 elements: 4 blocks
     if (next != nullptr) {
       next->step();
-      if (c % 2 == 0) {
+      if (tile != nullptr) {
+        // (every line of the tile stream, kI8yTilePrefetchBytes ahead)
+        const uint8_t* tp = tile + c * 512 + kI8yTilePrefetchBytes;
+        for (int64_t l = 0; l < 8; ++l) __builtin_prefetch(tp + 64 * l, 0, 3);
+      } else if (c % 2 == 0) {
         for (int r = 0; r < 8; ++r) __builtin_prefetch(rows + r * rb + c * 32 + kRowPrefetchBytes, 0, 3);
       }
     }
-    alignas(32) float sc[4][8];
-    {
+    alignas(32) float sc[H][4][8];
+    for (int hh = 0; hh < H; ++hh) {
       __m256 s4[4];
-      f.staged(st, c, normal, s4);
-      for (int64_t q = 0; q < 4; ++q) _mm256_store_ps(sc[q], s4[q]);
+      f.staged(st + hh * chunks * kI8yStagedPerChunk, c, normal[hh], s4);
+      for (int64_t q = 0; q < 4; ++q) _mm256_store_ps(sc[hh][q], s4[q]);
     }
     for (int64_t h = 0; h < 2; ++h) {
-      const uint8_t* p = rows + c * 32 + h * 16;
-      __m256i z[4];
-      for (int64_t g = 0; g < 4; ++g) {
-        const uint8_t* pg = p + g * rb;
-        z[g] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
-      }
-      __m256i T[4];
-      i8y_transpose_dwords(z, T);
-      for (int64_t e = 0; e < 2; ++e) {
-        const int64_t b = c * 4 + h * 2 + e;
-        __m256i wv[4];
-        for (int64_t d = 0; d < 2; ++d) {
-          const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(T[2 * e + d], nib));
-          const __m256i hi =
-              _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(T[2 * e + d], 4), nib));
-          wv[2 * d] = Fmt::kEvenLow ? lo : hi;
-          wv[2 * d + 1] = Fmt::kEvenLow ? hi : lo;
+      for (int hh = 0; hh < H; ++hh) {
+        __m256i T[4];
+        if (tile != nullptr) {  // quarter 2(c % 2) + h of tile chunk c / 2: 64 bytes per dword
+          const uint8_t* p = tile + (c * 2 + h) * 256 + int64_t{32} * hh;
+          for (int64_t d = 0; d < 4; ++d)
+            T[d] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * d));
+        } else {
+          const uint8_t* p = rows + c * 32 + h * 16;
+          __m256i z[4];
+          for (int64_t g = 0; g < 4; ++g) {
+            const uint8_t* pg = p + g * rb;
+            z[g] = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg))),
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
+          }
+          i8y_transpose_dwords(z, T);
         }
-        const __m256 wsc = _mm256_load_ps(sc[h * 2 + e]);
-        const int8_t* xb = xq + b * M * 16;
-        for (int64_t i = 0; i < M; ++i) {
-          const __m256i d =
-              i8y_dot16_bcst<kVnni, Fmt::kMaxBiased>(_mm256_set1_epi32(xc[b * M + i]), wv, xb + i * 16);
-          const __m256 pr = _mm256_mul_ps(_mm256_set1_ps(xs[b * M + i]), wsc);
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pr, acc[i]);
+        for (int64_t e = 0; e < 2; ++e) {
+          const int64_t b = c * 4 + h * 2 + e;
+          __m256i wv[4];
+          for (int64_t d = 0; d < 2; ++d) {
+            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(T[2 * e + d], nib));
+            const __m256i hi =
+                _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(T[2 * e + d], 4), nib));
+            wv[2 * d] = Fmt::kEvenLow ? lo : hi;
+            wv[2 * d + 1] = Fmt::kEvenLow ? hi : lo;
+          }
+          const __m256 wsc = _mm256_load_ps(sc[hh][h * 2 + e]);
+          const int8_t* xb = xq + b * M * 16;
+          for (int64_t i = 0; i < M; ++i) {
+            const __m256i d =
+                i8y_dot16_bcst<kVnni, Fmt::kMaxBiased>(_mm256_set1_epi32(xc[b * M + i]), wv, xb + i * 16);
+            const __m256 pr = _mm256_mul_ps(_mm256_set1_ps(xs[b * M + i]), wsc);
+            acc[i][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pr, acc[i][hh]);
+          }
         }
       }
     }
   }
   for (int64_t i = 0; i < M; ++i) {
-    const __m256 v = _mm256_mul_ps(acc[i], _mm256_set1_ps(post));
-    if (nrows == 8) {
-      _mm256_storeu_ps(y + i * ldy, v);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, v);
-      std::memcpy(y + i * ldy, tmp, static_cast<size_t>(nrows) * sizeof(float));
+    for (int hh = 0; hh < H; ++hh) {
+      const __m256 v = _mm256_mul_ps(acc[i][hh], _mm256_set1_ps(post));
+      if (nrows == 8 * H) {
+        _mm256_storeu_ps(y + i * ldy + int64_t{8} * hh, v);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, v);
+        std::memcpy(y + i * ldy, tmp, static_cast<size_t>(nrows) * sizeof(float));
+      }
     }
   }
 }
+
+// Rows of x per pass that take both halves of a tiled group of 16 rows of
+// W at once (H = 2: 2M accumulators); more take them one after the other.
+constexpr int32_t kI8yTileBothMaxRows = 2;
 
 template <bool kVnni, class Fmt>
 void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs,
@@ -614,9 +649,43 @@ void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int3
     xg[g].stage(xq, ldxq, xs, xc, ldxs, g0, std::min(kI8yDirectGroup, m - g0), k / 16);
   }
   std::vector<uint8_t> tail;  // a last group of < 8 rows, padded by repeating its last row
-  const AlignedFloats stb = aligned_floats(chunks * kI8yStagedPerChunk * 8);
+  const int64_t staged = chunks * kI8yStagedPerChunk;  // vectors per 8 rows
+  const AlignedFloats stb = aligned_floats(2 * staged * 8);
   auto* st = reinterpret_cast<__m256i*>(stb.get());
-  for (int64_t j0 = n0; j0 < n1; j0 += 8) {
+  alignas(32) const int32_t all[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int64_t j0 = n0; j0 < n1;) {
+    // A tiled weight (NvWeights::tiles, Nf4Weights::tiles: a session
+    // linear's copy in the order of i8_tile_codes, K % 128 == 0): a group of
+    // 16 rows inside [n0, n1) (one past n1 may be short) reads its tile,
+    // where dword d of rows 8hh .. 8hh+7 is the 32 bytes at 64d + 32hh of
+    // each 256-byte quarter, the order the transpose below makes, from one
+    // contiguous stream. Both halves in one pass up to
+    // kI8yTileBothMaxRows rows of x (each line of the stream read once).
+    if (f.tiles() != nullptr && j0 % 16 == 0 && j0 + 16 <= n1) {
+      const uint8_t* tile = f.tiles() + j0 * rb;
+      const bool normal[2] = {f.stage(j0, all, chunks, st), f.stage(j0 + 8, all, chunks, st + staged)};
+      NextGroupPrefetch next(
+          [&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); }, f.row(0), rb,
+          j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks, false);
+      for (int32_t g = 0; g < groups; ++g) {
+        float* yg = y + static_cast<int64_t>(g) * kI8yDirectGroup * ldy + (j0 - n0);
+        NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
+        with_rows<kI8yDirectGroup>(xg[g].gm, [&](auto r) {
+          constexpr int M = decltype(r)::value;
+          if constexpr (M <= kI8yTileBothMaxRows) {
+            i8y_direct_group<M, 2, kVnni>(xg[g], f, nullptr, rb, st, normal, lut, chunks, ng, post, yg, ldy,
+                                          16, tile);
+          } else {
+            i8y_direct_group<M, 1, kVnni>(xg[g], f, nullptr, rb, st, normal, lut, chunks, ng, post, yg, ldy,
+                                          8, tile);
+            i8y_direct_group<M, 1, kVnni>(xg[g], f, nullptr, rb, st + staged, normal + 1, lut, chunks,
+                                          nullptr, post, yg + 8, ldy, 8, tile + 32);
+          }
+        });
+      }
+      j0 += 16;
+      continue;
+    }
     const int32_t nrows = static_cast<int32_t>(std::min<int64_t>(8, n1 - j0));
     alignas(32) int32_t rr[8];
     for (int r = 0; r < 8; ++r) rr[r] = std::min(r, nrows - 1);  // past the end: not stored
@@ -634,10 +703,12 @@ void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int3
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8yDirectGroup * ldy + (j0 - n0);
       with_rows<kI8yDirectGroup>(xg[g].gm, [&](auto r) {
-        i8y_direct_group<decltype(r)::value, kVnni>(xg[g], f, base, rb, st, normal, lut, chunks,
-                                                    g == 0 ? &next : nullptr, post, yg, ldy, nrows);
+        i8y_direct_group<decltype(r)::value, 1, kVnni>(xg[g], f, base, rb, st, &normal, lut, chunks,
+                                                       g == 0 ? &next : nullptr, post, yg, ldy, nrows,
+                                                       nullptr);
       });
     }
+    j0 += 8;
   }
 }
 
@@ -648,7 +719,7 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
   // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64). M = 1 of
   // NVFP4 on the row GEMV (Fmt::kRowGemv), everything else on the direct one.
   if constexpr (Fmt::kRowGemv) {
-    if (m == 1) {
+    if (m == 1 && f.tiles() == nullptr) {
       std::vector<int8_t> split(static_cast<size_t>(k));
       i8y_split_x(xq, ldxq, 1, k, split.data());
       const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
