@@ -534,15 +534,16 @@ inline __m256i i8y_lut(const uint8_t* v16) {
 // table runs the same code with vpdpbusd (not measured: no such CPU here;
 // it keeps kI8GemvMaxRows).
 constexpr int32_t kI8yDirectGroup = 8;
+constexpr int32_t kI8yDirectMaxRows = 8;
 // Bytes ahead in a tile stream (NvWeights::tiles) that the direct GEMV
 // prefetches (as the AVX-512 GEMV's kTilePrefetchBytes).
 constexpr int64_t kI8yTilePrefetchBytes = 8192;
-constexpr int32_t kI8yDirectMaxRows = 8;
 
-// One group of M rows of x over 8 rows of W at rows + r * rb, or (tile
-// not null) over H halves of a tiled group of 16 rows (tile: the group's
-// tile stream, half hh at + 32 hh; st: each half's staged scales, staged
-// vectors apart; normal: each half's flag). On a session linear's tiles
+// One group of M rows of x over H groups of 8 rows of W: rows + r * rb
+// (row r of half hh at + 8 hh rb), or (tile not null) the halves of a
+// tiled group of 16 rows (tile: the group's tile stream, half hh at
+// + 32 hh). st: each half's staged scales, staged vectors apart; normal:
+// each half's flag. On a session linear's tiles
 // (AVX2 Zen 3, 2 threads, A/B in one process against the row form, same
 // bits): M = 1 (H = 2) 4096^2 hot 1.08-1.25x, NF4 1.22x, 11008x4096 from
 // DRAM 1.16-1.23x (NF4 1.30x), 4096x11008 0.98-1.07x; M = 3-16 (H = 1,
@@ -569,7 +570,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
         const uint8_t* tp = tile + c * 512 + kI8yTilePrefetchBytes;
         for (int64_t l = 0; l < 8; ++l) __builtin_prefetch(tp + 64 * l, 0, 3);
       } else if (c % 2 == 0) {
-        for (int r = 0; r < 8; ++r) __builtin_prefetch(rows + r * rb + c * 32 + kRowPrefetchBytes, 0, 3);
+        for (int r = 0; r < 8 * H; ++r) __builtin_prefetch(rows + r * rb + c * 32 + kRowPrefetchBytes, 0, 3);
       }
     }
     alignas(32) float sc[H][4][8];
@@ -586,7 +587,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
           for (int64_t d = 0; d < 4; ++d)
             T[d] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * d));
         } else {
-          const uint8_t* p = rows + c * 32 + h * 16;
+          const uint8_t* p = rows + (8 * hh) * rb + c * 32 + h * 16;
           __m256i z[4];
           for (int64_t g = 0; g < 4; ++g) {
             const uint8_t* pg = p + g * rb;
@@ -621,12 +622,13 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
   for (int64_t i = 0; i < M; ++i) {
     for (int hh = 0; hh < H; ++hh) {
       const __m256 v = _mm256_mul_ps(acc[i][hh], _mm256_set1_ps(post));
-      if (nrows == 8 * H) {
+      const int32_t rows_hh = std::min(8, nrows - 8 * hh);  // (rows past nrows are not stored)
+      if (rows_hh == 8) {
         _mm256_storeu_ps(y + i * ldy + int64_t{8} * hh, v);
-      } else {
+      } else if (rows_hh > 0) {
         alignas(32) float tmp[8];
         _mm256_store_ps(tmp, v);
-        std::memcpy(y + i * ldy, tmp, static_cast<size_t>(nrows) * sizeof(float));
+        std::memcpy(y + i * ldy + int64_t{8} * hh, tmp, static_cast<size_t>(rows_hh) * sizeof(float));
       }
     }
   }
