@@ -587,7 +587,7 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
           for (int64_t d = 0; d < 4; ++d)
             T[d] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * d));
         } else {
-          const uint8_t* p = rows + (8 * hh) * rb + c * 32 + h * 16;
+          const uint8_t* p = rows + int64_t{8} * hh * rb + c * 32 + h * 16;
           __m256i z[4];
           for (int64_t g = 0; g < 4; ++g) {
             const uint8_t* pg = p + g * rb;
