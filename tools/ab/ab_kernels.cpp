@@ -15,10 +15,11 @@
 // operands; dram: copies rotated through about 150 MB. Environment:
 // AB_SIGNS=b (bit 0: the old side, bit 1: the new side checks the NVFP4
 // sign rule, NvWeights::signs), AB_ANY_SCALE=1 (a few E4M3 scale codes of
-// any value, zero and subnormal ones among them), AB_TILES=1 (the codes
-// also in the tile order of i8_tile_codes, NvWeights::tiles /
-// Nf4Weights::tiles, on both sides; a table that does not read tiles
-// ignores them). Prints one JSON object per run.
+// any value, zero and subnormal ones among them), AB_TILES=b (bit 0: the
+// old side, bit 1: the new side also gets the codes in the tile order of
+// i8_tile_codes, NvWeights::tiles / Nf4Weights::tiles, as a fast-mode
+// session linear does; a table that does not read tiles ignores them).
+// Prints one JSON object per run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
   const bool mx = op.find("mxfp4") != std::string::npos;
   const int signs = std::getenv("AB_SIGNS") != nullptr ? std::atoi(std::getenv("AB_SIGNS")) : 0;
   const bool any_scale = std::getenv("AB_ANY_SCALE") != nullptr;
-  const bool with_tiles = std::getenv("AB_TILES") != nullptr && !quant && k % 128 == 0 && n >= 16;
+  const int tiles_bits = std::getenv("AB_TILES") != nullptr ? std::atoi(std::getenv("AB_TILES")) : 0;
+  const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
     std::fprintf(stderr, "need M >= 1, N >= 16, K >= 128 with K %% 64 == 0, reps and threads >= 1\n");
     return 2;
@@ -166,7 +168,8 @@ int main(int argc, char** argv) {
     w.g = 0.01f;
     w.k = k;
     if ((signs & (1 << t)) != 0) w.signs = &sg;
-    if (with_tiles) w.tiles = c.tiles.data();
+    const bool tiled = with_tiles && (tiles_bits & (1 << t)) != 0;
+    if (tiled) w.tiles = c.tiles.data();
     if (mx) {
       w.s = nullptr;
       w.e8m0 = c.e8m0.data();
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
     f.k = k;
     f.blocksize = 64;
     f.block_shift = 6;
-    if (with_tiles) f.tiles = c.tiles.data();
+    if (tiled) f.tiles = c.tiles.data();
     const ActRows xr(x.data());
     float* yt = y[t].data();
     if (op == "gemv-nvfp4" || op == "gemv-mxfp4") {
