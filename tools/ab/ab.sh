@@ -51,38 +51,35 @@ if [ "$cmd" = build ]; then
   src="src/kernels/$table/kernels_$table.cpp"
   [ -f "$root/$src" ] || { echo "ab.sh: no $src" >&2; exit 2; }
   [ -f "$build/compile_commands.json" ] || { echo "ab.sh: no $build/compile_commands.json (configure and build first)" >&2; exit 2; }
-  # The flags the build used for the table's file, without -o/-c and the file.
-  mapfile -t flags < <(/usr/bin/python3 - "$build/compile_commands.json" "$root/$src" <<'EOF'
+  # The compiler and the flags the build used for the table's file (without
+  # -o/-c, the file and -Werror), one per line, the compiler first.
+  cmdline=$(/usr/bin/python3 - "$build/compile_commands.json" "$root/$src" <<'EOF2'
 import json, shlex, sys
 for e in json.load(open(sys.argv[1])):
     if e["file"] == sys.argv[2]:
         args = e.get("arguments") or shlex.split(e["command"])
-        out, skip = [], False
+        out, skip = [args[0]], False
         for a in args[1:]:
             if skip:
                 skip = False
-                continue
-            if a in ("-o", "-c"):
+            elif a in ("-o", "-c"):
                 skip = True
-                continue
-            if a == sys.argv[2] or a == "-Werror":
-                continue
-            out.append(a)
+            elif a not in (sys.argv[2], "-Werror"):
+                out.append(a)
         print("\n".join(out))
         break
 else:
-    sys.exit("the table's file is not in compile_commands.json")
-EOF
+    sys.exit("ab.sh: the table's file is not in compile_commands.json")
+EOF2
   )
-  cxx=$(/usr/bin/python3 -c 'import json,shlex,sys
-for e in json.load(open(sys.argv[1])):
-    if e["file"] == sys.argv[2]:
-        a = e.get("arguments") or shlex.split(e["command"]); print(a[0]); break' "$build/compile_commands.json" "$root/$src")
+  mapfile -t flags <<<"$cmdline"
+  cxx=${flags[0]}
+  flags=("${flags[@]:1}")
   rm -rf "$dir/base" && mkdir -p "$dir/base"
   (cd "$root" && git archive "$base" src) | tar -x -C "$dir/base"
   cp "$root/src/kernels/kernel_table.h" "$dir/base/src/kernels/kernel_table.h"
   sed "s/\b${table}_table()/${table}_table_old()/" "$dir/base/$src" > "$dir/old.cpp"
-  # (the base's headers first; -iquote for the file's own "..." includes)
+  # (the base's headers first: its own "..." includes resolve there)
   "$cxx" -I"$dir/base/src" "${flags[@]}" -c "$dir/old.cpp" -o "$dir/old.o"
   "$cxx" "${flags[@]}" "${extra[@]}" -c "$root/$src" -o "$dir/new.o"
   "$cxx" "${flags[@]}" -DAB_TABLE="$table" -c "$root/tools/ab/ab_kernels.cpp" -o "$dir/ab_kernels.o"

@@ -543,11 +543,11 @@ constexpr int64_t kI8yTilePrefetchBytes = 8192;
 // (row r of half hh at + 8 hh rb), or (tile not null) the halves of a
 // tiled group of 16 rows (tile: the group's tile stream, half hh at
 // + 32 hh). st: each half's staged scales, staged vectors apart; normal:
-// each half's flag. On a session linear's tiles
-// (AVX2 Zen 3, 2 threads, A/B in one process against the row form, same
-// bits): M = 1 (H = 2) 4096^2 hot 1.08-1.25x, NF4 1.22x, 11008x4096 from
-// DRAM 1.16-1.23x (NF4 1.30x), 4096x11008 0.98-1.07x; M = 3-16 (H = 1,
-// one half after the other) 1.02-1.12x. H = 2 at M = 4 read 0.86x (16
+// each half's flag. On a session linear's tiles (AVX2 Zen 3, 2 threads,
+// A/B in one process against the row form, same bits, with the unrolling
+// below): M = 1-2 (H = 2) 4096^2 1.24-1.31x in cache and from DRAM, M = 8
+// (H = 1, one half after the other) 1.10-1.14x; the long K (4096x11008)
+// gains least, 1.02-1.08x at M = 1. H = 2 at M = 4 read 0.86x (16
 // accumulators and the decoded weights spill).
 template <int M, int H, bool kVnni, class Fmt>
 void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int64_t rb, const __m256i* st,
