@@ -217,11 +217,6 @@ struct I8yNvfp4 {
       : w(wt), kb(wt.k / 16), negative(neg) {}
   static constexpr bool kEvenLow = true;                    // element 2j in the low nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNvfp4;  // the largest biased weight
-  // M = 1 on the row GEMV (i8y_gemv_rows) rather than the direct one: on an
-  // AVX2 Zen 3, 2 threads, A/B in one process, the direct GEMV read 0.96x
-  // for NVFP4 in cache but 1.05-1.07x for NF4 (1.02-1.04x from DRAM) and
-  // 1.02-1.05x for MXFP4 (1.01x from DRAM), which take it.
-  static constexpr bool kRowGemv = true;
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const uint8_t* tiles() const { return w.tiles; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
@@ -294,7 +289,6 @@ struct I8yNvfp4 {
 // keep no branch for it (one there cost NVFP4 M = 1-4 7-10 %).
 struct I8yMx : I8yNvfp4 {
   using I8yNvfp4::I8yNvfp4;
-  static constexpr bool kRowGemv = false;
   // st[c * kI8yStagedPerChunk] dword r: the E8M0 bytes of chunk c of row
   // rr[r] in its low 16 bits. A 32-byte load per row holds 16 chunks: after
   // the transpose, dword d of row r holds chunks 2d and 2d + 1.
@@ -339,7 +333,6 @@ struct I8yNf4 {
       : w(wt), per(wt.block_shift >= 6 ? 4 : (wt.block_shift == 5 ? 2 : 1)) {}
   static constexpr bool kEvenLow = false;                 // element 2j in the high nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNf4;  // the largest biased weight
-  static constexpr bool kRowGemv = false;                 // (I8yNvfp4::kRowGemv)
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const uint8_t* tiles() const { return w.tiles; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
@@ -538,7 +531,7 @@ inline __m256i i8y_lut(const uint8_t* v16) {
 }
 
 // m <= kI8yDirectMaxRows rows of x (more: passes of that many; m = 1 only
-// for NF4 and MXFP4, I8yNvfp4::kRowGemv): the weights are decoded once per
+// with tiles, i8y_gemv): the weights are decoded once per
 // 8 rows of W and 32 elements into the panel operand order (lanes = rows)
 // in registers and used by every row of x, which then costs the
 // micro-kernel's work per block (four 4-byte dot products on a broadcast of
@@ -762,17 +755,20 @@ template <bool kVnni, class Fmt>
 void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t m,
               const Fmt& f, const uint8_t* lut16, int64_t k, int64_t n0, int64_t n1, float post, float* y,
               int64_t ldy) {
-  // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64). M = 1 of
-  // NVFP4 on the row GEMV (Fmt::kRowGemv), everything else on the direct one.
-  if constexpr (Fmt::kRowGemv) {
-    if (m == 1 && f.tiles() == nullptr) {
-      std::vector<int8_t> split(static_cast<size_t>(k));
-      i8y_split_x(xq, ldxq, 1, k, split.data());
-      const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
-      i8y_gemv_rows<1, kVnni>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
-                              reinterpret_cast<__m256i*>(stb.get()));
-      return;
-    }
+  // k % 64 == 0 (i8_runs_gemv: the table has i8_gemv_k64). M = 1 without
+  // tiles on the row GEMV, everything else on the direct one. (On an AVX2
+  // Zen 3, 2 threads, A/B in one process: the direct GEMV had read 0.96x
+  // the row GEMV for NVFP4 in cache but 1.05-1.07x for NF4 and 1.02-1.05x
+  // for MXFP4, which took it; since the row GEMV keeps its accumulator in a
+  // register, it reads NF4 1.04-1.10x in cache, 1.02x from DRAM, and MXFP4
+  // 1.12-1.15x, 1.05x, against the direct one, and all three take it.)
+  if (m == 1 && f.tiles() == nullptr) {
+    std::vector<int8_t> split(static_cast<size_t>(k));
+    i8y_split_x(xq, ldxq, 1, k, split.data());
+    const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
+    i8y_gemv_rows<1, kVnni>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+                            reinterpret_cast<__m256i*>(stb.get()));
+    return;
   }
   i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
 }
