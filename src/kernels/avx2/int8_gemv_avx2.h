@@ -396,7 +396,20 @@ inline void i8y_split_x(const int8_t* xq, int64_t ldxq, int32_t m, int64_t k, in
   }
 }
 
-template <int M, bool kVnni, class Fmt>
+// The row GEMV prefetches the next group of 8 rows whole while the current
+// one runs when a row is at most this long (K <= 4096), its first
+// kRowPrefetchBytes otherwise. Eight short rows read side by side give
+// the hardware prefetchers eight streams of 32 lines each, restarted every
+// group; the whole next group (the 8 rows are contiguous: one sequential
+// run, about 4 lines a chunk) keeps DRAM busy. On an AVX2 Zen 3, 2 threads,
+// A/B in one process, weights rotated through 150 MB: NVFP4 M = 1 4096^2
+// 1.37-1.50x, 11008x4096 1.47x, 2880^2 1.49x, NF4 1.37x, MXFP4 1.35x; in
+// cache 0.82-0.86x (the prefetches' instructions); with 5.5 KB rows
+// (4096x11008) whole rows read 0.87-0.94x from DRAM, so those keep the
+// short prefetch. Prefetch hints T1/T2 instead of T0: the same.
+constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
+
+template <int M, bool kVnni, bool kWholeRows, class Fmt>
 void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, int64_t ldxs, const Fmt& f,
                    __m256i lut, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy,
                    __m256i* st) {
@@ -428,9 +441,11 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     // row kRowPrefetchBytes ahead once per 64 bytes (every other chunk).
     // Measured on a Cascade Lake with this table forced, from DRAM, two
     // threads, alternating call by call: NVFP4 and NF4 M = 1 1.04-1.14x,
-    // M = 4 1.15-1.18x.
+    // M = 4 1.15-1.18x. Rows of at most kI8yWholeRowPrefetchBytes have the
+    // next group's rows prefetched whole, not just their starts (below).
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
-                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks);
+                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks, true,
+                           kWholeRows ? (rb + 63) / 64 : kRowPrefetchBytes / 64);
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     // The rows' next lines first: the stage's time would otherwise pass
@@ -766,8 +781,15 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
     std::vector<int8_t> split(static_cast<size_t>(k));
     i8y_split_x(xq, ldxq, 1, k, split.data());
     const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
-    i8y_gemv_rows<1, kVnni>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
-                            reinterpret_cast<__m256i*>(stb.get()));
+    // (kWholeRows a template argument: a run-time line count in the
+    // prefetch cursor read 0.94x from DRAM with the long rows)
+    if (k / 2 <= kI8yWholeRowPrefetchBytes) {
+      i8y_gemv_rows<1, kVnni, true>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+                                    reinterpret_cast<__m256i*>(stb.get()));
+    } else {
+      i8y_gemv_rows<1, kVnni, false>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+                                     reinterpret_cast<__m256i*>(stb.get()));
+    }
     return;
   }
   i8y_gemv_direct<kVnni>(xq, ldxq, xs, xc, ldxs, m, f, i8y_lut(lut16), k, n0, n1, post, y, ldy);
