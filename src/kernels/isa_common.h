@@ -81,22 +81,21 @@ class NextGroupPrefetch {
   // nf4_scale_span; not called when rows <= 0), spread over `steps` calls
   // of step(). Addresses are kept as integers: the line holding a span's
   // first byte may start before the array. rows_too = false: the scales
-  // only (the caller prefetches the codes itself); row_lines: the lines of
-  // each row prefetched from its start (a caller may ask for whole rows).
+  // only (the caller prefetches the codes itself).
   template <class Span>
   NextGroupPrefetch(Span&& span, const uint8_t* q, int64_t rb, int64_t next, int64_t rows, int64_t steps,
-                    bool rows_too = true, int64_t row_lines = kRowPrefetchBytes / 64)
-      : rb_(static_cast<uintptr_t>(rb)), row_lines_(row_lines) {
+                    bool rows_too = true)
+      : rb_(static_cast<uintptr_t>(rb)) {
     if (rows <= 0) return;
     int64_t scale_bytes = 0;
     const uintptr_t s0 = reinterpret_cast<uintptr_t>(span(next, rows, &scale_bytes));
     const int64_t scale_lines =
         static_cast<int64_t>((s0 + static_cast<uintptr_t>(scale_bytes) + 63) / 64 - s0 / 64);
-    // The scales' lines as the first run, then a run of row_lines per row.
+    // The scales' lines as the first run, then a run of kRowLines per row.
     addr_ = s0 / 64 * 64;
     in_run_ = scale_lines;
     row_ = reinterpret_cast<uintptr_t>(q) + static_cast<uintptr_t>(next * rb);
-    left_ = scale_lines + (rows_too ? rows * row_lines_ : 0);
+    left_ = scale_lines + (rows_too ? rows * kRowLines : 0);
     per_step_ = (left_ + steps - 1) / (steps > 0 ? steps : 1);
   }
   // The next per_step_ lines, by a cursor (this runs once per step of the
@@ -107,7 +106,7 @@ class NextGroupPrefetch {
       if (in_run_ == 0) {  // the next row's run
         addr_ = row_;
         row_ += rb_;
-        in_run_ = row_lines_;
+        in_run_ = kRowLines;
       }
       __builtin_prefetch(reinterpret_cast<const void*>(addr_), 0, 3);
       addr_ += 64;
@@ -116,8 +115,8 @@ class NextGroupPrefetch {
   }
 
  private:
+  static constexpr int64_t kRowLines = kRowPrefetchBytes / 64;
   uintptr_t rb_, addr_ = 0, row_ = 0;
-  int64_t row_lines_;
   int64_t in_run_ = 0, left_ = 0, per_step_ = 0;
 };
 

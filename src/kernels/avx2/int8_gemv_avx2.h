@@ -397,18 +397,21 @@ inline void i8y_split_x(const int8_t* xq, int64_t ldxq, int32_t m, int64_t k, in
 }
 
 // The row GEMV prefetches the next group of 8 rows whole while the current
-// one runs when a row is at most this long (K <= 4096), its first
-// kRowPrefetchBytes otherwise. Eight short rows read side by side give
-// the hardware prefetchers eight streams of 32 lines each, restarted every
-// group; the whole next group (the 8 rows are contiguous: one sequential
-// run, about 4 lines a chunk) keeps DRAM busy. On an AVX2 Zen 3, 2 threads,
-// A/B in one process, weights rotated through 150 MB: NVFP4 M = 1 4096^2
-// 1.37-1.50x, 11008x4096 1.47x, 2880^2 1.49x, NF4 1.37x, MXFP4 1.35x; in
-// cache 0.82-0.86x (the prefetches' instructions; 0.90-0.95x once the
-// rows' own prefetch is left out where the whole row came before, below);
-// with 5.5 KB rows (4096x11008) whole rows read 0.87-0.94x from DRAM, so
-// those keep the short prefetch. Prefetch hints T1/T2 instead of T0: the
-// same.
+// one runs when a row is at most this long (K <= 4096), only their first
+// kRowPrefetchBytes otherwise. Eight short rows read side by side give the
+// hardware prefetchers eight streams of 32 lines each, restarted every
+// group; the next group's 8 rows are contiguous, one run of 8 rb bytes, so
+// each chunk prefetches the next 256 bytes of it (the 256 bytes the chunk
+// reads of the current group: the run ends with the group), 4 lines by a
+// cursor without branches. On an AVX2 Zen 3, 2 threads, A/B in one
+// process, against the start rows only: NVFP4 M = 1 4096^2 1.14x from
+// DRAM (weights rotated through 150 MB), 1.33x in cache (the row starts'
+// prefetch cursor, now only for the scales, and the rows' own prefetch,
+// now only for a thread's first group, cost more than the run); MXFP4
+// 2880^2 1.10x and 1.30x, NF4 11008x4096 1.10x from DRAM. (The same lines
+// by NextGroupPrefetch's row runs, 32 a row, had read 1.31-1.50x from
+// DRAM but 0.82-0.87x in cache.) With 5.5 KB rows (4096x11008) whole rows
+// read 0.93x from DRAM: those keep the short prefetch.
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 template <int M, bool kVnni, bool kWholeRows, class Fmt>
@@ -443,11 +446,12 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     // row kRowPrefetchBytes ahead once per 64 bytes (every other chunk).
     // Measured on a Cascade Lake with this table forced, from DRAM, two
     // threads, alternating call by call: NVFP4 and NF4 M = 1 1.04-1.14x,
-    // M = 4 1.15-1.18x. Rows of at most kI8yWholeRowPrefetchBytes have the
-    // next group's rows prefetched whole, not just their starts (below).
+    // M = 4 1.15-1.18x. Rows of at most kI8yWholeRowPrefetchBytes: the
+    // next group's rows whole instead, by the run at next_rows, and only
+    // the scales by NextGroupPrefetch (above the function).
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
-                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks, true,
-                           kWholeRows ? (rb + 63) / 64 : kRowPrefetchBytes / 64);
+                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks, !kWholeRows);
+    const uintptr_t next_rows = kWholeRows && j0 + 8 < n1 ? reinterpret_cast<uintptr_t>(f.row(j0 + 8)) : 0;
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     // The rows' next lines first: the stage's time would otherwise pass
@@ -464,6 +468,11 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
         // from DRAM)
         if (c % 2 == 0 && (!kWholeRows || j0 == n0)) {
           for (int r = 0; r < 8; ++r) __builtin_prefetch(p0 + r * rb + kRowPrefetchBytes, 0, 3);
+        }
+        if (kWholeRows && next_rows != 0) {  // (the next group's run: 256 bytes a chunk)
+          for (int64_t l = 0; l < 4; ++l)
+            __builtin_prefetch(
+                reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0, 3);
         }
         __m256i C[M][4];
         for (int64_t p = 0; p < 4; ++p) {
