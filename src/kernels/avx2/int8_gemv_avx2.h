@@ -403,15 +403,16 @@ inline void i8y_split_x(const int8_t* xq, int64_t ldxq, int32_t m, int64_t k, in
 // group; the next group's 8 rows are contiguous, one run of 8 rb bytes, so
 // each chunk prefetches the next 256 bytes of it (the 256 bytes the chunk
 // reads of the current group: the run ends with the group), 4 lines by a
-// cursor without branches. On an AVX2 Zen 3, 2 threads, A/B in one
-// process, against the start rows only: NVFP4 M = 1 4096^2 1.14x from
-// DRAM (weights rotated through 150 MB), 1.33x in cache (the row starts'
-// prefetch cursor, now only for the scales, and the rows' own prefetch,
-// now only for a thread's first group, cost more than the run); MXFP4
-// 2880^2 1.10x and 1.30x, NF4 11008x4096 1.10x from DRAM. (The same lines
-// by NextGroupPrefetch's row runs, 32 a row, had read 1.31-1.50x from
-// DRAM but 0.82-0.87x in cache.) With 5.5 KB rows (4096x11008) whole rows
-// read 0.93x from DRAM: those keep the short prefetch.
+// cursor without branches; NextGroupPrefetch then takes the scales only,
+// and rows the previous group prefetched whole skip their own prefetch.
+// On an AVX2 Zen 3, 2 threads, A/B in one process, against the start of
+// each row only: from DRAM (weights rotated through 150 MB) NVFP4 M = 1
+// 4096^2 1.39x, 11008x4096 1.19x, 2880^2 1.31x, NF4 4096^2 1.19x, MXFP4
+// 11008x4096 1.17x; in cache 1.04x. (The same lines by NextGroupPrefetch's
+// row runs, 32 lines a row, had read 1.31-1.50x from DRAM but 0.82-0.87x
+// in cache: its cursor's branches cost more than the lines.) With 5.5 KB
+// rows (4096x11008) whole rows read 0.93x from DRAM: those keep the short
+// prefetch.
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 template <int M, bool kVnni, bool kWholeRows, class Fmt>
@@ -463,9 +464,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
       for (int64_t c = 0; c < chunks; ++c) {
         next.step();
         const uint8_t* p0 = base + c * 32;
-        // (rows the previous group prefetched whole need none of their own:
-        // without it, on the Zen 3 as above, 1.06-1.10x in cache, 1.04-1.06x
-        // from DRAM)
+        // (rows the previous group prefetched whole need none of their own)
         if (c % 2 == 0 && (!kWholeRows || j0 == n0)) {
           for (int r = 0; r < 8; ++r) __builtin_prefetch(p0 + r * rb + kRowPrefetchBytes, 0, 3);
         }
