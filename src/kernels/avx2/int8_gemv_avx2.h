@@ -396,6 +396,20 @@ inline void i8y_split_x(const int8_t* xq, int64_t ldxq, int32_t m, int64_t k, in
   }
 }
 
+// A group of 8 rows of W from row j0 (rows <= 8 of them left): rr[r] =
+// the row read for lane r (rows past the end repeat the last; their
+// results are not stored) and the group's first row, row r at + r * rb
+// (a group of fewer than 8 copied to `tail` in that order).
+template <class Fmt>
+const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb, int32_t* rr,
+                              std::vector<uint8_t>& tail) {
+  for (int r = 0; r < 8; ++r) rr[r] = std::min(r, rows - 1);
+  if (rows == 8) return f.row(j0);
+  tail.resize(static_cast<size_t>(8 * rb));
+  for (int r = 0; r < 8; ++r) std::memcpy(tail.data() + r * rb, f.row(j0 + rr[r]), static_cast<size_t>(rb));
+  return tail.data();
+}
+
 // The row GEMV prefetches the next group of 8 rows whole while the current
 // one runs when a row is at most this long (K <= 4096), only their first
 // kRowPrefetchBytes otherwise. Eight short rows read side by side give the
@@ -435,14 +449,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
   for (int64_t j0 = n0; j0 < n1; j0 += 8) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(8, n1 - j0));
     alignas(32) int32_t rr[8];
-    for (int r = 0; r < 8; ++r) rr[r] = std::min(r, rows - 1);  // rows past the end: not stored
-    const uint8_t* base = f.row(j0);
-    if (rows < 8) {
-      tail.resize(static_cast<size_t>(8 * rb));
-      for (int r = 0; r < 8; ++r)
-        std::memcpy(tail.data() + r * rb, f.row(j0 + rr[r]), static_cast<size_t>(rb));
-      base = tail.data();
-    }
+    const uint8_t* base = i8y_group_rows(f, j0, rows, rb, rr, tail);
     // The next group's scales and row starts (NextGroupPrefetch), and each
     // row kRowPrefetchBytes ahead once per 64 bytes (every other chunk).
     // Measured on a Cascade Lake with this table forced, from DRAM, two
@@ -755,14 +762,7 @@ void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int3
     }
     const int32_t nrows = static_cast<int32_t>(std::min<int64_t>(8, n1 - j0));
     alignas(32) int32_t rr[8];
-    for (int r = 0; r < 8; ++r) rr[r] = std::min(r, nrows - 1);  // past the end: not stored
-    const uint8_t* base = f.row(j0);
-    if (nrows < 8) {
-      tail.resize(static_cast<size_t>(8 * rb));
-      for (int r = 0; r < 8; ++r)
-        std::memcpy(tail.data() + r * rb, f.row(j0 + rr[r]), static_cast<size_t>(rb));
-      base = tail.data();
-    }
+    const uint8_t* base = i8y_group_rows(f, j0, nrows, rb, rr, tail);
     for (int r = 0; r < 8; ++r) __builtin_prefetch(base + r * rb + kRowPrefetchBytes, 0, 3);  // (as above)
     const bool normal = f.stage(j0, rr, chunks, st);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
