@@ -796,12 +796,15 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
     const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
     // (kWholeRows a template argument: a run-time line count in the
     // prefetch cursor read 0.94x from DRAM with the long rows)
+    const auto rows = [&](auto whole) {
+      i8y_gemv_rows<1, kVnni, decltype(whole)::value>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0,
+                                                      n1, post, y, ldy,
+                                                      reinterpret_cast<__m256i*>(stb.get()));
+    };
     if (k / 2 <= kI8yWholeRowPrefetchBytes) {
-      i8y_gemv_rows<1, kVnni, true>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
-                                    reinterpret_cast<__m256i*>(stb.get()));
+      rows(std::true_type{});
     } else {
-      i8y_gemv_rows<1, kVnni, false>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
-                                     reinterpret_cast<__m256i*>(stb.get()));
+      rows(std::false_type{});
     }
     return;
   }
