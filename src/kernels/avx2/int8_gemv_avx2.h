@@ -417,17 +417,33 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // group; the next group's 8 rows are contiguous, one run of 8 rb bytes, so
 // each chunk prefetches the next 256 bytes of it (the 256 bytes the chunk
 // reads of the current group: the run ends with the group), 4 lines by a
-// cursor without branches; NextGroupPrefetch then takes the scales only,
-// and rows the previous group prefetched whole skip their own prefetch.
-// On an AVX2 Zen 3, 2 threads, A/B in one process, against the start of
-// each row only: from DRAM (weights rotated through 150 MB) NVFP4 M = 1
+// cursor without branches, and rows the previous group prefetched whole
+// skip their own prefetch. On an AVX2 Zen 3, 2 threads, A/B in one
+// process, against the start of each row only: from DRAM (weights rotated through 150 MB) NVFP4 M = 1
 // 4096^2 1.39x, 11008x4096 1.19x, 2880^2 1.31x, NF4 4096^2 1.19x, MXFP4
 // 11008x4096 1.17x; in cache 1.04x. (The same lines by NextGroupPrefetch's
 // row runs, 32 lines a row, had read 1.31-1.50x from DRAM but 0.82-0.87x
 // in cache: its cursor's branches cost more than the lines.) With 5.5 KB
 // rows (4096x11008) whole rows read 0.93x from DRAM: those keep the short
-// prefetch.
+// prefetch. The next group's scales are one span too (scale_span), and a
+// second run takes them, ceil(span / chunks) bytes a chunk by one
+// prefetch, where NextGroupPrefetch's cursor had run for them every chunk
+// (a loop, its counters on the stack): same bits, on the Zen 3, 2 threads,
+// A/B in one process, against the cursor: NVFP4, NF4 and MXFP4 M = 1 in
+// cache 1.03-1.10x (4096^2, 11008x4096, 2880^2), from DRAM 1.02-1.08x on
+// 4096^2, 0.98-1.06x on 11008x4096.
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
+
+// Whether the row GEMV prefetches whole rows (above): rows of at most
+// kI8yWholeRowPrefetchBytes whose 8 rows' scales take at most a line a
+// chunk (all but NF4 with blocksize 16), which the run of the next group's
+// scales then covers with one prefetch a chunk.
+template <class Fmt>
+bool i8y_whole_rows(const Fmt& f, int64_t k) {
+  int64_t bytes = 0;
+  f.scale_span(0, 8, &bytes);
+  return k / 2 <= kI8yWholeRowPrefetchBytes && bytes <= 64 * (k / 64);
+}
 
 template <int M, bool kVnni, bool kWholeRows, class Fmt>
 void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, int64_t ldxs, const Fmt& f,
@@ -455,11 +471,23 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     // Measured on a Cascade Lake with this table forced, from DRAM, two
     // threads, alternating call by call: NVFP4 and NF4 M = 1 1.04-1.14x,
     // M = 4 1.15-1.18x. Rows of at most kI8yWholeRowPrefetchBytes: the
-    // next group's rows whole instead, by the run at next_rows, and only
-    // the scales by NextGroupPrefetch (above the function).
+    // next group's rows whole instead, by the run at next_rows, and its
+    // scales by a run of their own (above the function; no
+    // NextGroupPrefetch then).
+    const int64_t next_n = std::min<int64_t>(8, n1 - j0 - 8);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
-                           f.row(0), rb, j0 + 8, std::min<int64_t>(8, n1 - j0 - 8), chunks, !kWholeRows);
-    const uintptr_t next_rows = kWholeRows && j0 + 8 < n1 ? reinterpret_cast<uintptr_t>(f.row(j0 + 8)) : 0;
+                           f.row(0), rb, j0 + 8, kWholeRows ? 0 : next_n, chunks);
+    uintptr_t next_rows = 0, next_scales = 0, scale_step = 0;
+    if (kWholeRows && next_n > 0) {
+      int64_t bytes = 0;
+      next_rows = reinterpret_cast<uintptr_t>(f.row(j0 + 8));
+      next_scales = reinterpret_cast<uintptr_t>(f.scale_span(j0 + 8, next_n, &bytes));
+      scale_step = static_cast<uintptr_t>((bytes + chunks - 1) / chunks);  // (<= 64: i8y_whole_rows)
+      // (the run's steps reach the span's last line only when it starts on
+      // a line boundary)
+      __builtin_prefetch(reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(bytes - 1)), 0,
+                         3);
+    }
     __m256 acc[M];
     for (int i = 0; i < M; ++i) acc[i] = _mm256_setzero_ps();
     // The rows' next lines first: the stage's time would otherwise pass
@@ -469,16 +497,18 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     // (all_normal: the stage found every code normal and positive)
     const auto chunk_loop = [&](auto all_normal) {
       for (int64_t c = 0; c < chunks; ++c) {
-        next.step();
+        if constexpr (!kWholeRows) next.step();
         const uint8_t* p0 = base + c * 32;
         // (rows the previous group prefetched whole need none of their own)
         if (c % 2 == 0 && (!kWholeRows || j0 == n0)) {
           for (int r = 0; r < 8; ++r) __builtin_prefetch(p0 + r * rb + kRowPrefetchBytes, 0, 3);
         }
-        if (kWholeRows && next_rows != 0) {  // (the next group's run: 256 bytes a chunk)
+        if (kWholeRows && next_rows != 0) {  // (the next group's runs: 256 bytes of rows a chunk)
           for (int64_t l = 0; l < 4; ++l)
             __builtin_prefetch(
                 reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0, 3);
+          __builtin_prefetch(
+              reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(c) * scale_step), 0, 3);
         }
         __m256i C[M][4];
         for (int64_t p = 0; p < 4; ++p) {
@@ -801,7 +831,7 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
                                                       n1, post, y, ldy,
                                                       reinterpret_cast<__m256i*>(stb.get()));
     };
-    if (k / 2 <= kI8yWholeRowPrefetchBytes) {
+    if (i8y_whole_rows(f, k)) {
       rows(std::true_type{});
     } else {
       rows(std::false_type{});
