@@ -222,7 +222,8 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 
 // A fast-mode CPU linear's codes in the tile order its table's integer
 // GEMV reads (kern::i8_tile_codes; 1.1-1.4x at M = 1-64 on a Zen 5, M = 1
-// 1.2-1.3x on an AVX2 Zen 3), kept beside the row form that every other
+// 1.2-1.3x on an AVX2 Zen 3 when the tiles came, 0.9-1.1x against the
+// faster row GEMV there since), kept beside the row form that every other
 // kernel reads: N*K/2 more bytes (where the table reads them too,
 // i8_reads_tile_scales: NF4's absmax regrouped, NVFP4's and MXFP4's E4M3
 // scales in the GEMV's transposed order, kern::i8_tile_scales), counted in
