@@ -419,9 +419,9 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // reads of the current group: the run ends with the group), 4 lines by a
 // cursor without branches, and rows the previous group prefetched whole
 // skip their own prefetch. On an AVX2 Zen 3, 2 threads, A/B in one
-// process, against the start of each row only: from DRAM (weights rotated through 150 MB) NVFP4 M = 1
-// 4096^2 1.39x, 11008x4096 1.19x, 2880^2 1.31x, NF4 4096^2 1.19x, MXFP4
-// 11008x4096 1.17x; in cache 1.04x. (The same lines by NextGroupPrefetch's
+// process, against the start of each row only: from DRAM (weights rotated
+// through 150 MB) NVFP4 M = 1 4096^2 1.39x, 11008x4096 1.19x, 2880^2
+// 1.31x, NF4 4096^2 1.19x, MXFP4 11008x4096 1.17x; in cache 1.04x. (The same lines by NextGroupPrefetch's
 // row runs, 32 lines a row, had read 1.31-1.50x from DRAM but 0.82-0.87x
 // in cache: its cursor's branches cost more than the lines.) With 5.5 KB
 // rows (4096x11008) whole rows read 0.93x from DRAM: those keep the short
