@@ -478,10 +478,15 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
                            f.row(0), rb, j0 + 8, kWholeRows ? 0 : next_n, chunks);
     uintptr_t next_rows = 0, next_scales = 0, scale_step = 0;
-    if (kWholeRows && next_n > 0) {
+    if (kWholeRows) {
+      // (a thread's last group runs its own lines again, hits in L1, so
+      // that the chunk loop needs no branch around the runs: on an AVX2
+      // Zen 3, 2 threads, A/B in one process, same bits, in cache
+      // 0.99-1.08x, 1.04x the median; from DRAM 0.98-1.04x)
+      const int64_t g0 = next_n > 0 ? j0 + 8 : j0, gn = next_n > 0 ? next_n : rows;
       int64_t bytes = 0;
-      next_rows = reinterpret_cast<uintptr_t>(f.row(j0 + 8));
-      next_scales = reinterpret_cast<uintptr_t>(f.scale_span(j0 + 8, next_n, &bytes));
+      next_rows = reinterpret_cast<uintptr_t>(f.row(g0));
+      next_scales = reinterpret_cast<uintptr_t>(f.scale_span(g0, gn, &bytes));
       scale_step = static_cast<uintptr_t>((bytes + chunks - 1) / chunks);  // (<= 64: i8y_whole_rows)
       // (the run's steps reach the span's last line only when it starts on
       // a line boundary)
@@ -508,7 +513,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
         if (c % 2 == 0 && (!kWholeRows || decltype(first)::value)) {
           for (int r = 0; r < 8; ++r) __builtin_prefetch(p0 + r * rb + kRowPrefetchBytes, 0, 3);
         }
-        if (kWholeRows && next_rows != 0) {  // (the next group's runs: 256 bytes of rows a chunk)
+        if constexpr (kWholeRows) {  // (the next group's runs: 256 bytes of rows a chunk)
           for (int64_t l = 0; l < 4; ++l)
             __builtin_prefetch(
                 reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0, 3);
