@@ -426,18 +426,21 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // in cache: its cursor's branches cost more than the lines.) With 5.5 KB
 // rows (4096x11008) whole rows read 0.93x from DRAM: those keep the short
 // prefetch. The next group's scales are one span too (scale_span), and a
-// second run takes them, ceil(span / chunks) bytes a chunk by one
-// prefetch, where NextGroupPrefetch's cursor had run for them every chunk
-// (a loop, its counters on the stack): same bits, on the Zen 3, 2 threads,
-// A/B in one process, against the cursor: NVFP4, NF4 and MXFP4 M = 1 in
-// cache 1.03-1.10x (4096^2, 11008x4096, 2880^2), from DRAM 1.02-1.08x on
-// 4096^2, 0.98-1.06x on 11008x4096.
+// second run takes them, a line a chunk from the span's start, where
+// NextGroupPrefetch's cursor had run for them every chunk (a loop, its
+// counters on the stack): same bits, on the Zen 3, 2 threads, A/B in one
+// process, against the cursor: NVFP4, NF4 and MXFP4 M = 1 in cache
+// 1.03-1.10x (4096^2, 11008x4096, 2880^2), from DRAM 1.02-1.08x on 4096^2,
+// 0.98-1.06x on 11008x4096 (with the span spread evenly over the chunks;
+// a line a chunk, which ends the span within the first half of the group
+// for NVFP4 and NF4 and runs on into the scales of the group after, read
+// 1.00-1.07x that from DRAM, 0.99-1.01x in cache).
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 // Whether the row GEMV prefetches whole rows (above): rows of at most
 // kI8yWholeRowPrefetchBytes whose 8 rows' scales take at most a line a
-// chunk (all but NF4 with blocksize 16), which the run of the next group's
-// scales then covers with one prefetch a chunk.
+// chunk (all but NF4 with blocksize 16), so that the run of the next
+// group's scales, a line a chunk, covers them.
 template <class Fmt>
 bool i8y_whole_rows(const Fmt& f, int64_t k) {
   int64_t bytes = 0;
@@ -477,7 +480,7 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
     const int64_t next_n = std::min<int64_t>(8, n1 - j0 - 8);
     NextGroupPrefetch next([&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); },
                            f.row(0), rb, j0 + 8, kWholeRows ? 0 : next_n, chunks);
-    uintptr_t next_rows = 0, next_scales = 0, scale_step = 0;
+    uintptr_t next_rows = 0, next_scales = 0;
     if (kWholeRows) {
       // (a thread's last group runs its own lines again, hits in L1, so
       // that the chunk loop needs no branch around the runs: on an AVX2
@@ -487,9 +490,8 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
       int64_t bytes = 0;
       next_rows = reinterpret_cast<uintptr_t>(f.row(g0));
       next_scales = reinterpret_cast<uintptr_t>(f.scale_span(g0, gn, &bytes));
-      scale_step = static_cast<uintptr_t>((bytes + chunks - 1) / chunks);  // (<= 64: i8y_whole_rows)
-      // (the run's steps reach the span's last line only when it starts on
-      // a line boundary)
+      // (the run misses the span's last line where the span takes a whole
+      // line a chunk and does not start on a line boundary)
       __builtin_prefetch(reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(bytes - 1)), 0,
                          3);
     }
@@ -517,8 +519,8 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
           for (int64_t l = 0; l < 4; ++l)
             __builtin_prefetch(
                 reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0, 3);
-          __builtin_prefetch(
-              reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(c) * scale_step), 0, 3);
+          __builtin_prefetch(reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(c * 64)), 0,
+                             3);
         }
         __m256i C[M][4];
         for (int64_t p = 0; p < 4; ++p) {
