@@ -5,6 +5,7 @@
 #
 #   tools/ab/ab.sh build [--table avx2] [--base HEAD] [--build-dir build/release] [-- FLAGS...]
 #   tools/ab/ab.sh run N OP M N K hot|dram [reps] [threads]
+#   tools/ab/ab.sh rate
 #
 # build: compiles the table's source file (src/kernels/T/kernels_T.cpp) twice
 # with the flags the build directory used for it: from a snapshot of src/ at
@@ -18,6 +19,9 @@
 # run: runs the harness N times and prints each run's JSON and the median
 # speed (new / old; above 1: the working tree is faster), with whether
 # every run gave the same bits.
+# rate: builds and runs tools/ab/issue_rate.cpp (x86-64, AVX2): the ymm
+# operations a cycle the core issues now, to tell a quiet host from a busy
+# one before measuring.
 #
 # Work files go to $AB_DIR (default /tmp/nvfp4-ab). Example, the NVFP4 GEMV
 # at M = 1 from DRAM, 5 runs:
@@ -28,7 +32,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${AB_DIR:-/tmp/nvfp4-ab}
 
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -101,6 +105,10 @@ if not rows: sys.exit("no run finished")
 s = sorted(r["speed"] for r in rows)
 print("median speed new/old %.3f (runs: %s); same bits: %s" % (s[len(s) // 2], " ".join("%.3f" % v for v in s),
       all(r["same_bits"] for r in rows)))'
+elif [ "$cmd" = rate ]; then
+  mkdir -p "$dir"
+  g++ -O2 -mavx2 -mfma -o "$dir/issue_rate" "$root/tools/ab/issue_rate.cpp"
+  "$dir/issue_rate"
 else
   usage
 fi
