@@ -421,20 +421,21 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // skip their own prefetch. On an AVX2 Zen 3, 2 threads, A/B in one
 // process, against the start of each row only: from DRAM (weights rotated
 // through 150 MB) NVFP4 M = 1 4096^2 1.39x, 11008x4096 1.19x, 2880^2
-// 1.31x, NF4 4096^2 1.19x, MXFP4 11008x4096 1.17x; in cache 1.04x. (The same lines by NextGroupPrefetch's
-// row runs, 32 lines a row, had read 1.31-1.50x from DRAM but 0.82-0.87x
-// in cache: its cursor's branches cost more than the lines.) With 5.5 KB
-// rows (4096x11008) whole rows read 0.93x from DRAM: those keep the short
-// prefetch. The next group's scales are one span too (scale_span), and a
-// second run takes them, a line a chunk from the span's start, where
-// NextGroupPrefetch's cursor had run for them every chunk (a loop, its
-// counters on the stack): same bits, on the Zen 3, 2 threads, A/B in one
-// process, against the cursor: NVFP4, NF4 and MXFP4 M = 1 in cache
-// 1.03-1.10x (4096^2, 11008x4096, 2880^2), from DRAM 1.02-1.08x on 4096^2,
-// 0.98-1.06x on 11008x4096 (with the span spread evenly over the chunks;
-// a line a chunk, which ends the span within the first half of the group
-// for NVFP4 and NF4 and runs on into the scales of the group after, read
-// 1.00-1.07x that from DRAM, 0.99-1.01x in cache).
+// 1.31x, NF4 4096^2 1.19x, MXFP4 11008x4096 1.17x; in cache 1.04x. (The
+// same lines by NextGroupPrefetch's row runs, 32 lines a row, had read
+// 1.31-1.50x from DRAM but 0.82-0.87x in cache: its cursor's branches
+// cost more than the lines.) With 5.5 KB rows (4096x11008) whole rows
+// read 0.93x from DRAM: those keep the short prefetch. The next group's
+// scales are one span too (scale_span), and a second run takes them, a
+// line a chunk from the span's start, where NextGroupPrefetch's cursor
+// had run for them every chunk (a loop, its counters on the stack): same
+// bits, on the Zen 3, 2 threads, A/B in one process, against the cursor:
+// NVFP4, NF4 and MXFP4 M = 1 in cache 1.03-1.10x (4096^2, 11008x4096,
+// 2880^2), from DRAM 1.02-1.08x on 4096^2, 0.98-1.06x on 11008x4096 (with
+// the span spread evenly over the chunks; a line a chunk, which ends the
+// span within the first half of the group for NVFP4 and NF4 and runs on
+// into the scales of the group after, read 1.00-1.07x that from DRAM,
+// 0.99-1.01x in cache).
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 // Whether the row GEMV prefetches whole rows (above): rows of at most
