@@ -33,7 +33,9 @@ def main(path):
     j = json.load(open(path))
     lim = j["limits"]
     m = j["machine"]
-    print(f"CPU: {m['cpu']}, {m['cpus']} CPUs, kernel table {m['isa']}, {m['threads']} threads; "
+    sig = (f" ({m['cpu_vendor']} family {m['cpu_family']} model {m['cpu_model']})"
+           if m.get("cpu_family") else "")
+    print(f"CPU: {m['cpu']}{sig}, {m['cpus']} CPUs, kernel table {m['isa']}, {m['threads']} threads; "
           f"BLAS {j.get('blas', 'none')}.")
     print(f"Limits measured in the run: DRAM read {lim['dram_read_gb_per_s']:.1f} GB/s, "
           f"L3 read {lim['l3_read_gb_per_s']:.1f} GB/s, fp32 FMA roof {lim['fp32_fma_gflop_per_s']:.0f} GFLOP/s, "

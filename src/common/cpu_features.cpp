@@ -44,6 +44,9 @@ void detect_x86(CpuInfo& info) {
   __get_cpuid(1, &a, &b, &c, &d);
   const uint32_t base_family = (a >> 8) & 0xfu;
   info.family = static_cast<int32_t>(base_family == 0xfu ? base_family + ((a >> 20) & 0xffu) : base_family);
+  const uint32_t base_model = (a >> 4) & 0xfu;
+  info.model = static_cast<int32_t>(
+      base_family == 0x6u || base_family == 0xfu ? (((a >> 16) & 0xfu) << 4) + base_model : base_model);
   const bool osxsave = (c >> 27) & 1u;
   if ((c >> 20) & 1u) f |= Q4_CPU_SSE42;
   if ((c >> 28) & 1u) f |= Q4_CPU_AVX;

@@ -12,6 +12,7 @@ struct CpuInfo {
   std::string vendor;
   std::string brand;
   int32_t family = 0;  // x86: CPUID's display family (base + extended; 0x19 Zen 3/4, 0x1a Zen 5); else 0
+  int32_t model = 0;   // x86: CPUID's display model (families 6 and 15: extended << 4 + base); else 0
   int32_t num_cpus = 1;
 };
 

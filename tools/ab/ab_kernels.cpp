@@ -12,7 +12,8 @@
 // i8-nf4, i8-mxfp4 (integer GEMV entries, activations quantized once);
 // quant-nvfp4, quant-nf4, quant-nf4-bf16, quant-mxfp4 (N x K input).
 // MXFP4 reads its E8M0 scales in place on both sides. hot: one copy of the
-// operands; dram: copies rotated through about 150 MB. Environment:
+// operands; dram: copies rotated through the larger of 150 MB and twice the
+// L3 the OS reports (a 260 MiB L3 is not DRAM). Environment:
 // AB_SIGNS=b (bit 0: the old side, bit 1: the new side checks the NVFP4
 // sign rule, NvWeights::signs), AB_ANY_SCALE=1 (a few E4M3 scale codes of
 // any value, zero and subnormal ones among them), AB_TILES=b (bit 0: the
@@ -28,6 +29,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/thread_pool.h"
 #include "formats/codec.h"
@@ -96,7 +99,11 @@ int main(int argc, char** argv) {
   // Operands.
   const int64_t wbytes = n * k / 2 + n * k / 16;
   const int64_t in_bytes = quant ? n * k * 4 : wbytes;
-  const int copies = hot ? 1 : static_cast<int>(std::max<int64_t>(2, (int64_t{150} << 20) / in_bytes + 1));
+  int64_t rotate_bytes = int64_t{150} << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  rotate_bytes = std::max<int64_t>(rotate_bytes, 2 * int64_t{sysconf(_SC_LEVEL3_CACHE_SIZE)});
+#endif
+  const int copies = hot ? 1 : static_cast<int>(std::max<int64_t>(2, rotate_bytes / in_bytes + 1));
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   float lut[16];

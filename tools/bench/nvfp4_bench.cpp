@@ -3,7 +3,7 @@
 // Every figure is a median over repeated runs after a warm-up (a case whose
 // warm-up alone takes longer than --max-case-seconds reports that one run),
 // and is put next to limits measured in the same run: DRAM read bandwidth
-// (a multi-threaded streaming sum over 512 MiB), L3 read bandwidth (the same
+// (a multi-threaded streaming sum, see below), L3 read bandwidth (the same
 // over a buffer that fits the L3), the fp32 FMA roof of the active ISA, an
 // int8 dot-product roof probed with the best integer instruction the CPU
 // has (vpdpbusd with AVX512-VNNI, else vpmaddubsw + vpmaddwd + vpaddd; sdot
@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "nvfp4/nvfp4.h"
@@ -877,12 +878,19 @@ int bench_main(int argc, char** argv) {
   const int64_t l3 = l3_bytes();
   if (o.working_set_mb <= 0) o.working_set_mb = std::max<int64_t>(96, (2 * l3 + 1048575) / 1048576);
   json out;
-  out["machine"] = {{"cpu", caps.cpu_brand},    {"isa", Q4_isa_name(caps.isa_active)},
-                    {"threads", threads},       {"cpus", caps.num_cpus},
-                    {"l3_mib", l3 / 1048576.0}, {"gemv_working_set_mib", o.working_set_mb}};
+  out["machine"] = {{"cpu", caps.cpu_brand},
+                    {"isa", Q4_isa_name(caps.isa_active)},
+                    {"threads", threads},
+                    {"cpus", caps.num_cpus},
+                    {"l3_mib", l3 / 1048576.0},
+                    {"gemv_working_set_mib", o.working_set_mb},
+                    {"cpu_vendor", q4::cpu_info().vendor},
+                    {"cpu_family", q4::cpu_info().family},
+                    {"cpu_model", q4::cpu_info().model}};
   out["load_average_at_start"] = load_average();
   // Limits measured in this run.
-  const double bw = read_bandwidth(std::max<int64_t>(int64_t{512} << 20, 4 * l3), threads, o.quick ? 3 : 5);
+  const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, 4 * l3);
+  const double bw = read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5);
   const double bw_best = bw * read_bw_median_over_best();
   const double l3bw = l3_bandwidth(int64_t{8} << 20, threads, 20);
   const double l3_best = l3bw * read_bw_median_over_best();
@@ -899,7 +907,8 @@ int bench_main(int argc, char** argv) {
       {"dram_read_gb_per_s", bw},
       {"dram_read_best_gb_per_s", bw_best},
       {"l3_read_best_gb_per_s", l3_best},
-      {"dram_read_note", "streaming sum over 512 MiB with the same thread count"},
+      {"dram_read_note", "streaming sum over " + std::to_string(bw_bytes >> 20) +
+                             " MiB (the larger of 512 MiB and 4 x the L3) with the same thread count"},
       {"l3_read_gb_per_s", l3bw},
       {"l3_read_note", "streaming sum over 8 MiB, 20 passes, same thread count"},
       {"fp32_fma_gflop_per_s", fma_roof},
