@@ -552,7 +552,7 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
   // K block is on its way (it is read kGemvBlockRows rows later; at 256
   // bytes, M = 3-4 fetched half of every K block from DRAM on demand).
   const int64_t ahead_bytes = blocked ? std::max<int64_t>(256, cb * 64) : 256;
-  const bool far = rows_to_l2();
+  const bool far = chunk_rows_to_l2(blocked);
   alignas(64) float mem[kGemvBlockRows * 2 * kGemvMaxRows * 16];
   for (int64_t jb = n0; jb < n1; jb += block_rows) {
     const int64_t je = std::min(n1, jb + block_rows);
