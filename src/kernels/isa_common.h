@@ -51,7 +51,8 @@ inline const char* nf4_scale_span(const Nf4Weights& w, int64_t r0, int64_t n, in
 // time ahead: on the CPUs where that was measured faster, AMD family 0x19
 // (the Zen 4 among them has AVX-512; the integer GEMVs do it instead of
 // their prefetch into L1 at kRowPrefetchBytes, the chunk GEMV besides
-// its own: i8_prefetch_row, gemv128_rows). Elsewhere they keep the
+// its own: i8_prefetch_row, gemv128_rows; the chunk GEMV also on Sapphire
+// and Emerald Rapids, chunk_rows_to_l2). Elsewhere they keep the
 // prefetches into L1 measured there (a Cascade Lake: 1.2x from L3 for
 // the integer GEMV); the Zen 5 is unmeasured. Read once (per translation
 // unit: the header is in an anonymous namespace).
@@ -63,7 +64,7 @@ inline bool rows_to_l2() {
 // Whether the AVX-512 chunk GEMV (the exact GEMV for K % 128 == 0 or 64)
 // prefetches each weight row into L2 where the next group of rows will
 // read, when its x is not K-blocked: the rows_to_l2() CPUs (there also
-// blocked), and the Intel server cores with Golden Cove cores (family 6,
+// blocked), and the Intel server CPUs with Golden Cove cores (family 6,
 // model 0x8f Sapphire Rapids, 0xcf Emerald Rapids). Measured on an Emerald
 // Rapids-class Xeon (2 vCPUs, 260 MiB L3), 2 threads, weights rotated
 // through 520 MiB, one-process A/B: M = 1 from DRAM 1.20-1.45x (4096x4096
@@ -71,10 +72,13 @@ inline bool rows_to_l2() {
 // 2 1.15x, hot 1.01x; blocked (M = 4 at K = 4096 and 11008) 0.96-1.04x, so
 // not there. The integer GEMVs there kept their L1 prefetch (rows_to_l2:
 // M = 1 from DRAM 1.09-1.12x but hot 0.98x, M >= 4 0.99-1.02x).
+inline bool intel_golden_cove_server() {
+  static const bool is = cpu_info().vendor == "GenuineIntel" && cpu_info().family == 6 &&
+                         (cpu_info().model == 0x8f || cpu_info().model == 0xcf);
+  return is;
+}
 inline bool chunk_rows_to_l2(bool blocked) {
-  static const bool intel = cpu_info().vendor == "GenuineIntel" && cpu_info().family == 6 &&
-                            (cpu_info().model == 0x8f || cpu_info().model == 0xcf);
-  return rows_to_l2() || (intel && !blocked);
+  return rows_to_l2() || (intel_golden_cove_server() && !blocked);
 }
 
 // How far ahead the GEMV kernels prefetch in each weight row (each row is

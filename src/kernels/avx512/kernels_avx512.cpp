@@ -335,6 +335,19 @@ constexpr int gemv128_row_group() {
 // blocked (its x is read once per 4 weight rows).
 constexpr int64_t kGemv128L1Bytes = 16384;
 
+// The fewest chunks in such a K block: 8 (x of M = 5-8 rows 20-32 KiB) on
+// the Intel CPUs of intel_golden_cove_server (48 KiB L1d): measured on an
+// Emerald Rapids-class Xeon, 2 threads, one-process A/B, against 4-6
+// chunks: M = 8 4096x4096 1.04x hot, 1.08x from DRAM, 11008x4096 and
+// 4096x11008 1.10-1.12x from DRAM, M = 5-6 1.09-1.13x, M = 16 (two groups
+// of 8) 1.09x hot, NF4 and MXFP4 M = 8 1.07-1.09x; at least 16 (32 KiB
+// for all M) was 0.94x at M = 4. Elsewhere 1 (16 KiB of x, as measured
+// on a Cascade Lake with 32 KiB L1d).
+inline int64_t gemv128_min_kblock_chunks() {
+  static const int64_t n = intel_golden_cove_server() ? 8 : 1;
+  return n;
+}
+
 // KernelTable::gemv_chunk_max_m_k64 (see nvfp4_gemv).
 constexpr int32_t kGemvChunkMaxMK64 = 2;
 constexpr int64_t kGemv128BlockAbove = 32768;
@@ -543,8 +556,9 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
   AlignedFloats xo = aligned_floats(int64_t{m} * chunks * 128);
   x128_order(x, ldx, m, k, flip, xo.get());
   const bool blocked = m >= 2 && int64_t{4} * m * k > kGemv128BlockAbove;
-  const int64_t cb =
-      blocked ? std::max<int64_t>(1, kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows))) : chunks;
+  const int64_t cb = blocked ? std::max(gemv128_min_kblock_chunks(),
+                                        kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows)))
+                             : chunks;
   const int64_t block_rows = blocked ? kGemvBlockRows : n1 - n0;
   // How far ahead each row's weights are prefetched: unblocked 256 bytes
   // (measured from DRAM on a Cascade Lake at M = 1: 1.2x; 1 KiB is slower
