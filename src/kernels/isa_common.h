@@ -61,22 +61,26 @@ inline bool rows_to_l2() {
   return to_l2;
 }
 
-// Whether the AVX-512 chunk GEMV (the exact GEMV for K % 128 == 0 or 64)
-// prefetches each weight row into L2 where the next group of rows will
-// read, when its x is not K-blocked: the rows_to_l2() CPUs (there also
-// blocked), and the Intel server CPUs with Golden Cove cores (family 6,
-// model 0x8f Sapphire Rapids, 0xcf Emerald Rapids). Measured on an Emerald
-// Rapids-class Xeon (2 vCPUs, 260 MiB L3), 2 threads, weights rotated
-// through 520 MiB, one-process A/B: M = 1 from DRAM 1.20-1.45x (4096x4096
-// 1.43x, 11008x4096 1.34x, 2880x2880 1.20x, MXFP4 4096x11008 1.23x), M =
-// 2 1.15x, hot 1.01x; blocked (M = 4 at K = 4096 and 11008) 0.96-1.04x, so
-// not there. The integer GEMVs there kept their L1 prefetch (rows_to_l2:
-// M = 1 from DRAM 1.09-1.12x but hot 0.98x, M >= 4 0.99-1.02x).
+// The Intel server CPUs with Golden Cove cores (family 6, model 0x8f
+// Sapphire Rapids, 0xcf Emerald Rapids; 48 KiB L1d), where the AVX-512
+// chunk GEMV takes the tunings measured on an Emerald Rapids-class Xeon
+// (chunk_rows_to_l2, gemv128_min_kblock_chunks).
 inline bool intel_golden_cove_server() {
   static const bool is = cpu_info().vendor == "GenuineIntel" && cpu_info().family == 6 &&
                          (cpu_info().model == 0x8f || cpu_info().model == 0xcf);
   return is;
 }
+
+// Whether the AVX-512 chunk GEMV (the exact GEMV for K % 128 == 0 or 64)
+// prefetches each weight row into L2 where the next group of rows will
+// read: on the rows_to_l2() CPUs, and on intel_golden_cove_server() when
+// its x is not K-blocked. Measured on an Emerald Rapids-class Xeon (2
+// vCPUs, 260 MiB L3), 2 threads, weights rotated through 520 MiB,
+// one-process A/B: M = 1 from DRAM 1.20-1.45x (4096x4096 1.43x,
+// 11008x4096 1.34x, 2880x2880 1.20x, MXFP4 4096x11008 1.23x), M = 2
+// 1.15x, hot 1.01x; blocked (M = 4 at K = 4096 and 11008) 0.96-1.04x, so
+// not there. The integer GEMVs there kept their L1 prefetch (rows_to_l2:
+// M = 1 from DRAM 1.09-1.12x but hot 0.98x, M >= 4 0.99-1.02x).
 inline bool chunk_rows_to_l2(bool blocked) {
   return rows_to_l2() || (intel_golden_cove_server() && !blocked);
 }
