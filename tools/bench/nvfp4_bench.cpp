@@ -1305,10 +1305,11 @@ int bench_main(int argc, char** argv) {
     std::vector<DLTensor> tffc;
     tffc.reserve(f.size());
     for (auto& fc : f) tffc.push_back(tensor(fc.data(), ff, 1, kDLFloat, 32));
+    auto fin_flat = [&](int r) { return &tffc[static_cast<size_t>(r % copies)]; };
     DLTensor tnq = tensor(nq.data(), nqs, 1, kDLUInt, 8), tna = tensor(na.data(), nas, 1, kDLFloat, 32);
     const double nf_bytes = static_cast<double>(rows * k) * (4.0 + 0.5 + 4.0 / 64);
     ms = median_ms(reps, [&](int r) {
-      if (NF4_quantize(&tffc[static_cast<size_t>(r % copies)], &tnq, &tna, 64, &opts) != Q4_OK) std::abort();
+      if (NF4_quantize(fin_flat(r), &tnq, &tna, 64, &opts) != Q4_OK) std::abort();
     });
     add(result("quantize", "nf4", "fp32->nf4, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
         "dram_read", nf_bytes / (ms * 1e6) / bw);

@@ -344,8 +344,7 @@ constexpr int64_t kGemv128L1Bytes = 16384;
 // for all M) was 0.94x at M = 4. Elsewhere 1 (16 KiB of x, as measured
 // on a Cascade Lake with 32 KiB L1d).
 inline int64_t gemv128_min_kblock_chunks() {
-  static const int64_t n = intel_golden_cove_server() ? 8 : 1;
-  return n;
+  return intel_golden_cove_server() ? 8 : 1;
 }
 
 // KernelTable::gemv_chunk_max_m_k64 (see nvfp4_gemv).
