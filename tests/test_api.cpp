@@ -1,8 +1,14 @@
 // Version, capabilities, ISA cap, logging: the format-neutral Q4_ surface.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include <unistd.h>
 
 #include "nvfp4/nvfp4.h"
 
@@ -90,4 +96,37 @@ TEST_CASE("options init gives the documented defaults", "[api]") {
   CHECK(o.math_mode == Q4_MATH_EXACT);
   CHECK(o.num_threads == 0);
   CHECK(o.stream == nullptr);
+}
+
+TEST_CASE("the tuner weighs the 4-bit panel product and persists what it timed", "[api]") {
+  const std::string path = "/tmp/nvfp4_tuning_test_" + std::to_string(::getpid()) + ".json";
+  REQUIRE(::setenv("NVFP4_TUNING_FILE", path.c_str(), 1) == 0);
+  Q4_tune_result r{};
+  r.struct_size = sizeof r;
+  const int32_t rc = Q4_tune_matmul(64, 1, 1, &r);
+  ::unsetenv("NVFP4_TUNING_FILE");
+  INFO(Q4_last_error());
+  REQUIRE(rc == Q4_OK);
+  CHECK(r.dim == 64);
+  CHECK(r.candidates == 40);
+  CHECK(r.default_ms > 0);
+  CHECK(r.best_ms <= r.default_ms);  // the defaults are the starting best
+  if (r.adopted != 0) CHECK(r.best_ms <= r.default_ms * 0.97);
+  REQUIRE(r.persisted == 1);
+  CHECK(std::string(r.cache_path) == path);
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  in.close();
+  std::remove(path.c_str());
+  REQUIRE(j.is_object());
+  const nlohmann::json& e = j["entries"][r.cpu_signature];
+  REQUIRE(e.is_object());
+  // The objective names both products; the 4-bit one has rows above every
+  // small-batch range (256 at dim 64), so the panel GEMM is what it timed.
+  CHECK(e.value("objective", "") == "fp32 GEMM dim^3 + NVFP4 panel product 256x64x64");
+  CHECK(e.value("kc", 0) == (r.adopted != 0 ? r.kc_best : r.kc_default));
+  CHECK(e.value("mc", 0) == (r.adopted != 0 ? r.mc_best : r.mc_default));
+  // The GEMV's range is not tuned from weights in the caches (see tuner.cpp).
+  CHECK(e["small_batch"].value("min_m", 0) == 9);
 }

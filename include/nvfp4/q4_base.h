@@ -237,8 +237,8 @@ typedef struct Q4_tune_result {
   int32_t candidates; /* blockings tried                             */
   int32_t kc_default, mc_default;
   int32_t kc_best, mc_best;
-  double default_ms; /* median time with the defaults               */
-  double best_ms;    /* median time with the best candidate         */
+  double default_ms; /* cost with the defaults (see below)          */
+  double best_ms;    /* cost with the best candidate                */
   int32_t adopted;   /* 1: best beat the defaults by >= 3 %, in use */
   int32_t persisted; /* 1: written to cache_path                    */
   char cache_path[256];
@@ -246,12 +246,16 @@ typedef struct Q4_tune_result {
   uint64_t reserved[4];
 } Q4_tune_result;
 
-/* Grid search over K block {64..256} x M block {32..128} with a warm-up and
- * `runs` timed runs each; adopts the best when it beats the defaults by a
- * measured 3 % margin, and with persist=1 stores it as JSON per CPU
- * signature in $XDG_CACHE_HOME/nvfp4/ (or ~/.cache/nvfp4/), where the
- * library finds it at its first GEMM (Q4_TUNING=off disables that).
- * Not meant to run concurrently with other work (it times). */
+/* Grid search over K block {64..1024} x M block {32..128} with a warm-up
+ * and `runs` timed runs each. A candidate's cost is the median of a dim^3
+ * fp32 GEMM plus the median of an exact NVFP4 product on the panel GEMM
+ * (max(dim, 256) rows of x, a dim x dim weight); a candidate slower than
+ * the defaults at either by more than 3 % is not taken. The best is adopted
+ * when its cost beats the defaults' by a measured 3 % margin; then the
+ * small-batch settings are tuned. With persist=1 the result is stored as
+ * JSON per CPU signature in $XDG_CACHE_HOME/nvfp4/ (or ~/.cache/nvfp4/),
+ * where the library finds it at its first GEMM (Q4_TUNING=off disables
+ * that). Not meant to run concurrently with other work (it times). */
 Q4_API int32_t Q4_tune_matmul(int32_t dim, int32_t runs, int32_t persist, Q4_tune_result* result);
 
 /* ------------------------------------------------------------------------ */

@@ -21,8 +21,9 @@ std::string cache_path();
 // Q4_TUNING=off skips it. Never throws: a broken file is ignored (logged).
 void ensure_loaded();
 
-// Runs the grid search on a dim^3 fp32 GEMM; adopts the best blocking if it
-// beats the defaults by the margin; optionally persists it.
+// Runs the grid search on a dim^3 fp32 GEMM plus an exact NVFP4 panel
+// product (Q4_tune_matmul); adopts the best blocking if it beats the
+// defaults by the margin and slows neither; optionally persists it.
 void tune(int32_t dim, int32_t runs, bool persist, Q4_tune_result* out);
 
 }  // namespace q4::tuner
