@@ -1566,9 +1566,9 @@ const KernelTable& avx512_table() {
     f.i8_quantize_act = i8_quantize_act_avx512;
     f.i8_probe = i8_probe_avx512<false>;
     const bool to_l2 = rows_to_l2();
-    f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<false, true> : i8_gemv_avx512<false, false>;
+    f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<false, true, false> : i8_gemv_avx512<false, false, false>;
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
-    f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<false, true> : i8_gemv_nf4_avx512<false, false>;
+    f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<false, true, false> : i8_gemv_nf4_avx512<false, false, false>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;        // i8_gemv_direct, every m
     f.i8_reads_tile_scales = true;  // (I8zNvfp4, I8zNf4)

@@ -23,10 +23,15 @@ const KernelTable& avx512_vnni_table() {
     f.i8_micro_small = nullptr;  // (vpdpbusd widens as it adds)
     f.i8_micro2_small = nullptr;
     f.i8_probe = i8_probe_avx512<true>;
-    const bool to_l2 = rows_to_l2();
-    f.i8_gemv_nvfp4 = to_l2 ? i8_gemv_avx512<true, true> : i8_gemv_avx512<true, false>;
+    // The integer GEMVs' prefetch (rows_to_l2) and nibble decode
+    // (i8_nibble_values: vpermb where the CPU has VBMI) chosen once.
+    const bool to_l2 = rows_to_l2(), vbmi = cpu_has_vbmi();
+    f.i8_gemv_nvfp4 = to_l2 ? (vbmi ? i8_gemv_avx512<true, true, true> : i8_gemv_avx512<true, true, false>)
+                            : (vbmi ? i8_gemv_avx512<true, false, true> : i8_gemv_avx512<true, false, false>);
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
-    f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<true, true> : i8_gemv_nf4_avx512<true, false>;
+    f.i8_gemv_nf4 =
+        to_l2 ? (vbmi ? i8_gemv_nf4_avx512<true, true, true> : i8_gemv_nf4_avx512<true, true, false>)
+              : (vbmi ? i8_gemv_nf4_avx512<true, false, true> : i8_gemv_nf4_avx512<true, false, false>);
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;        // i8_gemv_direct, every m
     f.i8_reads_tile_scales = true;  // (I8zNvfp4, I8zNf4)
