@@ -10,7 +10,11 @@
 //
 // OP: gemv-nvfp4, gemv-nf4, gemv-mxfp4 (exact GEMV entries); i8-nvfp4,
 // i8-nf4, i8-mxfp4 (integer GEMV entries, activations quantized once);
-// quant-nvfp4, quant-nf4, quant-nf4-bf16, quant-mxfp4 (N x K input).
+// quant-nvfp4, quant-nf4, quant-nf4-bf16, quant-mxfp4 (N x K input);
+// prod-nvfp4, prod-nf4 (the exact products through the library's driver,
+// linear_nvfp4 / linear_nf4: the GEMV, small-batch or panel GEMM its
+// thresholds pick for M, with the table's kernels; threads as the driver
+// splits them).
 // MXFP4 reads its E8M0 scales in place on both sides. hot: one copy of the
 // operands; dram: copies rotated through the larger of 150 MB and twice the
 // L3 the OS reports (a 260 MiB L3 is not DRAM). Environment:
@@ -34,6 +38,7 @@
 
 #include "common/thread_pool.h"
 #include "formats/codec.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/kernel_table.h"
 #include "kernels/portable.h"
 
@@ -194,6 +199,10 @@ int main(int argc, char** argv) {
     float* yt = y[t].data();
     if (op == "gemv-nvfp4" || op == "gemv-mxfp4") {
       split_rows(threads, n, [&](int64_t a, int64_t b) { kt.nvfp4_gemv(xr, k, m, w, a, b, yt + a, n); });
+    } else if (op == "prod-nvfp4") {
+      linear_nvfp4(kt, xr, m, w, n, yt, threads);
+    } else if (op == "prod-nf4") {
+      linear_nf4(kt, xr, m, f, n, yt, threads);
     } else if (op == "gemv-nf4") {
       split_rows(threads, n, [&](int64_t a, int64_t b) { kt.nf4_gemv(xr, k, m, f, a, b, yt + a, n); });
     } else if (op == "i8-nvfp4" || op == "i8-mxfp4") {
