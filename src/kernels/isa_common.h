@@ -251,12 +251,24 @@ struct I8Staged {
     q.resize(static_cast<size_t>(nb * rows * 16));
     s.resize(static_cast<size_t>(nb * rows));
     c.resize(static_cast<size_t>(nb * rows));
-    for (int32_t i = 0; i < rows; ++i) {
-      const int8_t* xi = xq + (g0 + i) * ldxq;
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(q.data() + (b * rows + i) * 16, xi + b * 16, 16);
-        s[static_cast<size_t>(b * rows + i)] = xs[(g0 + i) * ldxs + b];
-        c[static_cast<size_t>(b * rows + i)] = xc[(g0 + i) * ldxs + b];
+    // Written in order (block by block, the rows of a block in turn)
+    // through local pointers: the former row-by-row loop reloaded the
+    // vectors' data pointers after every store (an int8 store may alias
+    // them) and took 6.6 % of a fast-mode M = 8 product (2048 x 4096,
+    // 2 threads, Emerald Rapids-class Xeon; 4.4 % now, mostly the loads of
+    // x rows another thread quantized): 1.01-1.03x at M = 8-32.
+    int8_t* qd = q.data();
+    float* sd = s.data();
+    int32_t* cd = c.data();
+    const int8_t* x0 = xq + g0 * ldxq;
+    const float* s0 = xs + g0 * ldxs;
+    const int32_t* c0 = xc + g0 * ldxs;
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int32_t i = 0; i < rows; ++i) {
+        std::memcpy(qd, x0 + i * ldxq + b * 16, 16);
+        *sd++ = s0[i * ldxs + b];
+        *cd++ = c0[i * ldxs + b];
+        qd += 16;
       }
     }
   }
