@@ -78,11 +78,13 @@ inline bool intel_golden_cove_server() {
 // vCPUs, 260 MiB L3), 2 threads, weights rotated through 520 MiB,
 // one-process A/B: M = 1 from DRAM 1.20-1.45x (4096x4096 1.43x,
 // 11008x4096 1.34x, 2880x2880 1.20x, MXFP4 4096x11008 1.23x), M = 2
-// 1.15x, hot 1.01x; blocked (M = 4 at K = 4096 and 11008) 0.96-1.04x, so
-// not there. The integer GEMVs there kept their L1 prefetch (rows_to_l2:
-// M = 1 from DRAM 1.09-1.12x but hot 0.98x, M >= 4 0.99-1.02x).
-inline bool chunk_rows_to_l2(bool blocked) {
-  return rows_to_l2() || (intel_golden_cove_server() && !blocked);
+// 1.15x, hot 1.01x; blocked at M <= 3 too (M = 3, 4096x11008 and
+// 11008x4096 from DRAM 1.07-1.12x, hot 1.00x), but not blocked at M >= 4
+// (M = 4 at K = 4096 and 11008 0.96-1.04x, M = 8 0.99-1.00x). The
+// integer GEMVs there kept their L1 prefetch (rows_to_l2: M = 1 from DRAM
+// 1.09-1.12x but hot 0.98x, M >= 4 0.99-1.02x).
+inline bool chunk_rows_to_l2(bool blocked, int32_t m) {
+  return rows_to_l2() || (intel_golden_cove_server() && (!blocked || m <= 3));
 }
 
 // How far ahead the GEMV kernels prefetch in each weight row (each row is

@@ -351,6 +351,18 @@ inline int64_t gemv128_min_kblock_chunks() {
 constexpr int32_t kGemvChunkMaxMK64 = 2;
 constexpr int64_t kGemv128BlockAbove = 32768;
 
+// Whether the chunk GEMV K-blocks x of m rows (4 m k bytes above
+// kGemv128BlockAbove, m >= 2). Not at M = 2 on intel_golden_cove_server
+// (2 MiB L2): x of two rows is read from L2 by each group of 4 weight
+// rows instead, which then prefetch the next group's rows into L2 (the
+// unblocked chunk_rows_to_l2): measured on an Emerald Rapids-class Xeon,
+// 2 threads, one-process A/B, 4096x11008 (x 88 KiB) from DRAM 1.15-1.19x,
+// hot 1.04x; at M = 3 unblocked was 0.98x from DRAM and 0.91x hot.
+inline bool gemv128_blocked(int32_t m, int64_t k) {
+  const int32_t min_m = intel_golden_cove_server() ? 3 : 2;
+  return m >= min_m && int64_t{4} * m * k > kGemv128BlockAbove;
+}
+
 // Rows j0 .. j0+R-1 over chunks [c0, c1) of M rows of x (chunk c at
 // xo + c*ldc); y[i*ldy + r] for x row i and row j0 + r when `last`. `mem`
 // (R x M x 16 floats) holds the lane accumulators between K blocks, as
@@ -554,7 +566,7 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
                 ldc = int64_t{m} * 128;  // (K % 128 == 64: a half chunk)
   AlignedFloats xo = aligned_floats(int64_t{m} * chunks * 128);
   x128_order(x, ldx, m, k, flip, xo.get());
-  const bool blocked = m >= 2 && int64_t{4} * m * k > kGemv128BlockAbove;
+  const bool blocked = gemv128_blocked(m, k);
   const int64_t cb = blocked ? std::max(gemv128_min_kblock_chunks(),
                                         kGemv128L1Bytes / (int64_t{512} * std::min(m, kGemvMaxRows)))
                              : chunks;
@@ -565,7 +577,7 @@ void gemv128(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, const uint8
   // K block is on its way (it is read kGemvBlockRows rows later; at 256
   // bytes, M = 3-4 fetched half of every K block from DRAM on demand).
   const int64_t ahead_bytes = blocked ? std::max<int64_t>(256, cb * 64) : 256;
-  const bool far = chunk_rows_to_l2(blocked);
+  const bool far = chunk_rows_to_l2(blocked, m);
   alignas(64) float mem[kGemvBlockRows * 2 * kGemvMaxRows * 16];
   for (int64_t jb = n0; jb < n1; jb += block_rows) {
     const int64_t je = std::min(n1, jb + block_rows);
