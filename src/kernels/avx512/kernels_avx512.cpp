@@ -289,9 +289,49 @@ void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
 // converted on the way): chunk c of all m rows is contiguous, so a K block
 // of x is one contiguous L1-sized range. K % 128 == 64: the last chunk's
 // elements 64-127 are zeros (out holds m * ceil(k/128) * 128 floats).
+// 8 x 8 dword transposes in both 256-bit halves at once: afterwards lane i
+// of p[j] in half h holds dword j of the input p[i] in half h.
+inline void transpose8x8_halves(__m512i (&p)[8]) {
+  __m512i t[8], u[8];
+  for (int64_t i = 0; i < 4; ++i) {  // per 128-bit lane: p0[0] p1[0] p0[1] p1[1] / p0[2] p1[2] p0[3] p1[3]
+    t[2 * i] = _mm512_unpacklo_epi32(p[2 * i], p[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(p[2 * i], p[2 * i + 1]);
+  }
+  for (int64_t i = 0; i < 2; ++i) {  // u[4i + e], lane 2h (2h+1): dword e (e+4) of inputs 4i .. 4i+3
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int64_t e = 0; e < 4; ++e) {
+    p[e] = _mm512_permutex2var_epi64(u[e], lo, u[4 + e]);
+    p[e + 4] = _mm512_permutex2var_epi64(u[e], hi, u[4 + e]);
+  }
+}
+
+// x128_order's vectors of one chunk: out_n lane l = src[8l + (n ^ flip)],
+// the 16 x 8 floats transposed. Rows 2j and 2j + 1 are the two halves of
+// vector j, so after the 8 x 8 transposes of both halves, p[c] holds
+// src[8 (2i) + c] in lane i of its low half and src[8 (2i + 1) + c] in
+// lane i of its high half: one permute interleaves them. (It was eight
+// 16-lane gathers per chunk, 6.5 % of an exact M = 8 GEMV with the weights
+// in L2 on an Emerald Rapids-class Xeon, where gathers are slow.)
+inline void x128_transpose(const float* src, int flip, float* dst) {
+  __m512i p[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) p[j] = _mm512_castps_si512(_mm512_loadu_ps(src + int64_t{16} * j));
+  transpose8x8_halves(p);
+  const __m512i mix = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+#pragma GCC unroll 8
+  for (int n = 0; n < 8; ++n) {
+    _mm512_storeu_ps(dst + int64_t{16} * n, _mm512_castsi512_ps(_mm512_permutexvar_epi32(mix, p[n ^ flip])));
+  }
+}
+
 void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
   alignas(64) float tmp[128];
-  const __m512i base = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
   for (int32_t i = 0; i < m; ++i) {
     for (int64_t c = 0; c < (k + 127) / 128; ++c) {
       const int64_t len = std::min<int64_t>(128, k - c * 128);
@@ -311,11 +351,7 @@ void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* o
                                                               _mm512_cvtepu16_epi32(h), 16)));
         }
       }
-      float* dst = out + (c * m + i) * 128;
-      for (int n = 0; n < 8; ++n) {
-        const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(n ^ flip));
-        _mm512_storeu_ps(dst + int64_t{16} * n, _mm512_i32gather_ps(idx, src, 4));
-      }
+      x128_transpose(src, flip, out + (c * m + i) * 128);
     }
   }
 }
@@ -809,28 +845,6 @@ inline void transpose16x16(__m512 (&a)[16]) {
     a[8 + e] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
     a[4 + e] = _mm512_shuffle_f32x4(v1, v3, 0x88);
     a[12 + e] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-  }
-}
-
-// 8 x 8 dword transposes in both 256-bit halves at once: afterwards lane i
-// of p[j] in half h holds dword j of the input p[i] in half h.
-inline void transpose8x8_halves(__m512i (&p)[8]) {
-  __m512i t[8], u[8];
-  for (int64_t i = 0; i < 4; ++i) {  // per 128-bit lane: p0[0] p1[0] p0[1] p1[1] / p0[2] p1[2] p0[3] p1[3]
-    t[2 * i] = _mm512_unpacklo_epi32(p[2 * i], p[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(p[2 * i], p[2 * i + 1]);
-  }
-  for (int64_t i = 0; i < 2; ++i) {  // u[4i + e], lane 2h (2h+1): dword e (e+4) of inputs 4i .. 4i+3
-    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-  const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  for (int64_t e = 0; e < 4; ++e) {
-    p[e] = _mm512_permutex2var_epi64(u[e], lo, u[4 + e]);
-    p[e + 4] = _mm512_permutex2var_epi64(u[e], hi, u[4 + e]);
   }
 }
 
