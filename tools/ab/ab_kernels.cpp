@@ -14,7 +14,9 @@
 // prod-nvfp4, prod-nf4 (the exact products through the library's driver,
 // linear_nvfp4 / linear_nf4: the GEMV, small-batch or panel GEMM its
 // thresholds pick for M, with the table's kernels; threads as the driver
-// splits them).
+// splits them); prod8-nvfp4 (fast mode's integer product,
+// linear_nvfp4_int8: activations quantized in the call, the integer GEMV
+// or the packed panels as M picks).
 // MXFP4 reads its E8M0 scales in place on both sides. hot: one copy of the
 // operands; dram: copies rotated through the larger of 150 MB and twice the
 // L3 the OS reports (a 260 MiB L3 is not DRAM). Environment:
@@ -201,6 +203,8 @@ int main(int argc, char** argv) {
       split_rows(threads, n, [&](int64_t a, int64_t b) { kt.nvfp4_gemv(xr, k, m, w, a, b, yt + a, n); });
     } else if (op == "prod-nvfp4") {
       linear_nvfp4(kt, xr, m, w, n, yt, threads);
+    } else if (op == "prod8-nvfp4") {
+      linear_nvfp4_int8(kt, xr, m, w, n, yt, threads);
     } else if (op == "prod-nf4") {
       linear_nf4(kt, xr, m, f, n, yt, threads);
     } else if (op == "gemv-nf4") {
