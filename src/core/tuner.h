@@ -1,6 +1,6 @@
 // The matmul tuner: grid search over the panel GEMM's cache blocking and
-// the small-batch settings (M thresholds, K chunk),
-// persisted per CPU signature, loaded on first use.
+// the small-batch settings (largest M, K chunk), persisted per CPU
+// signature, loaded on first use.
 #pragma once
 
 #include <string>

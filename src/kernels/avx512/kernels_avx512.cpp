@@ -267,28 +267,6 @@ void gemv_row_groups(int64_t n0, int64_t n1, int64_t k, float* y, Rows&& rows) {
   }
 }
 
-// ---- GEMV for K % 128 == 0, any M <= kGemvMaxRows.
-// A 128-element chunk of a weight row is one 64-byte load: 16 dword lanes
-// of 8 codes. Shifting the dwords right by 4n puts code n of every lane in
-// its low 4 bits, which is all vpermps reads: one permute decodes 16
-// weights (element 8l + n of the chunk in lane l, NVFP4; 8l + (n ^ 1) for
-// NF4's high-nibble-first order), with no byte widening and no
-// deinterleaving, and the decoded vector serves every row of x. x is
-// reordered to match once per call (x128_order). Per (x row, weight row),
-// lane and chunk, t = sum over n ascending of w * x (one product, then
-// FMAs) and acc = fma(t, block scale, acc); the lanes are reduced once at
-// the end. Lanes 2b and 2b+1 hold block b of the chunk (16 elements), so
-// the scale vector is the chunk's 8 block scales, each in two lanes. The
-// sequence depends on K only: not on M, the row grouping, the K blocking
-// or the thread, so a row's bits are the same at every M <= 8.
-// Per 128 weights and x row: 1 multiply and 8 FMAs, and the decode (8
-// permutes, 4 shifts, 3 more loads of the chunk, one scale vector) shared
-// by the M rows (the even/odd GEMV that K % 128 != 0 keeps: 3 FP ops per
-// 32 weights and row, 5 decode ops per 32 weights).
-// out[(c*m + i)*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
-// converted on the way): chunk c of all m rows is contiguous, so a K block
-// of x is one contiguous L1-sized range. K % 128 == 64: the last chunk's
-// elements 64-127 are zeros (out holds m * ceil(k/128) * 128 floats).
 // 8 x 8 dword transposes in both 256-bit halves at once: afterwards lane i
 // of p[j] in half h holds dword j of the input p[i] in half h.
 inline void transpose8x8_halves(__m512i (&p)[8]) {
@@ -330,6 +308,28 @@ inline void x128_transpose(const float* src, int flip, float* dst) {
   }
 }
 
+// ---- GEMV for K % 128 == 0, any M <= kGemvMaxRows.
+// A 128-element chunk of a weight row is one 64-byte load: 16 dword lanes
+// of 8 codes. Shifting the dwords right by 4n puts code n of every lane in
+// its low 4 bits, which is all vpermps reads: one permute decodes 16
+// weights (element 8l + n of the chunk in lane l, NVFP4; 8l + (n ^ 1) for
+// NF4's high-nibble-first order), with no byte widening and no
+// deinterleaving, and the decoded vector serves every row of x. x is
+// reordered to match once per call (x128_order). Per (x row, weight row),
+// lane and chunk, t = sum over n ascending of w * x (one product, then
+// FMAs) and acc = fma(t, block scale, acc); the lanes are reduced once at
+// the end. Lanes 2b and 2b+1 hold block b of the chunk (16 elements), so
+// the scale vector is the chunk's 8 block scales, each in two lanes. The
+// sequence depends on K only: not on M, the row grouping, the K blocking
+// or the thread, so a row's bits are the same at every M <= 8.
+// Per 128 weights and x row: 1 multiply and 8 FMAs, and the decode (8
+// permutes, 4 shifts, 3 more loads of the chunk, one scale vector) shared
+// by the M rows (the even/odd GEMV that K % 128 != 0 keeps: 3 FP ops per
+// 32 weights and row, 5 decode ops per 32 weights).
+// out[(c*m + i)*128 + 16n + l] = x[i][c*128 + 8l + (n ^ flip)] (fp16/bf16
+// converted on the way): chunk c of all m rows is contiguous, so a K block
+// of x is one contiguous L1-sized range. K % 128 == 64: the last chunk's
+// elements 64-127 are zeros (out holds m * ceil(k/128) * 128 floats).
 void x128_order(ActRows x, int64_t ldx, int32_t m, int64_t k, int flip, float* out) {
   alignas(64) float tmp[128];
   for (int32_t i = 0; i < m; ++i) {
