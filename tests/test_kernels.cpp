@@ -2285,6 +2285,50 @@ TEST_CASE("integer GEMV entries: tiled codes (NvWeights::tiles) give the bits of
     WARN("SKIPPED tiled codes: no table this CPU runs reads them (AVX-512, AVX2 and AVX-VNNI do)");
 }
 
+TEST_CASE("AVX-512 VNNI integer GEMVs: the vpermb and the vpshufb nibble decode give the scalar table's bits",
+          "[kernels][int8]") {
+  // The table picks one decode by the CPU's VBMI flag; both are checked
+  // here where the CPU runs them (vpshufb on every VNNI CPU, vpermb with
+  // VBMI), against the scalar table's integer path.
+  kern::KernelTable variant[2];
+  const bool runs = q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512_VNNI);
+  if (!runs || !kern::avx512_vnni_decode_variant(false, &variant[0])) {
+    WARN("SKIPPED the AVX-512 VNNI decode variants: " << (runs ? "table not compiled in" : "CPU lacks it"));
+    return;
+  }
+  const bool vbmi = (q4::cpu_info().features & Q4_CPU_AVX512VBMI) != 0;
+  if (vbmi)
+    REQUIRE(kern::avx512_vnni_decode_variant(true, &variant[1]));
+  else
+    WARN("SKIPPED the vpermb decode: this CPU has no AVX-512 VBMI");
+  const kern::KernelTable& ref = kern::table_for(Q4_ISA_SCALAR);
+  for (int64_t k : {256, 320, 1152}) {  // (320: K % 128 == 64, the direct GEMV at every M)
+    const int64_t n = 53;
+    std::vector<uint8_t> wq, ws;
+    random_nvfp4(n, k, static_cast<uint32_t>(71 + k), wq, ws, false);
+    for (auto& b : ws) b &= 0x7f;
+    const kern::NvWeights w{wq.data(), ws.data(), 0.75f, k};
+    Nf4Data d = random_nf4(n, k, 64, static_cast<uint32_t>(73 + k));
+    kern::Nf4Weights nw = d.w();
+    nw.k = k;
+    for (int64_t m : {1, 2, 5, 8, 13, 64}) {
+      std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(3 * m + k), 3.0f);
+      std::vector<float> y0(static_cast<size_t>(m * n)), n0(y0.size()), y1(y0.size()), n1(y0.size());
+      kern::linear_nvfp4_int8(ref, x.data(), m, w, n, y0.data(), 1);
+      kern::linear_nf4_int8(ref, x.data(), m, nw, n, n0.data(), 1);
+      for (int v = 0; v < (vbmi ? 2 : 1); ++v) {
+        INFO("k=" << k << " m=" << m << (v == 1 ? " vpermb" : " vpshufb"));
+        std::fill(y1.begin(), y1.end(), -1.0f);
+        std::fill(n1.begin(), n1.end(), -1.0f);
+        kern::linear_nvfp4_int8(variant[v], x.data(), m, w, n, y1.data(), 2);
+        kern::linear_nf4_int8(variant[v], x.data(), m, nw, n, n1.data(), 2);
+        CHECK(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+        CHECK(std::memcmp(n0.data(), n1.data(), n0.size() * 4) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("fast-mode session linears keep tiled codes where the table reads them: same bits, counted bytes",
           "[kernels][int8][session]") {
   const int64_t n = 40, k = 256;

@@ -42,6 +42,19 @@ constexpr CompiledIsa kCompiled[] = {
 
 }  // namespace
 
+namespace kern {
+bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out) {
+#if defined(NVFP4_KERNELS_AVX512_VNNI)
+  *out = avx512_vnni_table_decode(vbmi);
+  return true;
+#else
+  (void)vbmi;
+  (void)out;
+  return false;
+#endif
+}
+}  // namespace kern
+
 bool isa_compiled(int32_t isa) {
   for (const CompiledIsa& c : kCompiled) {
     if (c.isa == isa) return true;

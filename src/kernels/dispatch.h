@@ -19,6 +19,10 @@ namespace kern {
 // The table of a level compiled in (the scalar table for any other value);
 // the caller checks that the CPU runs it.
 const KernelTable& table_for(int32_t isa);
+// avx512_vnni_table_decode(vbmi) into *out when the AVX-512 VNNI table is
+// compiled in (true), else false (tests; the caller checks that the CPU
+// runs it, and has VBMI for vbmi = true).
+bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out);
 // The table for the active ISA; records it as this thread's last ISA used.
 // (active_table() in kernel_table.h is the same function.)
 int32_t last_isa_used();

@@ -458,6 +458,10 @@ const KernelTable& avx2_table();
 const KernelTable& avx_vnni_table();
 const KernelTable& avx512_table();
 const KernelTable& avx512_vnni_table();
+// avx512_vnni_table() with its integer GEMVs' nibble decode by vpermb
+// (vbmi) or vpshufb instead of the one this CPU's features pick (the same
+// bits; for tests of the variant the CPU does not run by default).
+KernelTable avx512_vnni_table_decode(bool vbmi);
 const KernelTable& neon_table();
 const KernelTable& neon_dotprod_table();
 const KernelTable& neon_i8mm_table();

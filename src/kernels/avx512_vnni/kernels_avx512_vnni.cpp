@@ -10,6 +10,20 @@
 
 namespace q4::kern {
 
+namespace {
+
+// The integer GEMVs: row prefetch into L2 or L1 (to_l2: rows_to_l2) and
+// the nibble decode by vpermb or vpshufb (vbmi: i8_nibble_values).
+void set_i8_gemvs(KernelTable& f, bool to_l2, bool vbmi) {
+  f.i8_gemv_nvfp4 = to_l2 ? (vbmi ? i8_gemv_avx512<true, true, true> : i8_gemv_avx512<true, true, false>)
+                          : (vbmi ? i8_gemv_avx512<true, false, true> : i8_gemv_avx512<true, false, false>);
+  f.i8_gemv_nf4 =
+      to_l2 ? (vbmi ? i8_gemv_nf4_avx512<true, true, true> : i8_gemv_nf4_avx512<true, true, false>)
+            : (vbmi ? i8_gemv_nf4_avx512<true, false, true> : i8_gemv_nf4_avx512<true, false, false>);
+}
+
+}  // namespace
+
 const KernelTable& avx512_vnni_table() {
   static const KernelTable t = complete_table([] {
     // Every fp32 kernel is the AVX-512 table's (a VNNI CPU runs them); this
@@ -23,15 +37,8 @@ const KernelTable& avx512_vnni_table() {
     f.i8_micro_small = nullptr;  // (vpdpbusd widens as it adds)
     f.i8_micro2_small = nullptr;
     f.i8_probe = i8_probe_avx512<true>;
-    // The integer GEMVs' prefetch (rows_to_l2) and nibble decode
-    // (i8_nibble_values: vpermb where the CPU has VBMI) chosen once.
-    const bool to_l2 = rows_to_l2(), vbmi = cpu_has_vbmi();
-    f.i8_gemv_nvfp4 = to_l2 ? (vbmi ? i8_gemv_avx512<true, true, true> : i8_gemv_avx512<true, true, false>)
-                            : (vbmi ? i8_gemv_avx512<true, false, true> : i8_gemv_avx512<true, false, false>);
+    set_i8_gemvs(f, rows_to_l2(), cpu_has_vbmi());  // chosen once for this CPU
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
-    f.i8_gemv_nf4 =
-        to_l2 ? (vbmi ? i8_gemv_nf4_avx512<true, true, true> : i8_gemv_nf4_avx512<true, true, false>)
-              : (vbmi ? i8_gemv_nf4_avx512<true, false, true> : i8_gemv_nf4_avx512<true, false, false>);
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;        // i8_gemv_direct, every m
     f.i8_reads_tile_scales = true;  // (I8zNvfp4, I8zNf4)
@@ -39,6 +46,12 @@ const KernelTable& avx512_vnni_table() {
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     return f;
   }());
+  return t;
+}
+
+KernelTable avx512_vnni_table_decode(bool vbmi) {
+  KernelTable t = avx512_vnni_table();
+  set_i8_gemvs(t, rows_to_l2(), vbmi);
   return t;
 }
 
