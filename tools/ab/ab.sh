@@ -9,7 +9,8 @@
 #
 # build: compiles the table's source file (src/kernels/T/kernels_T.cpp) twice
 # with the flags the build directory used for it: from a snapshot of src/ at
-# --base (its T_table() renamed T_table_old()) and from the working tree
+# --base (its T_table() renamed T_table_old(), other T_table*() likewise)
+# and from the working tree
 # (FLAGS after -- are added there only, e.g. -DEXPERIMENT), and links both
 # with the harness and the build directory's other kernel and common
 # objects (build the library first). kernel_table.h is the working tree's on
@@ -32,7 +33,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${AB_DIR:-/tmp/nvfp4-ab}
 
 usage() {
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 
@@ -82,7 +83,10 @@ EOF2
   rm -rf "$dir/base" && mkdir -p "$dir/base"
   (cd "$root" && git archive "$base" src) | tar -x -C "$dir/base"
   cp "$root/src/kernels/kernel_table.h" "$dir/base/src/kernels/kernel_table.h"
-  sed "s/\b${table}_table()/${table}_table_old()/" "$dir/base/$src" > "$dir/old.cpp"
+  # (every T_table*() of the snapshot gets _old: T_table() and any variant
+  # accessor such as avx512_vnni_table_decode(), which the working tree's
+  # file defines too)
+  sed "s/\b\(${table}_table[A-Za-z0-9_]*\)(/\1_old(/g" "$dir/base/$src" > "$dir/old.cpp"
   # (the base's headers first: its own "..." includes resolve there)
   "$cxx" -I"$dir/base/src" "${flags[@]}" -c "$dir/old.cpp" -o "$dir/old.o"
   "$cxx" "${flags[@]}" "${extra[@]}" -c "$root/$src" -o "$dir/new.o"
