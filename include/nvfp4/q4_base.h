@@ -250,7 +250,8 @@ typedef struct Q4_tune_result {
  * and `runs` timed runs each. A candidate's cost is the median of a dim^3
  * fp32 GEMM plus the median of an exact NVFP4 product on the panel GEMM
  * (max(dim, 256) rows of x, a dim x dim weight); a candidate slower than
- * the defaults at either by more than 3 % is not taken. The best is adopted
+ * the defaults at either by more than 3 % is not taken. The defaults are
+ * timed before and after the grid (the faster kept); the best is adopted
  * when its cost beats the defaults' by a measured 3 % margin; then the
  * small-batch settings are tuned. With persist=1 the result is stored as
  * JSON per CPU signature in $XDG_CACHE_HOME/nvfp4/ (or ~/.cache/nvfp4/),
