@@ -54,12 +54,41 @@ double median_ms(const kern::KernelTable& kt, const std::vector<float>& a, const
   return median_of(runs, [&] { kern::gemm_f32(kt, a.data(), dim, dim, b.data(), dim, c.data(), 0, blk); });
 }
 
-// Median time of linear_nvfp4 at m rows under the small-batch config c.
-double product_ms(const kern::KernelTable& kt, const std::vector<float>& x, int64_t m,
-                  const kern::NvWeights& w, int64_t n, std::vector<float>& y, int32_t runs,
+// A random NVFP4 weight of n x k (codes uniform, E4M3 scales 0x30-0x3f,
+// global scale 1) and up to max_m rows of x in [-1, 1), drawn in that
+// order from one generator seeded with `seed`; timed products of m rows.
+struct Nvfp4Problem {
+  int64_t n, k;
+  std::vector<uint8_t> q, s;
+  std::vector<float> x, y;
+  kern::NvWeights w;
+  Nvfp4Problem(int64_t max_m, int64_t rows, int64_t cols, uint32_t seed)
+      : n(rows),
+        k(cols),
+        q(static_cast<size_t>(n * k / 2)),
+        s(static_cast<size_t>(n * k / 16)),
+        x(static_cast<size_t>(max_m * k)),
+        y(static_cast<size_t>(max_m * n)),
+        w{q.data(), s.data(), 1.0f, k} {
+    std::mt19937 rng(seed);
+    for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
+    for (uint8_t& b : s) b = static_cast<uint8_t>(0x30 + rng() % 16);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& v : x) v = u(rng);
+  }
+  Nvfp4Problem(const Nvfp4Problem&) = delete;  // (w points into q and s)
+  Nvfp4Problem& operator=(const Nvfp4Problem&) = delete;
+  // Median time of linear_nvfp4 (exact) at m rows.
+  double median_ms(const kern::KernelTable& kt, int32_t runs, int64_t m) {
+    return median_of(runs, [&] { kern::linear_nvfp4(kt, x.data(), m, w, n, y.data(), 0); });
+  }
+};
+
+// Median time of p at m rows under the small-batch config c.
+double product_ms(const kern::KernelTable& kt, Nvfp4Problem& p, int64_t m, int32_t runs,
                   const kern::SmallBatchConfig& c) {
   kern::set_small_batch_config(c);
-  return median_of(runs, [&] { kern::linear_nvfp4(kt, x.data(), m, w, n, y.data(), 0); });
+  return p.median_ms(kt, runs, m);
 }
 
 // The small-batch settings for this CPU: the K chunk (at M = 16) and the
@@ -76,21 +105,14 @@ double product_ms(const kern::KernelTable& kt, const std::vector<float>& x, int6
 kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
   const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
   const int64_t k = kt.gemv_max_m_k128 > kern::kGemvMaxRows ? d + 16 : d;
-  std::vector<uint8_t> q(static_cast<size_t>(d * k / 2)), s(static_cast<size_t>(d * k / 16));
-  std::mt19937 rng(2);
-  for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
-  for (uint8_t& b : s) b = static_cast<uint8_t>(0x30 + rng() % 16);
-  const kern::NvWeights w{q.data(), s.data(), 1.0f, k};
-  std::vector<float> x(static_cast<size_t>(128 * k)), y(static_cast<size_t>(128 * d));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& v : x) v = u(rng);
+  Nvfp4Problem p(128, d, k, 2);
   kern::SmallBatchConfig best{};
-  double best_ms = product_ms(kt, x, 16, w, d, y, runs, best);
+  double best_ms = product_ms(kt, p, 16, runs, best);
   for (int64_t kc : {256, 1024, 2048}) {
     if (std::min(kc, k) == std::min(best.kc, k)) continue;  // the same chunks as best
     kern::SmallBatchConfig c = best;
     c.kc = kc;
-    const double ms = product_ms(kt, x, 16, w, d, y, runs, c);
+    const double ms = product_ms(kt, p, 16, runs, c);
     if (ms < best_ms * (1.0 - kMargin)) {
       best_ms = ms;
       best.kc = kc;
@@ -102,7 +124,7 @@ kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim
     kern::SmallBatchConfig small = best, gemm = best;
     small.max_m = m;
     gemm.max_m = m - 1;
-    if (product_ms(kt, x, m, w, d, y, runs, small) > product_ms(kt, x, m, w, d, y, runs, gemm)) break;
+    if (product_ms(kt, p, m, runs, small) > product_ms(kt, p, m, runs, gemm)) break;
     best.max_m = m;
   }
   return best;
@@ -141,26 +163,12 @@ bool write_cache(const std::string& path, const nlohmann::json& j) {
 // the panel GEMM (the blocking's user) is what runs.
 struct PanelProblem {
   int64_t m, kd;
-  std::vector<uint8_t> q, s;
-  std::vector<float> x, y;
-  kern::NvWeights w;
+  Nvfp4Problem p;
   explicit PanelProblem(int32_t dim)
-      : m(std::max<int64_t>(256, dim)),
-        kd(std::max<int64_t>(64, int64_t{dim} / 16 * 16)),
-        q(static_cast<size_t>(kd * kd / 2)),
-        s(static_cast<size_t>(kd * kd / 16)),
-        x(static_cast<size_t>(m * kd)),
-        y(static_cast<size_t>(m * kd)),
-        w{q.data(), s.data(), 1.0f, kd} {
-    std::mt19937 rng(3);
-    for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
-    for (uint8_t& b : s) b = static_cast<uint8_t>(0x30 + rng() % 16);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (float& v : x) v = u(rng);
-  }
+      : m(std::max<int64_t>(256, dim)), kd(std::max<int64_t>(64, int64_t{dim} / 16 * 16)), p(m, kd, kd, 3) {}
   double median_ms(const kern::KernelTable& kt, int32_t runs, const kern::GemmBlocking& blk) {
     kern::set_gemm_blocking(blk);
-    return median_of(runs, [&] { kern::linear_nvfp4(kt, x.data(), m, w, kd, y.data(), 0); });
+    return p.median_ms(kt, runs, m);
   }
 };
 
