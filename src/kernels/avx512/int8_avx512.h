@@ -99,7 +99,9 @@ inline __m512i i8_dot16_bcst(__m512i acc, const __m512i (&w)[4], const int8_t* x
 // the chains of four kept too few independent dot products in flight:
 // measured on an Emerald Rapids-class Xeon, 2 threads, one-process A/B,
 // weights in the row form: M = 8 1.12-1.16x (NF4 1.14-1.18x), M = 16
-// 1.03-1.07x, M = 64 1.15x, M = 2 1.00x; on tiles 1.00-1.05x.
+// 1.03-1.07x, M = 64 1.15x, M = 2 1.00x; on tiles 1.00-1.05x. Groups of
+// kI8StepMajorRows rows or more now run step-major instead, so with VNNI
+// this serves groups of fewer rows.
 // Without VNNI: i8_dot16_bcst (its int16 sums are one chain already).
 template <bool kVnni, int32_t kMaxBiased>
 inline __m512i i8_dot16_bcst_split(int32_t c, const __m512i (&w)[4], const int8_t* x) {
@@ -549,11 +551,14 @@ struct I8zNf4 {
   const uint8_t* code;
   const float* base = nullptr;  // absmax of the block holding element a (below)
   __m512i off{};                // element offset of each lane's row from a
-  int32_t qstep = 1;            // blocks q sharing one absmax gather
+  // Blocks q sharing one absmax gather, less one (1, 2, 4 or 8 blocks: the
+  // block size is a power of two): a mask, not a divisor (q % qstep was an
+  // integer division per block of the kernels' loops).
+  int32_t qmask = 0;
   I8zNf4(const Nf4Weights& wt, const uint8_t* c) : w(wt), code(c) {
     // Rows start on an absmax block when K % blocksize == 0: then a
     // blocksize of 16 << j covers 2^j blocks of 16 (the whole chunk from 128).
-    qstep = w.k % w.blocksize == 0 ? static_cast<int32_t>(std::min<int64_t>(8, w.blocksize / 16)) : 1;
+    qmask = w.k % w.blocksize == 0 ? static_cast<int32_t>(std::min<int64_t>(8, w.blocksize / 16)) - 1 : 0;
   }
   __m512i lut() const {
     return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code)));
@@ -622,7 +627,7 @@ struct I8zNf4 {
     return fn([this](int64_t c, int q) { return scale(c, q); });
   }
   // The absmax of block q of chunk c for the 16 rows (one gather, or one
-  // load from the tiled absmax, per qstep blocks: the last one is kept).
+  // load from the tiled absmax, per qmask + 1 blocks: the last one is kept).
   __m512 last{};
   // The absmax block holding block q of chunk c (rows starting on a block).
   int64_t block(int64_t c, int q) const {
@@ -630,14 +635,14 @@ struct I8zNf4 {
   }
   __m512 scale(int64_t c, int q) {
     if (tiled != nullptr) {
-      if (q % qstep == 0) {
+      if ((q & qmask) == 0) {
         const int64_t j = block(c, q);
         if (j >= own_end) fill_own();  // (blocks are reached in order)
         last = _mm512_loadu_ps(tiled + j * 16);
       }
       return last;
     }
-    if (q % qstep == 0) {
+    if ((q & qmask) == 0) {
       const __m512i idx = _mm512_srl_epi32(
           _mm512_add_epi32(off, _mm512_set1_epi32(static_cast<int32_t>(c * 128 + int64_t{16} * q))),
           _mm_cvtsi32_si128(w.block_shift));
@@ -810,6 +815,22 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
 constexpr int32_t kI8DirectGroup = 8;     // rows of x per register group (8 fp32 accumulators)
 constexpr int32_t kI8DirectMaxRows = 64;  // up to eight groups over each 16 rows of W (from L1)
 
+// Rows of x in a group from which its dot products run step-major (VNNI;
+// i8_direct_group): per block, step t of the four vpdpbusd of every row of
+// x, then step t + 1, each row one chain from its correction, instead of
+// row after row as two chains of two and an add (i8_dot16_bcst_split): the
+// M dot products of a step are independent, so the chains' latency is
+// hidden without the add (7 vector operations per block and row on the
+// two 512-bit pipes instead of 8), and the int32 sums are the same. Such
+// groups run out of line (i8_direct_group_step_major): inlined in
+// i8_gemv_direct they measured 0.94-1.0x on NF4 and on tiles 1.02x, out of
+// line 1.06x and 1.10x. Measured on an Emerald Rapids-class Xeon, 2
+// threads, one-process A/B, weights 2048x4096 in L3 unless said: row form
+// M = 8 1.05x (NF4 1.06x), M = 16-64 1.11-1.13x, tiles M = 8 1.10x, M = 32
+// 1.12-1.14x; M = 8 from DRAM 1.05-1.09x (rows) and 1.10-1.15x (tiles);
+// M = 3-4 rows 1.00-1.07x, tiles 1.05x; M = 2 rows 1.00x, tiles 1.04x.
+constexpr int32_t kI8StepMajorRows = 2;
+
 // Bytes ahead of the one being read that the GEMV prefetches in a tile
 // stream (NvWeights::tiles: one contiguous stream per group of 16 rows,
 // the next group's after it). Measured on a Zen 5 at M = 8, 4096x4096:
@@ -903,6 +924,24 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
           wsc = _mm512_load_ps(sbuf + b * 16);
         }
         const int8_t* xb = xq + b * M * 16;
+        if constexpr (kVnni && M >= kI8StepMajorRows) {
+          // Step-major: step t of the dot products of all M rows, then
+          // step t + 1 (one chain of four per row, from its correction).
+          __m512i dd[M];
+#pragma GCC unroll 8
+          for (int64_t i = 0; i < M; ++i) dd[i] = _mm512_set1_epi32(xc[b * M + i]);
+#pragma GCC unroll 4
+          for (int64_t t = 0; t < 4; ++t) {
+#pragma GCC unroll 8
+            for (int64_t i = 0; i < M; ++i) dd[i] = i8_dot4_bcst<kVnni>(dd[i], wv[t], xb + i * 16 + 4 * t);
+          }
+#pragma GCC unroll 8
+          for (int64_t i = 0; i < M; ++i) {
+            const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[b * M + i]), wsc);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dd[i]), pr, acc[i]);
+          }
+          continue;
+        }
 #pragma GCC unroll 8
         for (int64_t i = 0; i < M; ++i) {
           const __m512i d = i8_dot16_bcst_split<kVnni, Fmt::kMaxBiased>(xc[b * M + i], wv, xb + i * 16);
@@ -943,6 +982,17 @@ __attribute__((noinline)) void i8_direct_group_store(const I8Staged& x, Fmt& f, 
                                                      __mmask16 km, uint8_t* tile_out) {
   i8_direct_group<M, kVnni, true, kL2, kVbmi>(x, f, rows, rb, chunks, next, sbuf, true, post, y, ldy, km,
                                               nullptr, tile_out);
+}
+
+// A plain group whose dot products run step-major, out of line (see
+// kI8StepMajorRows).
+template <int M, bool kVnni, bool kL2, bool kVbmi, class Fmt>
+__attribute__((noinline)) void i8_direct_group_step_major(const I8Staged& x, Fmt& f, const uint8_t* rows,
+                                                          int64_t rb, int64_t chunks, NextGroupPrefetch* next,
+                                                          float* sbuf, bool fill, float post, float* y,
+                                                          int64_t ldy, __mmask16 km, const uint8_t* tile) {
+  i8_direct_group<M, kVnni, false, kL2, kVbmi>(x, f, rows, rb, chunks, next, sbuf, fill, post, y, ldy, km,
+                                               tile, nullptr);
 }
 
 template <bool kVnni, bool kL2, bool kVbmi, class Fmt>
@@ -995,9 +1045,16 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
       }
       const uint8_t* tg = tile != nullptr ? tile : g > 0 ? scratch : nullptr;
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
-        i8_direct_group<decltype(r)::value, kVnni, false, kL2, kVbmi>(
-            st[g], f, base, rb, chunks, g == 0 ? &next : nullptr, groups > 1 ? sbuf.get() : nullptr, g == 0,
-            post, yg, ldy, km, tg, nullptr);
+        constexpr int kM = decltype(r)::value;
+        NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
+        float* sb = groups > 1 ? sbuf.get() : nullptr;
+        if constexpr (kVnni && kM >= kI8StepMajorRows) {
+          i8_direct_group_step_major<kM, kVnni, kL2, kVbmi>(st[g], f, base, rb, chunks, ng, sb, g == 0, post,
+                                                            yg, ldy, km, tg);
+        } else {
+          i8_direct_group<kM, kVnni, false, kL2, kVbmi>(st[g], f, base, rb, chunks, ng, sb, g == 0, post, yg,
+                                                        ldy, km, tg, nullptr);
+        }
       });
     }
   }
