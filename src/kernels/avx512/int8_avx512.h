@@ -272,6 +272,38 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
     }
   }
   for (int64_t b = 0; b < nb; ++b) {
+    if constexpr (kVnni) {
+      // Step-major (as the GEMV's groups, kI8StepMajorRows): step t of
+      // every row's P dot products, then step t + 1; each weight vector
+      // loaded at its step, so the MR x P chains fit the registers.
+      __m512i d[MR][P];
+      for (int i = 0; i < MR; ++i) {
+        for (int h = 0; h < P; ++h) d[i][h] = _mm512_set1_epi32(xc[i * ldxs + b]);
+      }
+      for (int64_t t = 0; t < 4; ++t) {
+        __m512i w[P];
+        for (int h = 0; h < P; ++h) w[h] = _mm512_loadu_si512(wq + h * wq_stride + b * 256 + t * 64);
+        for (int i = 0; i < MR; ++i) {
+          const int8_t* xb = xq + i * ldxq + b * 16 + 4 * t;
+          if constexpr (P > 1) {  // one broadcast register for the P dot products
+            int32_t x4;
+            std::memcpy(&x4, xb, 4);
+            const __m512i xv = _mm512_set1_epi32(x4);
+            for (int h = 0; h < P; ++h) d[i][h] = i8_dot4<kVnni>(d[i][h], w[h], xv);
+          } else {
+            d[i][0] = i8_dot4_bcst<kVnni>(d[i][0], w[0], xb);
+          }
+        }
+      }
+      __m512 wsv[P];
+      for (int h = 0; h < P; ++h) wsv[h] = _mm512_loadu_ps(ws + h * ws_stride + b * 16);
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xsv = _mm512_set1_ps(xs[i * ldxs + b]);
+        for (int h = 0; h < P; ++h)
+          acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[i][h]), _mm512_mul_ps(xsv, wsv[h]), acc[i][h]);
+      }
+      continue;
+    }
     __m512i wv[P][4];
     __m512 wsv[P];
     for (int h = 0; h < P; ++h) {
@@ -300,14 +332,7 @@ inline void i8_micro_rows(const int8_t* xq, int64_t ldxq, const float* xs, const
           d[h] = _mm512_add_epi32(d[h], _mm512_madd_epi16(s16[h], _mm512_set1_epi16(1)));
       } else {
         for (int64_t t = 0; t < 4; ++t) {
-          if constexpr (kVnni && P > 1) {  // one broadcast register for the P dot products
-            int32_t x4;
-            std::memcpy(&x4, xb + 4 * t, 4);
-            const __m512i xv = _mm512_set1_epi32(x4);
-            for (int h = 0; h < P; ++h) d[h] = i8_dot4<kVnni>(d[h], wv[h][t], xv);
-          } else {
-            for (int h = 0; h < P; ++h) d[h] = i8_dot4_bcst<kVnni>(d[h], wv[h][t], xb + 4 * t);
-          }
+          for (int h = 0; h < P; ++h) d[h] = i8_dot4_bcst<kVnni>(d[h], wv[h][t], xb + 4 * t);
         }
       }
       const __m512 xsv = _mm512_set1_ps(xs[i * ldxs + b]);
