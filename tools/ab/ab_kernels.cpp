@@ -25,7 +25,11 @@
 // any value, zero and subnormal ones among them), AB_TILES=b (bit 0: the
 // old side, bit 1: the new side also gets the codes in the tile order of
 // i8_tile_codes, NvWeights::tiles / Nf4Weights::tiles, as a fast-mode
-// session linear does; a table that does not read tiles ignores them).
+// session linear does; a table that does not read tiles ignores them),
+// AB_Q_ALIGN=a[,b] (the weight codes start at a byte a mod 64 on the old
+// side and b, default a, on the new side: with the same table on both
+// sides, the cost of a misaligned weight measured in one process; unset,
+// both read the std::vector's own, 16 mod 64 for large ones under glibc).
 // Prints one JSON object per run.
 #include <algorithm>
 #include <chrono>
@@ -75,6 +79,8 @@ void split_rows(int32_t threads, int64_t n, F&& f) {
 
 struct Copy {  // one copy of the operands
   std::vector<uint8_t> q, s, e8m0, tiles;
+  std::vector<uint8_t> qa[2];                 // AB_Q_ALIGN copies of q per side
+  const uint8_t* qp[2] = {nullptr, nullptr};  // the codes each side reads
   std::vector<float> absmax, x;
   std::vector<uint16_t> xb;  // bf16 input of quant-nf4-bf16
 };
@@ -97,6 +103,11 @@ int main(int argc, char** argv) {
   const int signs = std::getenv("AB_SIGNS") != nullptr ? std::atoi(std::getenv("AB_SIGNS")) : 0;
   const bool any_scale = std::getenv("AB_ANY_SCALE") != nullptr;
   const int tiles_bits = std::getenv("AB_TILES") != nullptr ? std::atoi(std::getenv("AB_TILES")) : 0;
+  int64_t q_align[2] = {-1, -1};  // AB_Q_ALIGN=a,b: the codes at a (old side), b (new side) mod 64
+  if (const char* e = std::getenv("AB_Q_ALIGN")) {
+    q_align[0] = std::atoi(e);
+    q_align[1] = std::strchr(e, ',') != nullptr ? std::atoi(std::strchr(e, ',') + 1) : q_align[0];
+  }
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
     std::fprintf(stderr, "need M >= 1, N >= 16, K >= 128 with K %% 64 == 0, reps and threads >= 1\n");
@@ -134,6 +145,15 @@ int main(int argc, char** argv) {
     }
     c.q.resize(static_cast<size_t>(n * k / 2));
     for (uint8_t& b : c.q) b = static_cast<uint8_t>(rng());
+    for (int t = 0; t < 2; ++t) {
+      c.qp[t] = c.q.data();
+      if (q_align[t] < 0) continue;
+      c.qa[t].resize(c.q.size() + 64);
+      uint8_t* a = c.qa[t].data();
+      a += (q_align[t] - static_cast<int64_t>(reinterpret_cast<uintptr_t>(a) % 64) + 64) % 64;
+      std::memcpy(a, c.q.data(), c.q.size());
+      c.qp[t] = a;
+    }
     c.s.resize(static_cast<size_t>(n * k / 16));
     for (uint8_t& b : c.s) {
       b = static_cast<uint8_t>(0x28 + rng() % 0x20);
@@ -145,7 +165,7 @@ int main(int argc, char** argv) {
     for (uint8_t& b : c.e8m0) b = static_cast<uint8_t>(121 + rng() % 10);
     if (with_tiles) {
       c.tiles.resize(static_cast<size_t>(i8_tile_bytes(n, k)));
-      i8_tile_codes(c.q.data(), n, k, c.tiles.data());
+      i8_tile_codes(c.qp[0], n, k, c.tiles.data());
     }
   }
 
@@ -177,7 +197,7 @@ int main(int argc, char** argv) {
     const KernelTable& kt = *tb[t];
     ScaleSigns sg;
     NvWeights w;
-    w.q = c.q.data();
+    w.q = c.qp[t];
     w.s = c.s.data();
     w.g = 0.01f;
     w.k = k;
@@ -190,7 +210,7 @@ int main(int argc, char** argv) {
       w.g = 1.0f;
     }
     Nf4Weights f;
-    f.q = c.q.data();
+    f.q = c.qp[t];
     f.absmax = c.absmax.data();
     f.lut = lut;
     f.k = k;
