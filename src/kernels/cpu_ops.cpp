@@ -45,9 +45,12 @@ int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
   return std::min(by_size, by_tasks);
 }
 
+std::atomic<int32_t> g_gemv_tasks_per_thread{4};
+
 // Tasks of `chunk` rows of N, at least one row each.
 int64_t gemv_chunk(int64_t n, int32_t threads) {
-  const int64_t tasks = std::max<int64_t>(1, int64_t{4} * threads_or_default(threads));
+  const int64_t tasks = std::max<int64_t>(
+      1, int64_t{g_gemv_tasks_per_thread.load(std::memory_order_relaxed)} * threads_or_default(threads));
   return std::max<int64_t>(16, (n + tasks - 1) / tasks);
 }
 
@@ -582,6 +585,14 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
 
 int64_t e8m0_piece_bytes() {
   return g_e8m0_piece_bytes.load(std::memory_order_relaxed);
+}
+
+int32_t gemv_tasks_per_thread() {
+  return g_gemv_tasks_per_thread.load(std::memory_order_relaxed);
+}
+
+void set_gemv_tasks_per_thread(int32_t tasks) {
+  g_gemv_tasks_per_thread.store(std::max<int32_t>(1, tasks), std::memory_order_relaxed);
 }
 
 void set_e8m0_piece_bytes(int64_t bytes) {

@@ -29,7 +29,9 @@
 // AB_Q_ALIGN=a[,b] (the weight codes start at a byte a mod 64 on the old
 // side and b, default a, on the new side: with the same table on both
 // sides, the cost of a misaligned weight measured in one process; unset,
-// both read the std::vector's own, 16 mod 64 for large ones under glibc).
+// both read the std::vector's own, 16 mod 64 for large ones under glibc),
+// AB_GEMV_TASKS=a[,b] (the prod-* drivers split a GEMV's rows into a tasks
+// per thread on the old side, b on the new; default the library's 4).
 // Prints one JSON object per run.
 #include <algorithm>
 #include <chrono>
@@ -107,6 +109,11 @@ int main(int argc, char** argv) {
   if (const char* e = std::getenv("AB_Q_ALIGN")) {
     q_align[0] = std::atoi(e);
     q_align[1] = std::strchr(e, ',') != nullptr ? std::atoi(std::strchr(e, ',') + 1) : q_align[0];
+  }
+  int32_t gemv_tasks[2] = {0, 0};  // AB_GEMV_TASKS=a,b: the drivers' GEMV tasks per thread per side
+  if (const char* e = std::getenv("AB_GEMV_TASKS")) {
+    gemv_tasks[0] = std::atoi(e);
+    gemv_tasks[1] = std::strchr(e, ',') != nullptr ? std::atoi(std::strchr(e, ',') + 1) : gemv_tasks[0];
   }
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
@@ -195,6 +202,7 @@ int main(int argc, char** argv) {
 
   auto call = [&](int t, const Copy& c) {
     const KernelTable& kt = *tb[t];
+    if (gemv_tasks[t] > 0) set_gemv_tasks_per_thread(gemv_tasks[t]);
     ScaleSigns sg;
     NvWeights w;
     w.q = c.qp[t];
