@@ -96,6 +96,18 @@ def main(path):
             rows = r["n"] if r["n"] else r["m"]  # quantize/dequantize: M rows of K
             print(f"| {r['case']} {r['format']} {r.get('mode', '')} {rows}×{r['k']} | {r['median_ms']:.2f} "
                   f"| {cell(r)} |")
+    gaps = [r for r in rs if r["case"] == "pool_gap"]
+    if gaps:
+        print()
+        print(f"Products separated by the caller's own work ({gaps[0]['format']} {gaps[0]['mode']} GEMV "
+              f"{gaps[0]['n']}×{gaps[0]['k']}, M = 1): the pool's watch of {gaps[0]['spin_us']} µs against "
+              f"{gaps[0]['reference_spin_us']} µs, calls alternating in one process.")
+        print()
+        print("| gap between calls | ms per call | with the reference watch | speed |")
+        print("|---|---|---|---|")
+        for r in gaps:
+            print(f"| {r['gap_us']} µs {r['gap']} | {r['median_ms']:.3f} | {r['reference_median_ms']:.3f} "
+                  f"| {r['speed_vs_reference']:.2f}× |")
 
 
 if __name__ == "__main__":

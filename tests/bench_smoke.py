@@ -5,7 +5,8 @@ checked: the figures only have to be there and be positive).
 Runs the bench on a tiny shape, checks that the JSON carries every limit,
 that each result has its limit and fraction, that the integer cases carry
 their fractions of the int8 roof and of the block-scaled int8 roof when the
-CPU has an int8 probe, and that the report script turns it into tables.
+CPU has an int8 probe, and that the report script turns it into tables;
+then the same for --only gaps (the worker pool's watch between products).
 
 Usage: bench_smoke.py NVFP4_BENCH REPO_ROOT
 """
@@ -61,7 +62,25 @@ def main(bench, root):
     assert "N×K = 256×256" in text and "block-scaled int8 roof" in text, text
     if has_int8:
         assert "integer cases" in text and "NVFP4 fast linear" in text, text
-    print("bench smoke: OK,", len(rs), "cases")
+    # --only gaps: the pool's watch against the former one, per gap.
+    out = subprocess.run([bench, "--quick", "--threads", "2", "--only", "gaps"],
+                         check=True, capture_output=True, text=True).stdout
+    gaps = json.loads(out)["results"]
+    assert [(r["gap"], r["gap_us"]) for r in gaps] == (
+        [("busy", g) for g in (0, 200, 500, 1000, 2000)] + [("idle", g) for g in (200, 500, 1000, 2000)]), gaps
+    for r in gaps:
+        assert r["case"] == "pool_gap" and r["reference_spin_us"] == 100 and r["spin_us"] >= 0, r
+        assert r["median_ms"] > 0 and r["reference_median_ms"] > 0 and r["speed_vs_reference"] > 0, r
+        assert r["calls_timed"] >= 5, r
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "gaps.json")
+        with open(path, "w") as f:
+            f.write(out)
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            report.main(path)
+    assert "gap between calls" in buf.getvalue() and "2000 µs idle" in buf.getvalue(), buf.getvalue()
+    print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps")
 
 
 if __name__ == "__main__":

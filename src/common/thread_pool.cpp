@@ -1,5 +1,6 @@
 #include "common/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -17,7 +18,7 @@ namespace {
 thread_local bool t_in_worker = false;
 
 // Bounded spinning before a blocking wait. A worker that finished a job
-// watches for the next one for kWorkerSpin before it sleeps on the
+// watches for the next one for worker_spin_us() before it sleeps on the
 // condition variable, and a caller whose own share is done watches for the
 // helpers' last iteration for kCallerSpin: products come back to back (a
 // model's linears, an actor's steps), and a futex wake-up costs tens of
@@ -26,8 +27,31 @@ thread_local bool t_in_worker = false;
 // moment of blocking, and a spinning thread offers its core to the
 // scheduler every 64 checks (so an oversubscribed machine runs the thread
 // it waits for).
-constexpr std::chrono::microseconds kWorkerSpin{100};
+//
+// The workers' watch, Q4_SPIN_US (0 to 1000000 µs), is 1000 µs by
+// default (it was 100): a caller does its own work between products
+// (attention, norms, an interpreter's overhead) or waits, and a worker
+// that slept through that gap joins the next product late. Measured with
+// nvfp4-bench --only gaps on an Emerald Rapids-class Xeon VM (2 vCPUs):
+// exact GEMV 2880x2880 (0.2 ms back to back), calls alternating in one
+// process between watches of 1000 and 100 µs: gaps of 200 and 500 µs
+// 1.21-1.22x (the caller busy or asleep), 1000 µs 1.01-1.03x, back to
+// back 1.00x; a gap longer than the watch gains nothing (2000 µs busy
+// 0.99x).
 constexpr std::chrono::microseconds kCallerSpin{200};
+constexpr int64_t kDefaultWorkerSpinUs = 1000;
+
+std::atomic<int64_t>& worker_spin_ref() {
+  static std::atomic<int64_t> us{[] {
+    if (const char* env = std::getenv("Q4_SPIN_US")) {
+      char* end = nullptr;
+      const long long v = std::strtoll(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0 && v <= 1000000) return static_cast<int64_t>(v);
+    }
+    return kDefaultWorkerSpinUs;
+  }()};
+  return us;
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -147,7 +171,7 @@ class Pool {
       job.reset();
       const uint64_t seen = posted_.load(std::memory_order_acquire);
       spin_until([&] { return posted_.load(std::memory_order_acquire) != seen || stop_.load(); },
-                 kWorkerSpin);
+                 std::chrono::microseconds(worker_spin_us()));
       lock.lock();
     }
   }
@@ -200,6 +224,14 @@ int32_t default_num_threads() {
     return hc > 0 ? static_cast<int32_t>(hc) : 1;
   }();
   return n;
+}
+
+int64_t worker_spin_us() {
+  return worker_spin_ref().load(std::memory_order_relaxed);
+}
+
+void set_worker_spin_us(int64_t us) {
+  worker_spin_ref().store(std::clamp<int64_t>(us, 0, 1000000), std::memory_order_relaxed);
 }
 
 bool in_pool_worker() {

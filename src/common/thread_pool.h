@@ -21,6 +21,13 @@ int32_t default_num_threads();
 // one); the remaining iterations are skipped.
 void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn);
 
+// How long a worker that finished a job watches for the next one before
+// it sleeps, in µs: Q4_SPIN_US (0 to 1000000) when set to such a value,
+// else 1000. set_worker_spin_us changes it for the whole process (clamped
+// to that range; for measurements, nvfp4-bench --only gaps).
+int64_t worker_spin_us();
+void set_worker_spin_us(int64_t us);
+
 // True inside a pool worker (used to run nested calls inline).
 bool in_pool_worker();
 

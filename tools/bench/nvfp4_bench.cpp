@@ -15,10 +15,12 @@
 // than the L3 (--working-set MB; default the larger of 96 MiB and twice the
 // L3 the OS reports, so a 300 MiB L3 is not mistaken for DRAM), so it reads
 // from DRAM; one hot case per format shows the L3 figure. The DRAM probe
-// streams the larger of 512 MiB and four times the L3.
+// streams the larger of 512 MiB and four times the L3. --only gaps: what
+// the worker pool's watch (Q4_SPIN_US) gains on products separated by the
+// caller's own work, against the former 100 µs watch in the same process.
 //
 //   nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB]
-//               [--only gemv|gemm|products|quant|f32|l3] [--max-case-seconds S]
+//               [--only gemv|gemm|products|quant|f32|l3|gaps] [--max-case-seconds S]
 //               [--fast-max-m M] [--ms M,...] [--shapes NxK,...]
 //   nvfp4-bench --tune-matmul [--dim N] [--runs R]
 #include <dlfcn.h>
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include "common/cpu_features.h"
+#include "common/thread_pool.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "nvfp4/nvfp4.h"
@@ -848,12 +851,12 @@ int bench_main(int argc, char** argv) {
     else if (a == "--runs")
       o.runs = std::atoi(next("--runs").c_str());
     else {
-      std::fprintf(
-          stderr,
-          "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-          "[--only gemv|gemm|products|quant|f32|l3] [--max-case-seconds S] [--fast-max-m M] [--ms M,...] "
-          "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
-          "[--dim N] [--runs R]\n");
+      std::fprintf(stderr,
+                   "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
+                   "[--only gemv|gemm|products|quant|f32|l3|gaps] [--max-case-seconds S] [--fast-max-m M] "
+                   "[--ms M,...] "
+                   "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
+                   "[--dim N] [--runs R]\n");
       return 2;
     }
   }
@@ -1338,6 +1341,71 @@ int bench_main(int argc, char** argv) {
     });
     add(result("dequantize", "mxfp4", "mxfp4->fp32", rows, 0, k, ms, mx_bytes, 0, threads, 0), "dram_read",
         mx_bytes / (ms * 1e6) / bw);
+  }
+  // The worker pool's watch between products (--only gaps): an exact GEMV
+  // (NVFP4, M = 1, 2880 x 2880, hot: about 0.2 ms) called with a gap
+  // before each call in which the caller works on its own (busy: a loop
+  // on the clock) or waits (idle: sleeps). Calls alternate in pairs
+  // between the pool's watch of this process (Q4_SPIN_US, default 1000
+  // µs) and the former default of 100 µs, the reference, so host drift
+  // moves both alike; the second call of each pair is timed (the watch
+  // set before the first covers the gap before the second).
+  if (want("gaps") && threads > 1) {
+    const int64_t n = 2880, k = 2880;
+    Nvfp4Weight w = make_nvfp4(n, k, 5);
+    std::vector<float> x = random_vec(k, 9, 1.0f), y(static_cast<size_t>(n));
+    int64_t xs[2] = {1, k}, ys[2] = {1, n}, qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
+    DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32),
+             tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
+    const int64_t spin[2] = {q4::worker_spin_us(), 100};
+    const double seconds = o.quick ? 0.05 : 0.4;
+    for (const bool busy : {true, false}) {
+      for (const int gap_us : {0, 200, 500, 1000, 2000}) {
+        if (gap_us == 0 && !busy) continue;
+        std::vector<double> t[2];
+        const auto start = Clock::now();
+        for (int64_t call = 0;
+             std::chrono::duration<double>(Clock::now() - start).count() < seconds || t[1].size() < 5;
+             ++call) {
+          const int side = static_cast<int>(call / 2 % 2);
+          q4::set_worker_spin_us(spin[side]);
+          if (busy) {
+            const auto g0 = Clock::now();
+            while (std::chrono::duration<double, std::micro>(Clock::now() - g0).count() < gap_us) {
+            }
+          } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+          }
+          const auto c0 = Clock::now();
+          if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, &opts) != Q4_OK) std::abort();
+          if (call % 2 == 1)
+            t[side].push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+        }
+        double med[2];
+        for (int i = 0; i < 2; ++i) {
+          std::sort(t[i].begin(), t[i].end());
+          med[i] = t[i][t[i].size() / 2];
+        }
+        json r;
+        r["case"] = "pool_gap";
+        r["format"] = "nvfp4";
+        r["mode"] = "exact";
+        r["m"] = 1;
+        r["n"] = n;
+        r["k"] = k;
+        r["threads"] = threads;
+        r["gap"] = busy ? "busy" : "idle";
+        r["gap_us"] = gap_us;
+        r["spin_us"] = spin[0];
+        r["median_ms"] = med[0];
+        r["reference_spin_us"] = spin[1];
+        r["reference_median_ms"] = med[1];
+        r["speed_vs_reference"] = med[1] / med[0];
+        r["calls_timed"] = t[0].size();
+        results.push_back(r);
+      }
+    }
+    q4::set_worker_spin_us(spin[0]);
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
