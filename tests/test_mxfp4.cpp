@@ -1193,6 +1193,46 @@ TEST_CASE("MXFP4 window edges: 18 binades fit, 19 fall back, NaN refused, zero-c
   }
 }
 
+TEST_CASE("MXFP4 scale passes in several tasks: the first NaN, the first block outside the window",
+          "[ops][mxfp4][kernels]") {
+  // 2048 x 2048: 64 scale bytes a row, 128 KiB in all, so the passes over
+  // the scales run in tasks of 1024 rows (64 KiB each) and the findings
+  // below lie in the second one.
+  const int64_t n = 2048, k = 2048, m = 2, cols = k / 32;
+  Tensor x = t::random_float({m, k}, t::f32(), 111);
+  const Q4_op_options only = opts_with(Q4_PATH_KERNEL_ONLY, Q4_MATH_EXACT);
+  auto named = [](const char* what) { return std::string(Q4_last_error()).find(what) != std::string::npos; };
+  SECTION("in the window: the bits of NVFP4 with the E4M3 twin") {
+    MxWeight w(n, k, 110, 125, 112);
+    Tensor y({m, n}, t::f32()), ynv({m, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) == Q4_OK);
+    REQUIRE(NVFP4_linear(x.t(), w.q.t(), w.s16.t(), Q4_SCALE_LINEAR, w.g, nullptr, ynv.t(), &only) == Q4_OK);
+    CHECK(std::memcmp(y.data(), ynv.data(), static_cast<size_t>(m * n * 4)) == 0);
+  }
+  SECTION("two NaN scales: the first is named") {
+    MxWeight w(n, k, 110, 125, 113);
+    w.s.data()[1500 * cols + 7] = 0xff;
+    w.s.data()[1700 * cols + 3] = 0xff;
+    Tensor y({m, n}, t::f32());
+    CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) ==
+          Q4_ERR_INVALID_ARGUMENT);
+    CHECK(named("NaN"));
+    CHECK(named("row 1500, block 7"));
+  }
+  SECTION("20 binades: the first nonzero block outside the window is named") {
+    MxWeight w(n, k, 110, 125, 114);
+    for (int64_t r : {1200, 1900}) {
+      w.s.data()[r * cols + 5] = 106;
+      w.q.data()[(r * cols + 5) * 16] |= 0x01;  // a nonzero code in the block
+    }
+    Tensor y({m, n}, t::f32());
+    CHECK(MXFP4_linear(x.t(), w.q.t(), w.s.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &only) ==
+          Q4_ERR_UNSUPPORTED);
+    CHECK(named("binades"));
+    CHECK(named("row 1200, block 5"));
+  }
+}
+
 TEST_CASE("MXFP4 -> NVFP4 scale mapping: the vectorizable form equals the reference for every byte and t",
           "[ops][mxfp4]") {
   size_t bad = 0;
