@@ -1057,6 +1057,23 @@ int bench_main(int argc, char** argv) {
         nf_lin.push_back(l);
       }
     }
+    // Exact GEMVs over the rotated copies for 0.3 s before the shape's first
+    // timed case: after the set-up above (copies, linears) the first case
+    // of each shape, NVFP4 exact M = 1, read 20-35 % slow through all of
+    // its 30 runs on an Emerald Rapids-class Xeon VM (2880x2880: 0.27 ms,
+    // the cases after it and a program calling it alone 0.20-0.21 ms);
+    // with this warm-up 0.22-0.24 ms.
+    if (want("gemv") || want("gemm")) {
+      std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
+      int64_t xs[2] = {1, k}, ys[2] = {1, n};
+      DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
+      const auto w0 = Clock::now();
+      for (int64_t c = 0; std::chrono::duration<double>(Clock::now() - w0).count() < 0.3; ++c) {
+        Nvfp4Weight& w = nv[static_cast<size_t>(c % copies)];
+        DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
+        if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, &opts) != Q4_OK) std::abort();
+      }
+    }
     for (int64_t m : ms_list) {
       const bool gemv = m <= 8;
       if (gemv ? !want("gemv") : !want("gemm")) continue;
