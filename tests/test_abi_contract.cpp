@@ -231,3 +231,79 @@ TEST_CASE("a diagnostics size query leaves the last error alone", "[abi][diagnos
   CHECK(std::string(Q4_last_error()).find("Q4_session_diagnostics") != std::string::npos);
   CHECK(Q4_session_destroy(s) == Q4_OK);
 }
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+namespace {
+
+// XINUSE (XGETBV with ECX = 1): bit 2, the upper halves of YMM0-15; bit 6,
+// the upper halves of ZMM0-15. Set when a function returns with them dirty,
+// which makes the caller's SSE code pay (30-50x on an Emerald Rapids-class
+// Xeon). -1: the CPU cannot tell (no XGETBV with ECX = 1).
+int64_t dirty_upper_state() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || ((c >> 27) & 1u) == 0) return -1;  // no OSXSAVE
+  if (__get_cpuid_count(0xd, 1, &a, &b, &c, &d) == 0 || ((a >> 2) & 1u) == 0) return -1;
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
+  return lo & 0x44u;
+}
+
+}  // namespace
+
+TEST_CASE("every product returns with the x86 vector registers' upper halves clean", "[abi][isa]") {
+  if (dirty_upper_state() < 0) {
+    WARN("SKIPPED: this CPU does not report XINUSE (XGETBV with ECX = 1)");
+    return;
+  }
+  const int64_t n = 64, k = 256;
+  t::Tensor w = t::random_float({n, k}, t::f32(), 71, 0.1f);
+  t::Tensor flat = t::random_float({n * k}, t::f32(), 72, 0.1f);
+  for (int32_t isa : t::runnable_isas()) {
+    t::IsaCap cap(isa);
+    INFO("ISA " << Q4_isa_name(isa));
+    t::Tensor q({n, k / 2}, t::u8()), s({n, k / 16}, t::u8()), ms({n, k / 32}, t::u8());
+    t::Tensor nq({n * k / 2}, t::u8()), na({n * k / 64}, t::f32()), back({n, k}, t::f32());
+    float g = 0;
+    auto clean_after = [](const char* what, int32_t status) {
+      INFO(what);
+      REQUIRE(status == Q4_OK);
+      CHECK(dirty_upper_state() == 0);
+    };
+    clean_after("NVFP4_quantize", NVFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr));
+    clean_after("NVFP4_dequantize", NVFP4_dequantize(q.t(), s.t(), Q4_SCALE_LINEAR, g, back.t(), nullptr));
+    clean_after("NF4_quantize", NF4_quantize(flat.t(), nq.t(), na.t(), 64, nullptr));
+    clean_after("MXFP4_quantize", MXFP4_quantize(w.t(), q.t(), ms.t(), Q4_SCALE_LINEAR, nullptr));
+    REQUIRE(NVFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
+    NF4_state st{};
+    st.struct_size = sizeof st;
+    st.blocksize = 64;
+    st.absmax = na.t();
+    for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+      Q4_op_options o{};
+      Q4_op_options_init(&o);
+      o.math_mode = math;
+      for (int64_t m : {1, 8, 64}) {
+        INFO("M = " << m << (math == Q4_MATH_FAST ? ", fast" : ", exact"));
+        t::Tensor x = t::random_float({m, k}, t::f32(), 73), y({m, n}, t::f32()), yy({n, n}, t::f32());
+        clean_after("NVFP4_linear",
+                    NVFP4_linear(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), &o));
+        clean_after("NF4_scaled_mm", NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, y.t(), &o));
+        clean_after("MXFP4_linear", MXFP4_linear(x.t(), q.t(), ms.t(), Q4_SCALE_LINEAR, nullptr, y.t(), &o));
+        clean_after("NVFP4_scaled_mm",
+                    NVFP4_scaled_mm(q.t(), s.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 1.0f, nullptr, yy.t(), &o));
+      }
+    }
+    Q4_session* ses = nullptr;
+    REQUIRE(Q4_session_create(t::cpu_session(), &ses) == Q4_OK);
+    Q4_weight_bundle b = t::float_bundle(w, Q4_FORMAT_NVFP4);
+    Q4_linear* lin = nullptr;
+    clean_after("Q4_linear_create", Q4_linear_create(ses, &b, &lin));
+    t::Tensor x = t::random_float({8, k}, t::f32(), 74), y({8, n}, t::f32());
+    clean_after("Q4_linear_forward", Q4_linear_forward(lin, x.t(), y.t()));
+    Q4_linear_destroy(lin);
+    Q4_session_destroy(ses);
+  }
+}
+#endif

@@ -167,6 +167,14 @@ const CpuInfo& cpu_info() {
   return info;
 }
 
+void clean_vector_state() noexcept {
+#if defined(Q4_X86)
+  static const bool avx =
+      (cpu_info().features & (Q4_CPU_AVX | Q4_CPU_OS_AVX)) == (Q4_CPU_AVX | Q4_CPU_OS_AVX);
+  if (avx) __asm__ volatile("vzeroupper");
+#endif
+}
+
 bool cpu_has_isa(const CpuInfo& info, int32_t isa) {
   switch (isa) {
     case Q4_ISA_SCALAR:

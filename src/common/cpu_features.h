@@ -34,6 +34,16 @@ void set_max_isa(int32_t isa);
 extern const int32_t kIsaPreference[8];
 int32_t isa_rank(int32_t isa);
 
+// Leaves the upper halves of the x86 vector registers clean (vzeroupper)
+// where the CPU and the OS run AVX; nothing elsewhere. Code compiled for
+// SSE (most of a host process: an interpreter, libm's callers, a JIT's
+// scalar paths) ran 30-50x slower on an Emerald Rapids-class Xeon after a
+// kernel that returned with them dirty (docs/performance.md, fortieth
+// session): the public calls (api_call) and the worker pool's jobs end with
+// this. Out of line, in a translation unit compiled without AVX, so the
+// compiler keeps no vector value across the instruction.
+void clean_vector_state() noexcept;
+
 // "scalar", "avx2", ... ; nullptr for unknown values.
 const char* isa_name(int32_t isa);
 // Parses a Q4_FORCE_ISA value; -1 when unknown.

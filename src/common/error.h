@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "common/cpu_features.h"
 #include "nvfp4/q4_base.h"
 
 namespace q4 {
@@ -41,9 +42,17 @@ void set_log_level(int32_t level);
 int32_t get_log_level();
 
 // Runs `body` (returning int32_t) and converts any exception into a status,
-// recording "<function>: <message>" for Q4_last_error().
+// recording "<function>: <message>" for Q4_last_error(). Returns with the
+// vector registers' upper halves clean (clean_vector_state): a kernel may
+// leave them dirty, and the caller's SSE code would pay for it.
 template <class Body>
 int32_t api_call(const char* function, Body&& body) noexcept {
+  struct Clean {
+    Clean() = default;
+    Clean(const Clean&) = delete;
+    Clean& operator=(const Clean&) = delete;
+    ~Clean() { clean_vector_state(); }
+  } clean;
   try {
     return std::forward<Body>(body)();
   } catch (const Error& e) {

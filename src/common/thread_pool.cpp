@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_features.h"
+
 namespace q4 {
 namespace {
 
@@ -88,11 +90,15 @@ struct Job {
   std::mutex done_mutex;
   std::condition_variable done_cv;
 
-  // Claims and runs iterations until none are left.
+  // Claims and runs iterations until none are left; returns with the
+  // vector state clean (the iterations' kernels may leave it dirty).
   void work() {
     for (;;) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n) return;
+      if (i >= n) {
+        clean_vector_state();
+        return;
+      }
       if (!failed.load(std::memory_order_relaxed)) {
         try {
           (*fn)(i);
@@ -243,6 +249,7 @@ void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>
   const int32_t want = threads > 0 ? threads : default_num_threads();
   if (n == 1 || want <= 1 || t_in_worker) {
     for (int64_t i = 0; i < n; ++i) fn(i);
+    clean_vector_state();
     return;
   }
   Pool& p = pool();
