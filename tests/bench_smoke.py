@@ -20,6 +20,21 @@ import tempfile
 from contextlib import redirect_stdout
 
 
+def report_of(root, out):
+    """The Markdown scripts/bench-report.py prints for the JSON `out`."""
+    spec = importlib.util.spec_from_file_location("bench_report", os.path.join(root, "scripts", "bench-report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "run.json")
+        with open(path, "w") as f:
+            f.write(out)
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            report.main(path)
+    return buf.getvalue()
+
+
 def main(bench, root):
     out = subprocess.run([bench, "--quick", "--threads", "2", "--only", "products", "--shapes", "256x256",
                           "--ms", "1,16", "--working-set", "8", "--max-case-seconds", "0.2"],
@@ -48,17 +63,7 @@ def main(bench, root):
     # fast: NVFP4, MXFP4, NF4; fast-linear (session linears): NVFP4, NF4; W4A4: NVFP4, MXFP4
     assert integer == 14, f"7 integer cases per M, got {integer}"
 
-    spec = importlib.util.spec_from_file_location("bench_report", os.path.join(root, "scripts", "bench-report.py"))
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "run.json")
-        with open(path, "w") as f:
-            f.write(out)
-        buf = io.StringIO()
-        with redirect_stdout(buf):
-            report.main(path)
-    text = buf.getvalue()
+    text = report_of(root, out)
     assert "N×K = 256×256" in text and "block-scaled int8 roof" in text, text
     if has_int8:
         assert "integer cases" in text and "NVFP4 fast linear" in text, text
@@ -72,14 +77,8 @@ def main(bench, root):
         assert r["case"] == "pool_gap" and r["reference_spin_us"] == 100 and r["spin_us"] >= 0, r
         assert r["median_ms"] > 0 and r["reference_median_ms"] > 0 and r["speed_vs_reference"] > 0, r
         assert r["calls_timed"] >= 5, r
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "gaps.json")
-        with open(path, "w") as f:
-            f.write(out)
-        buf = io.StringIO()
-        with redirect_stdout(buf):
-            report.main(path)
-    assert "gap between calls" in buf.getvalue() and "2000 µs idle" in buf.getvalue(), buf.getvalue()
+    text = report_of(root, out)
+    assert "gap between calls" in text and "2000 µs idle" in text, text
     print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps")
 
 

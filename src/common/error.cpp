@@ -77,7 +77,9 @@ void log_message(int32_t level, const std::string& message) noexcept {
   if (level > log_level_ref().load(std::memory_order_relaxed)) return;
   LogState& state = log_state();
   std::lock_guard<std::mutex> lock(state.mutex);
-  if (state.callback != nullptr) state.callback(level, message.c_str(), state.user);
+  if (state.callback == nullptr) return;
+  clean_vector_state();  // the host's callback may be SSE code (a kernel may have run before)
+  state.callback(level, message.c_str(), state.user);
 }
 
 void set_log_callback(Q4_log_callback callback, void* user) {

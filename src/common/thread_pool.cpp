@@ -36,10 +36,10 @@ thread_local bool t_in_worker = false;
 // that slept through that gap joins the next product late. Measured with
 // nvfp4-bench --only gaps on an Emerald Rapids-class Xeon VM (2 vCPUs):
 // exact GEMV 2880x2880 (0.2 ms back to back), calls alternating in one
-// process between watches of 1000 and 100 µs: gaps of 200 and 500 µs
-// 1.21-1.22x (the caller busy or asleep), 1000 µs 1.01-1.03x, back to
-// back 1.00x; a gap longer than the watch gains nothing (2000 µs busy
-// 0.99x).
+// process between watches of 1000 and 100 µs (two runs): gaps of 200
+// and 500 µs 1.17-1.22x (the caller busy or asleep), 1000 µs 1.01-1.05x,
+// back to back 1.00x; a gap longer than the watch gains nothing (2000 µs
+// 0.98-1.00x).
 constexpr std::chrono::microseconds kCallerSpin{200};
 constexpr int64_t kDefaultWorkerSpinUs = 1000;
 

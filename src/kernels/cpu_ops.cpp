@@ -587,10 +587,6 @@ int64_t e8m0_piece_bytes() {
   return g_e8m0_piece_bytes.load(std::memory_order_relaxed);
 }
 
-int32_t gemv_tasks_per_thread() {
-  return g_gemv_tasks_per_thread.load(std::memory_order_relaxed);
-}
-
 void set_gemv_tasks_per_thread(int32_t tasks) {
   g_gemv_tasks_per_thread.store(std::max<int32_t>(1, tasks), std::memory_order_relaxed);
 }

@@ -51,9 +51,8 @@ void set_small_batch_config(const SmallBatchConfig& c);
 int64_t e8m0_piece_bytes();
 void set_e8m0_piece_bytes(int64_t bytes);
 
-// Tasks per thread the drivers split a GEMV's rows into (default 4; at
-// least 1), for measurements.
-int32_t gemv_tasks_per_thread();
+// Sets the tasks per thread the drivers split a GEMV's rows into (default
+// 4; at least 1), for measurements (tools/ab, AB_GEMV_TASKS).
 void set_gemv_tasks_per_thread(int32_t tasks);
 
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused
