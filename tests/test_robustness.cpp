@@ -169,3 +169,88 @@ TEST_CASE("products that overflow fp16 outputs saturate to Inf (documented)", "[
   REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 1.0f, nullptr, yb.t(), nullptr) == Q4_OK);
   CHECK(yb.get(0) == q4::fmt::bf16_to_f32(q4::fmt::f32_to_bf16(172032.0f)));
 }
+
+#if defined(__x86_64__) || defined(__aarch64__)
+namespace {
+
+// The calling thread's floating-point controls: x86 MXCSR, aarch64 FPCR.
+uint64_t fp_controls() {
+#if defined(__x86_64__)
+  uint32_t csr = 0;
+  __asm__ volatile("stmxcsr %0" : "=m"(csr));
+  return csr & ~0x3fu;  // (without the sticky status flags)
+#else
+  uint64_t fpcr = 0;
+  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+  return fpcr;
+#endif
+}
+
+void set_fp_controls(uint64_t v) {
+#if defined(__x86_64__)
+  const auto csr = static_cast<uint32_t>(v);
+  __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+#else
+  __asm__ volatile("msr fpcr, %0" : : "r"(v));
+#endif
+}
+
+// Flush to zero, subnormal inputs as zero (x86) and rounding toward zero.
+uint64_t hostile_controls(uint64_t v) {
+#if defined(__x86_64__)
+  return v | 0x8040u | 0x6000u;  // FTZ, DAZ, RZ
+#else
+  return v | (uint64_t{1} << 24) | (uint64_t{3} << 22);  // FZ, RZ
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("the caller's flush-to-zero and rounding controls change no result and come back as they were",
+          "[robustness]") {
+  const int64_t n = 32, k = 256;
+  // Subnormal weights and activations beside normal ones: flush-to-zero
+  // or denormals-are-zero in the library's arithmetic would change codes,
+  // scales and products.
+  Tensor w({n, k}, t::f32()), x({8, k}, t::f32());
+  for (int64_t i = 0; i < n * k; ++i)
+    w.set(i, i % 16 == 0 ? 1.0f : static_cast<float>(i % 7 - 3) * 1e-39f * static_cast<float>(1 + i % 5));
+  for (int64_t i = 0; i < 8 * k; ++i) x.set(i, i % 3 == 0 ? 1e-39f : 0.5f);
+  std::vector<std::vector<uint8_t>> given;  // codes and scales under a subnormal global scale, per run
+  auto run = [&](int32_t math, Tensor& q, Tensor& s, Tensor& y, Tensor& back) {
+    // A subnormal global scale first (codes and scales kept in `given`).
+    float g = 0;
+    REQUIRE(NVFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 1e-40f, nullptr, nullptr) == Q4_OK);
+    given.push_back(q.snapshot());
+    given.push_back(s.snapshot());
+    REQUIRE(NVFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
+    REQUIRE(NVFP4_dequantize(q.t(), s.t(), Q4_SCALE_LINEAR, g, back.t(), nullptr) == Q4_OK);
+    Q4_op_options o{};
+    Q4_op_options_init(&o);
+    o.math_mode = math;
+    REQUIRE(NVFP4_linear(x.t(), q.t(), s.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), &o) == Q4_OK);
+  };
+  for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+    Tensor q0({n, k / 2}, t::u8()), s0({n, k / 16}, t::u8()), y0({8, n}, t::f32()), b0({n, k}, t::f32());
+    Tensor q1({n, k / 2}, t::u8()), s1({n, k / 16}, t::u8()), y1({8, n}, t::f32()), b1({n, k}, t::f32());
+    run(math, q0, s0, y0, b0);
+    const uint64_t before = fp_controls();
+    set_fp_controls(hostile_controls(before));
+    const uint64_t hostile = fp_controls();
+    run(math, q1, s1, y1, b1);
+    const uint64_t after = fp_controls();
+    set_fp_controls(before);
+    CHECK(hostile != before);
+    CHECK(after == hostile);  // the caller's controls, restored
+    CHECK(q0.snapshot() == q1.snapshot());
+    CHECK(s0.snapshot() == s1.snapshot());
+    CHECK(b0.snapshot() == b1.snapshot());
+    CHECK(y0.snapshot() == y1.snapshot());
+  }
+  REQUIRE(given.size() == 8);
+  for (size_t i = 0; i < 8; i += 4) {
+    CHECK(given[i] == given[i + 2]);
+    CHECK(given[i + 1] == given[i + 3]);
+  }
+}
+#endif

@@ -167,6 +167,66 @@ const CpuInfo& cpu_info() {
   return info;
 }
 
+namespace {
+#if defined(Q4_X86)
+constexpr uint32_t kMxcsrStatus = 0x3fu;     // exception flags (sticky status, kept as they are)
+constexpr uint32_t kMxcsrDefault = 0x1f80u;  // all exceptions masked, nearest, no FTZ/DAZ
+uint64_t read_fp_controls() {
+  uint32_t csr = 0;
+  __asm__ volatile("stmxcsr %0" : "=m"(csr));
+  return csr;
+}
+void write_fp_controls(uint64_t v) {
+  const auto csr = static_cast<uint32_t>(v);
+  __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+}
+bool fp_controls_default(uint64_t v) {
+  return (static_cast<uint32_t>(v) & ~kMxcsrStatus) == kMxcsrDefault;
+}
+uint64_t fp_controls_defaulted(uint64_t v) {
+  return (static_cast<uint32_t>(v) & kMxcsrStatus) | kMxcsrDefault;
+}
+#elif defined(Q4_AARCH64)
+uint64_t read_fp_controls() {
+  uint64_t fpcr = 0;
+  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+  return fpcr;
+}
+void write_fp_controls(uint64_t v) {
+  __asm__ volatile("msr fpcr, %0" : : "r"(v));
+}
+bool fp_controls_default(uint64_t v) {
+  return v == 0;  // round to nearest, no flush to zero, no default NaN, no traps
+}
+uint64_t fp_controls_defaulted(uint64_t) {
+  return 0;
+}
+#endif
+}  // namespace
+
+FpDefaults::FpDefaults() noexcept {
+#if defined(Q4_X86) || defined(Q4_AARCH64)
+  saved_ = read_fp_controls();
+  if (!fp_controls_default(saved_)) {
+    write_fp_controls(fp_controls_defaulted(saved_));
+    changed_ = true;
+  }
+#endif
+}
+
+FpDefaults::~FpDefaults() noexcept {
+#if defined(Q4_X86) || defined(Q4_AARCH64)
+  if (changed_) write_fp_controls(saved_);
+#endif
+}
+
+void set_default_fp_controls() noexcept {
+#if defined(Q4_X86) || defined(Q4_AARCH64)
+  const uint64_t v = read_fp_controls();
+  if (!fp_controls_default(v)) write_fp_controls(fp_controls_defaulted(v));
+#endif
+}
+
 void clean_vector_state() noexcept {
 #if defined(Q4_X86)
   static const bool avx =

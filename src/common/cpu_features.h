@@ -44,6 +44,28 @@ int32_t isa_rank(int32_t isa);
 // compiler keeps no vector value across the instruction.
 void clean_vector_state() noexcept;
 
+// The calling thread's floating-point controls for the library's work:
+// the IEEE defaults (round to nearest even, subnormal inputs and results
+// kept, no traps; x86 MXCSR 0x1F80 less its status flags, aarch64 FPCR 0).
+// A host may run with others (flush-to-zero and denormals-are-zero are set
+// process-wide by any library linked with -ffast-math, or by a framework's
+// option), which would change the library's bit-exact results: each
+// public call sets the defaults when they differ and restores the caller's
+// controls when it returns (api_call), and the pool's workers start with
+// them.
+class FpDefaults {
+ public:
+  FpDefaults() noexcept;
+  ~FpDefaults() noexcept;
+  FpDefaults(const FpDefaults&) = delete;
+  FpDefaults& operator=(const FpDefaults&) = delete;
+
+ private:
+  uint64_t saved_ = 0;
+  bool changed_ = false;
+};
+void set_default_fp_controls() noexcept;
+
 // "scalar", "avx2", ... ; nullptr for unknown values.
 const char* isa_name(int32_t isa);
 // Parses a Q4_FORCE_ISA value; -1 when unknown.

@@ -42,9 +42,11 @@ void set_log_level(int32_t level);
 int32_t get_log_level();
 
 // Runs `body` (returning int32_t) and converts any exception into a status,
-// recording "<function>: <message>" for Q4_last_error(). Returns with the
-// vector registers' upper halves clean (clean_vector_state): a kernel may
-// leave them dirty, and the caller's SSE code would pay for it.
+// recording "<function>: <message>" for Q4_last_error(). The body runs
+// with the IEEE default floating-point controls (FpDefaults: the caller's
+// are restored afterwards), and the call returns with the vector
+// registers' upper halves clean (clean_vector_state): a kernel may leave
+// them dirty, and the caller's SSE code would pay for it.
 template <class Body>
 int32_t api_call(const char* function, Body&& body) noexcept {
   struct Clean {
@@ -53,6 +55,7 @@ int32_t api_call(const char* function, Body&& body) noexcept {
     Clean& operator=(const Clean&) = delete;
     ~Clean() { clean_vector_state(); }
   } clean;
+  const FpDefaults fp;
   try {
     return std::forward<Body>(body)();
   } catch (const Error& e) {

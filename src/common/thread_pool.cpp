@@ -166,6 +166,7 @@ class Pool {
  private:
   void loop() {
     t_in_worker = true;
+    set_default_fp_controls();  // (a thread starts with its creator's, a host thread's)
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_.load() || has_open_job(); });
