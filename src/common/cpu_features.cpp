@@ -202,15 +202,20 @@ uint64_t fp_controls_defaulted(uint64_t) {
   return 0;
 }
 #endif
+#if defined(Q4_X86) || defined(Q4_AARCH64)
+// Sets the defaults when the controls v differ from them; true when it did.
+bool apply_fp_defaults(uint64_t v) {
+  if (fp_controls_default(v)) return false;
+  write_fp_controls(fp_controls_defaulted(v));
+  return true;
+}
+#endif
 }  // namespace
 
 FpDefaults::FpDefaults() noexcept {
 #if defined(Q4_X86) || defined(Q4_AARCH64)
   saved_ = read_fp_controls();
-  if (!fp_controls_default(saved_)) {
-    write_fp_controls(fp_controls_defaulted(saved_));
-    changed_ = true;
-  }
+  changed_ = apply_fp_defaults(saved_);
 #endif
 }
 
@@ -222,8 +227,7 @@ FpDefaults::~FpDefaults() noexcept {
 
 void set_default_fp_controls() noexcept {
 #if defined(Q4_X86) || defined(Q4_AARCH64)
-  const uint64_t v = read_fp_controls();
-  if (!fp_controls_default(v)) write_fp_controls(fp_controls_defaulted(v));
+  apply_fp_defaults(read_fp_controls());
 #endif
 }
 

@@ -990,28 +990,6 @@ int bench_main(int argc, char** argv) {
     }
     int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, nq[1] = {n * k / 2}, na[1] = {n * k / 64};
     int64_t mss[2] = {n, k / 32};
-    {
-      // One exact GEMV over every copy of every format before any timing:
-      // the first cases of a shape otherwise read 25-55 % slow on a Zen 5
-      // (first touch of the copies' pages after they were written).
-      std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
-      int64_t xs[2] = {1, k}, ys[2] = {1, n};
-      DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
-      for (int64_t c = 0; c < copies; ++c) {
-        const size_t i = static_cast<size_t>(c);
-        DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
-                 ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
-        DLTensor mq = tensor(mx[i].q.data(), qs, 2, kDLUInt, 8),
-                 ms = tensor(mx[i].s.data(), mss, 2, kDLUInt, 8);
-        DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
-                 fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
-        NF4_state st = nf4_state(&fa);
-        if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, nv[i].g, nullptr, &ty, &opts) != Q4_OK ||
-            MXFP4_linear(&tx, &mq, &ms, Q4_SCALE_LINEAR, nullptr, &ty, &opts) != Q4_OK ||
-            NF4_scaled_mm(&tx, &fq, &st, nullptr, &ty, &opts) != Q4_OK)
-          std::abort();
-      }
-    }
     // Fast-mode session linears on the same copies (packed bundles: each
     // linear copies its weight and, where the table's integer GEMV reads
     // them, adds its codes in the tile order; docs/api.md).
@@ -1057,18 +1035,35 @@ int bench_main(int argc, char** argv) {
         nf_lin.push_back(l);
       }
     }
-    // Exact GEMVs over the rotated copies for 0.3 s before the shape's first
-    // timed case: after the set-up above (copies, linears) the first case
-    // of each shape, NVFP4 exact M = 1, read 20-35 % slow through all of
-    // its 30 runs on an Emerald Rapids-class Xeon VM (2880x2880: 0.27 ms,
-    // the cases after it and a program calling it alone 0.20-0.21 ms);
-    // with this warm-up 0.22-0.24 ms.
-    if (want("gemv") || want("gemm")) {
+    {
+      // One exact GEMV over every copy of every format before any timing:
+      // the first cases of a shape otherwise read 25-55 % slow on a Zen 5
+      // (first touch of the copies' pages after they were written). Then,
+      // before the products, NVFP4 GEMVs over the copies until 0.3 s have
+      // passed: after the set-up above (copies, linears) the first case of
+      // each shape, NVFP4 exact M = 1, read 20-35 % slow through all of
+      // its 30 runs on an Emerald Rapids-class Xeon VM (2880x2880: 0.27
+      // ms, the cases after it and a program calling it alone 0.20-0.21
+      // ms); with the 0.3 s 0.22-0.24 ms.
+      const auto w0 = Clock::now();
       std::vector<float> x = random_vec(k, 7, 1.0f), y(static_cast<size_t>(n));
       int64_t xs[2] = {1, k}, ys[2] = {1, n};
       DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
-      const auto w0 = Clock::now();
-      for (int64_t c = 0; std::chrono::duration<double>(Clock::now() - w0).count() < 0.3; ++c) {
+      for (int64_t c = 0; c < copies; ++c) {
+        const size_t i = static_cast<size_t>(c);
+        DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
+                 ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
+        DLTensor mq = tensor(mx[i].q.data(), qs, 2, kDLUInt, 8),
+                 ms = tensor(mx[i].s.data(), mss, 2, kDLUInt, 8);
+        DLTensor fq = tensor(nf[i].q.data(), nq, 1, kDLUInt, 8),
+                 fa = tensor(nf[i].absmax.data(), na, 1, kDLFloat, 32);
+        NF4_state st = nf4_state(&fa);
+        if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, nv[i].g, nullptr, &ty, &opts) != Q4_OK ||
+            MXFP4_linear(&tx, &mq, &ms, Q4_SCALE_LINEAR, nullptr, &ty, &opts) != Q4_OK ||
+            NF4_scaled_mm(&tx, &fq, &st, nullptr, &ty, &opts) != Q4_OK)
+          std::abort();
+      }
+      for (int64_t c = 0; products && std::chrono::duration<double>(Clock::now() - w0).count() < 0.3; ++c) {
         Nvfp4Weight& w = nv[static_cast<size_t>(c % copies)];
         DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
         if (NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, &opts) != Q4_OK) std::abort();
