@@ -34,6 +34,7 @@
 // per thread on the old side, b on the new; default the library's 4).
 // Prints one JSON object per run.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,16 @@ void split_rows(int32_t threads, int64_t n, F&& f) {
   });
 }
 
+// Environment variable `name` as "a" (both sides) or "a,b" (old side,
+// new side); unset: `unset` for both.
+std::array<int32_t, 2> side_pair(const char* name, int32_t unset) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return {unset, unset};
+  const int32_t a = std::atoi(e);
+  const char* comma = std::strchr(e, ',');
+  return {a, comma != nullptr ? std::atoi(comma + 1) : a};
+}
+
 struct Copy {  // one copy of the operands
   std::vector<uint8_t> q, s, e8m0, tiles;
   std::vector<uint8_t> qa[2];                 // AB_Q_ALIGN copies of q per side
@@ -105,16 +116,11 @@ int main(int argc, char** argv) {
   const int signs = std::getenv("AB_SIGNS") != nullptr ? std::atoi(std::getenv("AB_SIGNS")) : 0;
   const bool any_scale = std::getenv("AB_ANY_SCALE") != nullptr;
   const int tiles_bits = std::getenv("AB_TILES") != nullptr ? std::atoi(std::getenv("AB_TILES")) : 0;
-  int64_t q_align[2] = {-1, -1};  // AB_Q_ALIGN=a,b: the codes at a (old side), b (new side) mod 64
-  if (const char* e = std::getenv("AB_Q_ALIGN")) {
-    q_align[0] = std::atoi(e);
-    q_align[1] = std::strchr(e, ',') != nullptr ? std::atoi(std::strchr(e, ',') + 1) : q_align[0];
-  }
-  int32_t gemv_tasks[2] = {0, 0};  // AB_GEMV_TASKS=a,b: the drivers' GEMV tasks per thread per side
-  if (const char* e = std::getenv("AB_GEMV_TASKS")) {
-    gemv_tasks[0] = std::atoi(e);
-    gemv_tasks[1] = std::strchr(e, ',') != nullptr ? std::atoi(std::strchr(e, ',') + 1) : gemv_tasks[0];
-  }
+  // AB_Q_ALIGN=a,b: the codes at a (old side), b (new side) mod 64 (-1: as
+  // allocated); AB_GEMV_TASKS=a,b: the drivers' GEMV tasks per thread per
+  // side (0: the library's default).
+  const std::array<int32_t, 2> q_align = side_pair("AB_Q_ALIGN", -1),
+                               gemv_tasks = side_pair("AB_GEMV_TASKS", 0);
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
     std::fprintf(stderr, "need M >= 1, N >= 16, K >= 128 with K %% 64 == 0, reps and threads >= 1\n");
