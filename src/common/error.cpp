@@ -6,6 +6,8 @@
 #include <limits>
 #include <mutex>
 
+#include <pthread.h>
+
 namespace q4 {
 namespace {
 
@@ -22,6 +24,25 @@ LogState& log_state() {
   static LogState* state = new LogState();  // never destroyed: usable at exit
   return *state;
 }
+
+// fork() without exec: the forking thread holds the log's lock across the
+// fork (so no other thread holds it, or a half-set callback, in the child)
+// unless it forks from inside the callback, where it already holds it.
+thread_local bool t_in_log_callback = false;
+bool g_log_locked_for_fork = false;  // written by the forking thread only
+
+void log_before_fork() {
+  if (t_in_log_callback) return;
+  log_state().mutex.lock();
+  g_log_locked_for_fork = true;
+}
+void log_after_fork() {
+  if (!g_log_locked_for_fork) return;
+  g_log_locked_for_fork = false;
+  log_state().mutex.unlock();
+}
+[[maybe_unused]] const int g_log_fork_handlers =
+    pthread_atfork(log_before_fork, log_after_fork, log_after_fork);
 
 int32_t parse_log_level(const char* text) {
   if (text == nullptr || *text == '\0') return Q4_LOG_WARN;
@@ -75,11 +96,17 @@ bool log_enabled(int32_t level) noexcept {
 
 void log_message(int32_t level, const std::string& message) noexcept {
   if (level > log_level_ref().load(std::memory_order_relaxed)) return;
+  // A message raised while the callback runs on this thread (it called the
+  // library, and that call failed or fell back) is dropped: entering the
+  // callback again would take the lock this thread holds.
+  if (t_in_log_callback) return;
   LogState& state = log_state();
   std::lock_guard<std::mutex> lock(state.mutex);
   if (state.callback == nullptr) return;
   clean_vector_state();  // the host's callback may be SSE code (a kernel may have run before)
+  t_in_log_callback = true;
   state.callback(level, message.c_str(), state.user);
+  t_in_log_callback = false;
 }
 
 void set_log_callback(Q4_log_callback callback, void* user) {

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+
 #include "common/cpu_features.h"
 
 namespace q4 {
@@ -210,13 +212,49 @@ class Pool {
   std::atomic<uint64_t> posted_{0};  // jobs posted so far
 };
 
+// The pool, made at the first parallel call. Workers = default threads - 1
+// (the caller is the other one). Never destroyed: joining threads during
+// static destruction can deadlock when the library is unloaded from an
+// exiting host.
+//
+// fork() without exec (Python's multiprocessing and data loaders, prefork
+// servers): the child inherits the pool's memory but none of its workers,
+// and the pool's lock stays held if another thread of the parent held it
+// at the fork. So the child leaves that pool alone (leaked, a few hundred
+// bytes) and makes a new one at its first parallel call; without this a
+// child ran every product on its calling thread, and one forked while
+// another thread was posting a job hung (tests/test_fork.cpp: 2 hangs in
+// 40 forks).
+std::mutex g_pool_mutex;  // serializes the pool's creation; held across fork()
+std::atomic<Pool*> g_pool{nullptr};
+
 Pool& pool() {
-  // Workers = default threads - 1 (the caller is the other one). Never
-  // destroyed: joining threads during static destruction can deadlock when
-  // the library is unloaded from an exiting host.
-  static Pool* p = new Pool(default_num_threads() - 1);
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    std::lock_guard<std::mutex> lock(g_pool_mutex);
+    p = g_pool.load(std::memory_order_relaxed);
+    if (p == nullptr) {
+      p = new Pool(default_num_threads() - 1);
+      g_pool.store(p, std::memory_order_release);
+    }
+  }
   return *p;
 }
+
+void pool_before_fork() {
+  g_pool_mutex.lock();
+}
+void pool_after_fork_in_parent() {
+  g_pool_mutex.unlock();
+}
+void pool_after_fork_in_child() {
+  g_pool.store(nullptr, std::memory_order_relaxed);
+  g_pool_mutex.unlock();
+}
+// Registered at load (no other thread can be in the library then); glibc
+// drops a shared object's handlers when it is unloaded.
+[[maybe_unused]] const int g_pool_fork_handlers =
+    pthread_atfork(pool_before_fork, pool_after_fork_in_parent, pool_after_fork_in_child);
 
 }  // namespace
 

@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <pthread.h>
+
 #include "common/thread_pool.h"
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -871,6 +873,9 @@ class StagingCache {
   StagingCache() = default;
   StagingCache(const StagingCache&) = delete;
   StagingCache& operator=(const StagingCache&) = delete;
+  // Held across fork() (fork_handlers below).
+  void lock() { mutex_.lock(); }
+  void unlock() { mutex_.unlock(); }
 
  private:
   std::mutex mutex_;
@@ -882,6 +887,22 @@ StagingCache& staging_cache() {
   static StagingCache cache;
   return cache;
 }
+
+// fork() without exec: a lock another thread holds at the fork stays held
+// in the child, and what it guards may be half written. The kernels' two
+// process-wide locks (the small-batch configuration, the staging cache)
+// are only ever held for a few stores and never call out, so the forking
+// thread takes both before the fork and releases them in parent and child.
+void kernels_before_fork() {
+  g_sb_mutex.lock();
+  staging_cache().lock();
+}
+void kernels_after_fork() {
+  staging_cache().unlock();
+  g_sb_mutex.unlock();
+}
+[[maybe_unused]] const int g_kernels_fork_handlers =
+    pthread_atfork(kernels_before_fork, kernels_after_fork, kernels_after_fork);
 
 // Uninitialized bytes for the staging of a quantization: the kept buffer
 // when it is large enough, else a new one on transparent huge pages where

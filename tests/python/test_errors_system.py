@@ -160,3 +160,46 @@ def test_library_next_to_the_package_is_found(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import nvfp4; print(nvfp4.library_path())"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(dst / "libNVFP4.so.1")
+
+
+_FORK_CASE = None
+
+
+def _linear_in_forked_child(_):
+    x, q, s, g = _FORK_CASE
+    return nvfp4.nvfp4_linear(x, q, s, g).tobytes()
+
+
+def test_forked_workers_get_the_same_bits_while_a_parent_thread_is_in_the_library():
+    # multiprocessing with the "fork" start method (Linux's default before
+    # Python 3.14; data loaders): the children inherit the library with a
+    # parent thread inside a product (ctypes drops the GIL), and must
+    # neither hang nor compute other bits.
+    import multiprocessing
+    global _FORK_CASE
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((512, 1024), dtype=np.float32)
+    x = rng.standard_normal((8, 1024), dtype=np.float32)
+    q, s, g = nvfp4.nvfp4_quantize(w)
+    _FORK_CASE = (x, q, s, g)
+    expected = nvfp4.nvfp4_linear(x, q, s, g).tobytes()
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            nvfp4.nvfp4_quantize(w)
+            nvfp4.nvfp4_linear(x, q, s, g)
+
+    threads = [threading.Thread(target=busy) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        ctx = multiprocessing.get_context("fork")
+        for _ in range(10):
+            with ctx.Pool(4) as pool:
+                got = pool.map_async(_linear_in_forked_child, range(8)).get(timeout=120)
+            assert got == [expected] * 8
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()

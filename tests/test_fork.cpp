@@ -1,0 +1,251 @@
+// A child process forked (without exec) from a host that uses the library:
+// Python's multiprocessing and data-loader workers, prefork servers. The
+// child inherits the library's memory but only the forking thread, so the
+// pool's workers are gone and any internal lock another thread held at the
+// fork stays held. These cases check that the child gets a pool with its
+// threads back and that its calls neither hang nor compute other bits,
+// however busy the parent's other threads were at the fork.
+//
+// Hidden tag [fork]: run by its own ctest entries (tests/CMakeLists.txt),
+// which report "SKIPPED" under ThreadSanitizer (it does not support new
+// threads in the child of a multi-threaded process).
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "test_util.h"
+
+using t::Tensor;
+
+#if defined(__SANITIZE_THREAD__)
+#define Q4_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define Q4_TEST_TSAN 1
+#endif
+#endif
+
+namespace {
+
+// The exit status of child `pid`, 128 + signal when a signal ended it, or
+// -1 when it was still running after `seconds` (a hang; then killed).
+int wait_child(pid_t pid, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0) return -2;
+    if (std::chrono::steady_clock::now() > end) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool skipped_under_tsan() {
+#if defined(Q4_TEST_TSAN)
+  std::printf("SKIPPED: fork with threads in the child is not supported under ThreadSanitizer\n");
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("a forked child runs parallel work on threads of its own", "[.][fork]") {
+  if (skipped_under_tsan()) return;
+  // The parent's pool exists and has worked.
+  std::atomic<int64_t> sum{0};
+  q4::parallel_for(64, 2, [&](int64_t i) { sum += i; });
+  REQUIRE(sum.load() == 64 * 63 / 2);
+
+  for (int round = 0; round < 3; ++round) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // Iteration 0 (the caller's) waits until another thread has run an
+      // iteration: a helper exists in the child. Without one it gives up
+      // after 5 s and the child reports it.
+      std::mutex m;
+      std::set<std::thread::id> ids;
+      std::atomic<bool> helped{false};
+      const std::thread::id self = std::this_thread::get_id();
+      bool ok = true;
+      try {
+        q4::parallel_for(16, 2, [&](int64_t i) {
+          {
+            std::lock_guard<std::mutex> lock(m);
+            ids.insert(std::this_thread::get_id());
+          }
+          if (std::this_thread::get_id() != self) helped = true;
+          if (i == 0) {
+            const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+            while (!helped.load() && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+          }
+        });
+      } catch (...) {
+        ok = false;
+      }
+      ::_exit(!ok ? 3 : helped.load() && ids.size() >= 2 ? 0 : 1);
+    }
+    INFO("round " << round << ": exit status 1 means the child ran on its calling thread only");
+    CHECK(wait_child(pid, 60) == 0);
+  }
+}
+
+namespace {
+
+void log_to_nowhere(int32_t, const char* message, void* user) {
+  static_cast<std::atomic<int64_t>*>(user)->fetch_add(message != nullptr ? 1 : 0);
+}
+
+struct Problem {
+  static constexpr int64_t kM = 8, kN = 512, kK = 1024, kRows = 256;
+  Tensor w = t::random_float({kN, kK}, t::f32(), 1);
+  Tensor x = t::random_float({kM, kK}, t::f32(), 2);
+  Tensor big = t::random_float({kRows, kK}, t::f32(), 3);  // quantized by the busy threads
+  Tensor wq{{kN, kK / 2}, t::u8()}, ws{{kN, kK / 16}, t::u8()};
+  float g = 0;
+  Tensor y_expected{{kM, kN}, t::f32()};
+  Tensor wq_expected{{kN, kK / 2}, t::u8()};
+
+  Problem() {
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr) == Q4_OK);
+    std::memcpy(wq_expected.data(), wq.data(), wq.bytes);
+    REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, y_expected.t(), nullptr) ==
+            Q4_OK);
+  }
+
+  // Quantizes w and runs the product again; true when both give the
+  // bits computed at construction.
+  bool same_bits() {
+    Tensor q({kN, kK / 2}, t::u8()), s({kN, kK / 16}, t::u8()), y({kM, kN}, t::f32());
+    float g2 = 0;
+    if (NVFP4_quantize(w.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, &g2, nullptr) != Q4_OK) return false;
+    if (g2 != g || std::memcmp(q.data(), wq_expected.data(), q.bytes) != 0) return false;
+    if (NVFP4_linear(x.t(), wq.t(), ws.t(), Q4_SCALE_LINEAR, g, nullptr, y.t(), nullptr) != Q4_OK)
+      return false;
+    return std::memcmp(y.data(), y_expected.data(), y.bytes) == 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a child forked while other threads use the library neither hangs nor computes other bits",
+          "[.][fork]") {
+  if (skipped_under_tsan()) return;
+  Problem p;
+  std::atomic<int64_t> logged{0};
+  REQUIRE(Q4_set_log_callback(log_to_nowhere, &logged) == Q4_OK);
+  const int32_t level = Q4_get_log_level();
+  REQUIRE(Q4_set_log_level(Q4_LOG_DEBUG) == Q4_OK);  // (errors are logged at DEBUG)
+
+  // Two threads keep the pool, the quantization staging and the log busy.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::vector<std::thread> busy;
+  for (int b = 0; b < 2; ++b) {
+    busy.emplace_back([&] {
+      Tensor q({Problem::kRows, Problem::kK / 2}, t::u8()), s({Problem::kRows, Problem::kK / 16}, t::u8());
+      Tensor y({Problem::kM, Problem::kN}, t::f32());
+      while (!stop.load()) {
+        float g = 0;
+        NVFP4_quantize(p.big.t(), q.t(), s.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr);
+        NVFP4_linear(p.x.t(), p.wq.t(), p.ws.t(), Q4_SCALE_LINEAR, p.g, nullptr, y.t(), nullptr);
+        NVFP4_linear(nullptr, p.wq.t(), p.ws.t(), Q4_SCALE_LINEAR, p.g, nullptr, y.t(), nullptr);  // logs
+        ++calls;
+      }
+    });
+  }
+  while (calls.load() < 4) std::this_thread::yield();
+
+  int hung = 0, wrong = 0;
+  for (int round = 0; round < 40; ++round) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      bool ok = true;
+      for (int i = 0; i < 5 && ok; ++i) ok = p.same_bits();
+      ::_exit(ok ? 0 : 1);
+    }
+    const int status = wait_child(pid, 30);
+    if (status == -1) ++hung;
+    if (status != 0 && status != -1) ++wrong;
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (round % 7)));
+  }
+  stop = true;
+  for (std::thread& th : busy) th.join();
+  Q4_set_log_level(level);
+  Q4_set_log_callback(nullptr, nullptr);
+  CHECK(hung == 0);
+  CHECK(wrong == 0);
+  CHECK(logged.load() > 0);
+}
+
+namespace {
+
+struct CallbackCase {
+  Problem* p = nullptr;
+  bool fork_inside = false;
+  int calls = 0;
+  int child_status = -3;
+};
+
+// Calls the library from inside the callback: a failing call (itself
+// logged at DEBUG) and a product; or forks there, and the child does the same.
+void log_and_reenter(int32_t, const char*, void* user) {
+  auto* c = static_cast<CallbackCase*>(user);
+  if (++c->calls > 1) return;
+  if (!c->fork_inside) {
+    NVFP4_quantize(nullptr, nullptr, nullptr, Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr);
+    if (!c->p->same_bits()) c->calls = 1000;
+    return;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    NVFP4_quantize(nullptr, nullptr, nullptr, Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr);
+    ::_exit(c->p->same_bits() ? 0 : 1);
+  }
+  c->child_status = pid < 0 ? -4 : wait_child(pid, 30);
+}
+
+}  // namespace
+
+TEST_CASE("the log callback may call the library, and may fork", "[.][fork]") {
+  if (skipped_under_tsan()) return;
+  Problem p;
+  const int32_t level = Q4_get_log_level();
+  for (bool fork_inside : {false, true}) {
+    // In a child: a hang there (the callback re-entering the log's lock)
+    // fails the case instead of stopping the suite.
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      CallbackCase c{&p, fork_inside};
+      Q4_set_log_callback(log_and_reenter, &c);
+      Q4_set_log_level(Q4_LOG_DEBUG);
+      const int32_t st = NVFP4_quantize(nullptr, nullptr, nullptr, Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr);
+      const bool ok = st == Q4_ERR_NULL_POINTER && c.calls == 1 && (!fork_inside || c.child_status == 0);
+      ::_exit(ok ? 0 : 1 + (c.calls == 1000) + 2 * (c.child_status != 0));
+    }
+    INFO("callback forks: " << fork_inside);
+    CHECK(wait_child(pid, 60) == 0);
+  }
+  Q4_set_log_level(level);
+}
