@@ -2,17 +2,22 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "common/cpu_features.h"
 
@@ -258,15 +263,88 @@ void pool_after_fork_in_child() {
 
 }  // namespace
 
+int32_t cgroup_quota_cpus(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return 0;
+  return static_cast<int32_t>(std::min<int64_t>(kMaxThreads, (quota + period - 1) / period));
+}
+
+int32_t cgroup2_cpu_max_cpus(const std::string& text) {
+  // "<quota> <period>" in µs, quota "max" when unlimited.
+  const char* p = text.c_str();
+  char* end = nullptr;
+  const long long quota = std::strtoll(p, &end, 10);
+  if (end == p) return 0;  // "max" or unreadable
+  p = end;
+  const long long period = std::strtoll(p, &end, 10);
+  return cgroup_quota_cpus(quota, end == p ? 100000 : period);
+}
+
+namespace {
+
+// The first line of a small file ("" when it cannot be read).
+std::string first_line(const char* path) {
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return "";
+  char buf[128] = {};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  return ok ? std::string(buf) : std::string();
+}
+
+// CPUs a CPU quota of this process's cgroup allows (0: none). Read where
+// a container sees its own cgroup: the root of the cgroup mount, v2
+// (cpu.max) or v1 (cpu.cfs_quota_us / cpu.cfs_period_us).
+int32_t cgroup_cpu_limit() {
+  if (const int32_t v2 = cgroup2_cpu_max_cpus(first_line("/sys/fs/cgroup/cpu.max")); v2 > 0) return v2;
+  for (const char* dir : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+    const std::string quota = first_line((std::string(dir) + "/cpu.cfs_quota_us").c_str());
+    const std::string period = first_line((std::string(dir) + "/cpu.cfs_period_us").c_str());
+    if (quota.empty() || period.empty()) continue;
+    return cgroup_quota_cpus(std::strtoll(quota.c_str(), nullptr, 10),
+                             std::strtoll(period.c_str(), nullptr, 10));
+  }
+  return 0;
+}
+
+// CPUs in the affinity mask of the process's main thread (0: unknown).
+int32_t affinity_cpus() {
+#if defined(__linux__)
+  for (int cpus = CPU_SETSIZE; cpus <= (1 << 16); cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) return 0;
+    const size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    const int rc = sched_getaffinity(::getpid(), size, set);
+    const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    const int err = rc == 0 ? 0 : errno;
+    CPU_FREE(set);
+    if (rc == 0) return count;
+    if (err != EINVAL) return 0;  // (EINVAL: the kernel's mask is larger)
+  }
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int32_t available_cpus() {
+  int32_t n = affinity_cpus();
+  if (n <= 0) {
+    const unsigned hc = std::thread::hardware_concurrency();
+    n = hc > 0 ? static_cast<int32_t>(std::min<unsigned>(hc, kMaxThreads)) : 1;
+  }
+  if (const int32_t limit = cgroup_cpu_limit(); limit > 0) n = std::min(n, limit);
+  return std::clamp<int32_t>(n, 1, kMaxThreads);
+}
+
 int32_t default_num_threads() {
   static const int32_t n = [] {
     if (const char* env = std::getenv("Q4_NUM_THREADS")) {
       char* end = nullptr;
       const long v = std::strtol(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int32_t>(v);
+      if (end != env && *end == '\0' && v >= 1 && v <= kMaxThreads) return static_cast<int32_t>(v);
     }
-    const unsigned hc = std::thread::hardware_concurrency();
-    return hc > 0 ? static_cast<int32_t>(hc) : 1;
+    return available_cpus();
   }();
   return n;
 }

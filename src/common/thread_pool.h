@@ -10,11 +10,29 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace q4 {
 
-// Default thread count: Q4_NUM_THREADS if set (>= 1), else the online CPUs.
+constexpr int32_t kMaxThreads = 1024;
+
+// Default thread count, read once per process: Q4_NUM_THREADS if set (1 to
+// kMaxThreads), else available_cpus().
 int32_t default_num_threads();
+
+// The CPUs this process may run on: the affinity mask of its main thread
+// (taskset, numactl, a cpuset cgroup: Slurm, Kubernetes' static CPU
+// manager), capped by a CPU quota of its cgroup rounded up (docker --cpus,
+// Kubernetes CPU limits); the online CPUs where no mask can be read.
+// (The online CPUs alone would put a 64-core host's 64 threads on a
+// container's 2 CPUs, each worker spinning through its watch.)
+int32_t available_cpus();
+
+// CPUs a CPU quota allows: quota / period rounded up, 0 when unlimited
+// (quota <= 0); and the same from the text of a cgroup v2 cpu.max file
+// ("150000 100000", "max 100000").
+int32_t cgroup_quota_cpus(int64_t quota, int64_t period);
+int32_t cgroup2_cpu_max_cpus(const std::string& text);
 
 // Runs fn(0..n-1) with at most `threads` threads (0 = default), the caller
 // included. Exceptions thrown by fn are rethrown in the caller (the first

@@ -1,3 +1,8 @@
+// The library inside a host process.
+//
+// The default thread count follows the CPUs the process may use (affinity
+// mask, cgroup CPU quota), not the machine's.
+//
 // A child process forked (without exec) from a host that uses the library:
 // Python's multiprocessing and data-loader workers, prefork servers. The
 // child inherits the library's memory but only the forking thread, so the
@@ -11,6 +16,7 @@
 // threads in the child of a multi-threaded process).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -248,4 +254,36 @@ TEST_CASE("the log callback may call the library, and may fork", "[.][fork]") {
     CHECK(wait_child(pid, 60) == 0);
   }
   Q4_set_log_level(level);
+}
+
+TEST_CASE("the default thread count follows the CPUs the process may use", "[threads]") {
+  // cgroup CPU quotas, rounded up to whole CPUs; unlimited is 0.
+  CHECK(q4::cgroup_quota_cpus(200000, 100000) == 2);
+  CHECK(q4::cgroup_quota_cpus(150000, 100000) == 2);
+  CHECK(q4::cgroup_quota_cpus(50000, 100000) == 1);
+  CHECK(q4::cgroup_quota_cpus(-1, 100000) == 0);
+  CHECK(q4::cgroup_quota_cpus(100000, 0) == 0);
+  CHECK(q4::cgroup_quota_cpus(int64_t{1} << 40, 1000) == q4::kMaxThreads);
+  CHECK(q4::cgroup2_cpu_max_cpus("max 100000\n") == 0);
+  CHECK(q4::cgroup2_cpu_max_cpus("250000 100000\n") == 3);
+  CHECK(q4::cgroup2_cpu_max_cpus("100000") == 1);  // period defaults to 100000 µs
+  CHECK(q4::cgroup2_cpu_max_cpus("") == 0);
+
+  // The main thread's affinity mask: this case runs on it (Catch2's runner).
+  cpu_set_t saved;
+  CPU_ZERO(&saved);
+  REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
+  const int32_t all = q4::available_cpus();
+  CHECK(all >= 1);
+  CHECK(all <= CPU_COUNT(&saved));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  const int32_t pinned = q4::available_cpus();
+  REQUIRE(sched_setaffinity(0, sizeof saved, &saved) == 0);
+  CHECK(pinned == 1);
+  CHECK(q4::available_cpus() == all);
 }
