@@ -1,7 +1,9 @@
 // The library inside a host process.
 //
 // The default thread count follows the CPUs the process may use (affinity
-// mask, cgroup CPU quota), not the machine's.
+// mask, cgroup CPU quota), not the machine's, and the pool's workers do not
+// inherit the state of the host thread that made the pool (its one-CPU
+// mask, its open signals).
 //
 // A child process forked (without exec) from a host that uses the library:
 // Python's multiprocessing and data-loader workers, prefork servers. The
@@ -16,6 +18,7 @@
 // threads in the child of a multi-threaded process).
 #include <catch2/catch.hpp>
 
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -113,6 +116,59 @@ TEST_CASE("a forked child runs parallel work on threads of its own", "[.][fork]"
     INFO("round " << round << ": exit status 1 means the child ran on its calling thread only");
     CHECK(wait_child(pid, 60) == 0);
   }
+}
+
+TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked, named", "[.][fork]") {
+  if (skipped_under_tsan()) return;
+  // In a child (a fresh pool, made by its first parallel call), from a
+  // thread pinned to one CPU as an actor runtime's are.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    cpu_set_t main_mask;
+    CPU_ZERO(&main_mask);
+    if (sched_getaffinity(0, sizeof main_mask, &main_mask) != 0) ::_exit(20);
+    int worker_cpus = -1, blocked = -1, named = -1;
+    bool helped = false;
+    std::thread pinned([&] {
+      int first = 0;
+      while (!CPU_ISSET(first, &main_mask)) ++first;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(first, &one);
+      if (sched_setaffinity(0, sizeof one, &one) != 0) return;
+      const std::thread::id self = std::this_thread::get_id();
+      std::mutex m;
+      std::atomic<bool> seen{false};
+      q4::parallel_for(16, 2, [&](int64_t i) {
+        if (std::this_thread::get_id() != self && !seen.load()) {
+          std::lock_guard<std::mutex> lock(m);
+          cpu_set_t mine;
+          CPU_ZERO(&mine);
+          sched_getaffinity(0, sizeof mine, &mine);
+          worker_cpus = CPU_COUNT(&mine);
+          sigset_t now;
+          pthread_sigmask(SIG_BLOCK, nullptr, &now);
+          blocked = sigismember(&now, SIGINT) == 1 && sigismember(&now, SIGTERM) == 1 ? 1 : 0;
+          char name[32] = {};
+          pthread_getname_np(pthread_self(), name, sizeof name);
+          named = std::strcmp(name, "nvfp4-worker") == 0 ? 1 : 0;
+          seen = true;
+        }
+        if (i == 0) {
+          const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (!seen.load() && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+        }
+      });
+      std::lock_guard<std::mutex> lock(m);
+      helped = seen.load();
+    });
+    pinned.join();
+    if (!helped) ::_exit(1);
+    ::_exit((worker_cpus == CPU_COUNT(&main_mask) ? 0 : 2) | (blocked == 1 ? 0 : 4) | (named == 1 ? 0 : 8));
+  }
+  INFO("exit status bits: 1 no worker, 2 worker kept the caller's one-CPU mask, 4 signals open, 8 unnamed");
+  CHECK(wait_child(pid, 60) == 0);
 }
 
 namespace {

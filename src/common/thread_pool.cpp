@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "common/cpu_features.h"
@@ -84,6 +85,47 @@ bool spin_until(Done&& done, std::chrono::microseconds limit) {
   }
 }
 
+#if defined(__linux__)
+// The affinity mask of the process's main thread (thread id = process id):
+// the CPUs the process may use, whichever thread asks (a host may pin its
+// own threads to one core each). Empty (count 0) when it cannot be read.
+struct CpuMask {
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> set{nullptr, [](cpu_set_t* s) { CPU_FREE(s); }};
+  size_t size = 0;
+  int count() const { return set ? CPU_COUNT_S(size, set.get()) : 0; }
+};
+
+CpuMask main_thread_affinity() {
+  for (int cpus = CPU_SETSIZE; cpus <= (1 << 16); cpus *= 2) {
+    CpuMask m;
+    m.set.reset(CPU_ALLOC(cpus));
+    if (!m.set) break;
+    m.size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(m.size, m.set.get());
+    if (sched_getaffinity(::getpid(), m.size, m.set.get()) == 0) return m;
+    if (errno != EINVAL) break;  // (EINVAL: the kernel's mask is larger)
+  }
+  return CpuMask{};
+}
+#endif
+
+// Every signal blocked in this thread while it lives (and in threads it
+// creates meanwhile, which inherit the mask).
+class AllSignalsBlocked {
+ public:
+  AllSignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old_);
+  }
+  ~AllSignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  AllSignalsBlocked(const AllSignalsBlocked&) = delete;
+  AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
 struct Job {
   const std::function<void(int64_t)>* fn = nullptr;
   int64_t n = 0;
@@ -125,7 +167,17 @@ struct Job {
 
 class Pool {
  public:
+  // The workers are the library's, not the host thread's whose call made
+  // the pool: they start with every signal blocked (the host's signals go
+  // to its own threads: a sigwait thread, Python's main thread), on the
+  // process's CPUs (a thread pinned to one core made the pool, as an actor
+  // runtime's are, and every worker inherited that one core), and named
+  // "nvfp4-worker" (top, gdb, py-spy).
   explicit Pool(int32_t workers) {
+#if defined(__linux__)
+    affinity_ = main_thread_affinity();
+#endif
+    const AllSignalsBlocked blocked;
     threads_.reserve(static_cast<size_t>(workers));
     for (int32_t i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
   }
@@ -138,7 +190,9 @@ class Pool {
     for (std::thread& t : threads_) t.join();
   }
 
-  int32_t workers() const { return static_cast<int32_t>(threads_.size()); }
+  int32_t workers() const {
+    return static_cast<int32_t>(threads_.size());
+  }
 
   void run(const std::shared_ptr<Job>& job) {
     if (job->max_helpers > 0) {
@@ -174,6 +228,10 @@ class Pool {
   void loop() {
     t_in_worker = true;
     set_default_fp_controls();  // (a thread starts with its creator's, a host thread's)
+#if defined(__linux__)
+    if (affinity_.count() > 0) sched_setaffinity(0, affinity_.size, affinity_.set.get());
+    pthread_setname_np(pthread_self(), "nvfp4-worker");
+#endif
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_.load() || has_open_job(); });
@@ -215,6 +273,9 @@ class Pool {
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};    // set under mutex_ (the wait's predicate), read while spinning too
   std::atomic<uint64_t> posted_{0};  // jobs posted so far
+#if defined(__linux__)
+  CpuMask affinity_;  // written before the workers start
+#endif
 };
 
 // The pool, made at the first parallel call. Workers = default threads - 1
@@ -306,29 +367,14 @@ int32_t cgroup_cpu_limit() {
   return 0;
 }
 
-// CPUs in the affinity mask of the process's main thread (0: unknown).
-int32_t affinity_cpus() {
-#if defined(__linux__)
-  for (int cpus = CPU_SETSIZE; cpus <= (1 << 16); cpus *= 2) {
-    cpu_set_t* set = CPU_ALLOC(cpus);
-    if (set == nullptr) return 0;
-    const size_t size = CPU_ALLOC_SIZE(cpus);
-    CPU_ZERO_S(size, set);
-    const int rc = sched_getaffinity(::getpid(), size, set);
-    const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
-    const int err = rc == 0 ? 0 : errno;
-    CPU_FREE(set);
-    if (rc == 0) return count;
-    if (err != EINVAL) return 0;  // (EINVAL: the kernel's mask is larger)
-  }
-#endif
-  return 0;
-}
-
 }  // namespace
 
 int32_t available_cpus() {
-  int32_t n = affinity_cpus();
+#if defined(__linux__)
+  int32_t n = main_thread_affinity().count();
+#else
+  int32_t n = 0;
+#endif
   if (n <= 0) {
     const unsigned hc = std::thread::hardware_concurrency();
     n = hc > 0 ? static_cast<int32_t>(std::min<unsigned>(hc, kMaxThreads)) : 1;
