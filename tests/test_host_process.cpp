@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -342,4 +343,82 @@ TEST_CASE("the default thread count follows the CPUs the process may use", "[thr
   REQUIRE(sched_setaffinity(0, sizeof saved, &saved) == 0);
   CHECK(pinned == 1);
   CHECK(q4::available_cpus() == all);
+}
+
+namespace {
+
+// Runs fn on a new thread with a stack of `bytes` (at least the system's
+// minimum); false when the thread could not be made.
+template <class Fn>
+bool on_small_stack(size_t bytes, Fn& fn) {
+  const long min = sysconf(_SC_THREAD_STACK_MIN);
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return false;
+  const bool sized = pthread_attr_setstacksize(&attr, std::max<size_t>(bytes, min > 0 ? min : 0)) == 0;
+  pthread_t th;
+  const bool made = sized && pthread_create(
+                                 &th, &attr,
+                                 [](void* f) -> void* {
+                                   (*static_cast<Fn*>(f))();
+                                   return nullptr;
+                                 },
+                                 &fn) == 0;
+  pthread_attr_destroy(&attr);
+  if (made) pthread_join(th, nullptr);
+  return made;
+}
+
+}  // namespace
+
+TEST_CASE("calls need no more than 64 KiB of the calling thread's stack", "[threads]") {
+  // Actor runtimes and fibers run on small stacks (musl's threads get 128
+  // KiB). A call runs its share of the work on the caller's thread: every
+  // format, exact and fast, GEMV and GEMM sizes, on a 64 KiB stack. (On an
+  // AVX-512 Xeon the GEMV's frames take about 30 KiB, the first call of a
+  // process some more for the dynamic linker's lazy binding; sanitizers
+  // need more.)
+#if defined(__SANITIZE_ADDRESS__) || defined(Q4_TEST_TSAN)
+  const size_t stack = size_t{1} << 20;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  const size_t stack = size_t{1} << 20;
+#else
+  const size_t stack = size_t{64} << 10;
+#endif
+#else
+  const size_t stack = size_t{64} << 10;
+#endif
+  const int64_t n = 256, k = 4096;
+  Tensor w = t::random_float({n, k}, t::f32(), 7);
+  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
+    for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+      Q4_session_config c = t::cpu_session_config();
+      c.math_mode = math;
+      Q4_session* session = nullptr;
+      REQUIRE(Q4_session_create(&c, &session) == Q4_OK);
+      Q4_weight_bundle b = t::float_bundle(w, format);
+      Q4_linear* linear = nullptr;
+      REQUIRE(Q4_linear_create(session, &b, &linear) == Q4_OK);
+      for (int64_t m : {1, 8, 64, 300}) {
+        INFO("format " << format << ", math " << math << ", M = " << m);
+        Tensor x = t::random_float({m, k}, t::f32(), 8);
+        Tensor y_main({m, n}, t::f32()), y_small({m, n}, t::f32());
+        int32_t st = -1;
+        auto call = [&] { st = Q4_linear_forward(linear, x.t(), y_small.t()); };
+        REQUIRE(on_small_stack(stack, call));  // first: the dynamic linker's lazy binding runs there too
+        CHECK(st == Q4_OK);
+        REQUIRE(Q4_linear_forward(linear, x.t(), y_main.t()) == Q4_OK);
+        CHECK(std::memcmp(y_main.data(), y_small.data(), y_main.bytes) == 0);
+      }
+      // Quantizing on the small stack too.
+      Tensor q({n, k / 2}, t::u8()), sc({n, k / 16}, t::u8());
+      float g = 0;
+      int32_t st = -1;
+      auto quantize = [&] { st = NVFP4_quantize(w.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, 0.0f, &g, nullptr); };
+      REQUIRE(on_small_stack(stack, quantize));
+      CHECK(st == Q4_OK);
+      Q4_linear_destroy(linear);
+      REQUIRE(Q4_session_destroy(session) == Q4_OK);
+    }
+  }
 }
