@@ -289,8 +289,8 @@ class Pool {
 // at the fork. So the child leaves that pool alone (leaked, a few hundred
 // bytes) and makes a new one at its first parallel call; without this a
 // child ran every product on its calling thread, and one forked while
-// another thread was posting a job hung (tests/test_fork.cpp: 2 hangs in
-// 40 forks).
+// another thread was posting a job hung (tests/test_host_process.cpp: 2
+// hangs in 40 forks).
 std::mutex g_pool_mutex;  // serializes the pool's creation; held across fork()
 std::atomic<Pool*> g_pool{nullptr};
 

@@ -873,7 +873,7 @@ class StagingCache {
   StagingCache() = default;
   StagingCache(const StagingCache&) = delete;
   StagingCache& operator=(const StagingCache&) = delete;
-  // Held across fork() (fork_handlers below).
+  // Held across fork() (kernels_before_fork below).
   void lock() { mutex_.lock(); }
   void unlock() { mutex_.unlock(); }
 
