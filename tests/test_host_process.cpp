@@ -13,9 +13,10 @@
 // threads back and that its calls neither hang nor compute other bits,
 // however busy the parent's other threads were at the fork.
 //
-// Hidden tag [fork]: run by its own ctest entries (tests/CMakeLists.txt),
-// which report "SKIPPED" under ThreadSanitizer (it does not support new
-// threads in the child of a multi-threaded process).
+// Hidden tags [fork] and [fork-busy]: run by their own ctest entries
+// (tests/CMakeLists.txt), which report "SKIPPED" under ThreadSanitizer (it
+// does not support new threads in the child of a multi-threaded process),
+// [fork-busy] also under AddressSanitizer (see below).
 #include <catch2/catch.hpp>
 
 #include <pthread.h>
@@ -46,6 +47,13 @@ using t::Tensor;
 #define Q4_TEST_TSAN 1
 #endif
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define Q4_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define Q4_TEST_ASAN 1
+#endif
+#endif
 
 namespace {
 
@@ -73,6 +81,19 @@ bool skipped_under_tsan() {
   return true;
 #else
   return false;
+#endif
+}
+
+// AddressSanitizer's allocator (GCC 12's libsanitizer) is not fork-safe: a
+// child forked while a parent thread allocates can hang in its lock (seen:
+// the test's own operator new in the child). The library's locks are not
+// involved; glibc's malloc is fork-safe.
+bool skipped_under_sanitizer_allocator() {
+#if defined(Q4_TEST_ASAN)
+  std::printf("SKIPPED: fork from a busy parent under AddressSanitizer (its allocator is not fork-safe)\n");
+  return true;
+#else
+  return skipped_under_tsan();
 #endif
 }
 
@@ -211,8 +232,8 @@ struct Problem {
 }  // namespace
 
 TEST_CASE("a child forked while other threads use the library neither hangs nor computes other bits",
-          "[.][fork]") {
-  if (skipped_under_tsan()) return;
+          "[.][fork-busy]") {
+  if (skipped_under_sanitizer_allocator()) return;
   Problem p;
   std::atomic<int64_t> logged{0};
   REQUIRE(Q4_set_log_callback(log_to_nowhere, &logged) == Q4_OK);
