@@ -41,8 +41,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   unsigned r = 1;
-  for (int i = 0; i < N * K; ++i) w[i] = (float)((r = r * 1103515245u + 12345u) >> 16 & 0x7fff) / 16384.0f - 1.0f;
-  for (int i = 0; i < M * K; ++i) x[i] = (float)((r = r * 1103515245u + 12345u) >> 16 & 0x7fff) / 16384.0f - 1.0f;
+  for (int i = 0; i < N * K; ++i)
+    w[i] = (float)((r = r * 1103515245u + 12345u) >> 16 & 0x7fff) / 16384.0f - 1.0f;
+  for (int i = 0; i < M * K; ++i)
+    x[i] = (float)((r = r * 1103515245u + 12345u) >> 16 & 0x7fff) / 16384.0f - 1.0f;
   const DLDataType f32 = {kDLFloat, 32, 1}, u8 = {kDLUInt, 8, 1};
   int64_t ws[2] = {N, K}, qs[2] = {N, K / 2}, ss[2] = {N, K / 16}, xs[2] = {M, K}, ys[2] = {M, N};
   DLTensor W = tensor(w, ws, f32), Q = tensor(q, qs, u8), S = tensor(s, ss, u8), X = tensor(x, xs, f32),
