@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,9 +30,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -346,6 +349,41 @@ TEST_CASE("the default thread count follows the CPUs the process may use", "[thr
   CHECK(q4::cgroup2_cpu_max_cpus("250000 100000\n") == 3);
   CHECK(q4::cgroup2_cpu_max_cpus("100000") == 1);  // period defaults to 100000 µs
   CHECK(q4::cgroup2_cpu_max_cpus("") == 0);
+
+  // Quotas on the way from the cgroup root to the process's cgroups, in a
+  // made-up tree: the smallest wins; levels that do not exist are skipped.
+  char tmpl[] = "/tmp/nvfp4-cgroup-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string root = tmpl;
+  auto put = [&](const std::string& rel, const char* text) {
+    size_t pos = 0;
+    while ((pos = rel.find('/', pos + 1)) != std::string::npos)
+      ::mkdir((root + rel.substr(0, pos)).c_str(), 0700);
+    std::FILE* f = std::fopen((root + rel).c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  CHECK(q4::cgroup_cpu_limit(root, "0::/\n") == 0);  // nothing set
+  put("/cpu.max", "max 100000\n");
+  put("/user.slice/cpu.max", "300000 100000\n");
+  put("/user.slice/app.scope/cpu.max", "max 100000\n");
+  CHECK(q4::cgroup_cpu_limit(root, "0::/user.slice/app.scope\n") == 3);
+  put("/user.slice/app.scope/cpu.max", "150000 100000\n");
+  CHECK(q4::cgroup_cpu_limit(root, "0::/user.slice/app.scope\n") == 2);
+  CHECK(q4::cgroup_cpu_limit(root, "0::/user.slice/app.scope/gone/deeper\n") == 2);
+  CHECK(q4::cgroup_cpu_limit(root, "0::/system.slice\n") == 0);
+  put("/cpu.max", "100000 100000\n");  // a container's own limit, seen at the root
+  CHECK(q4::cgroup_cpu_limit(root, "0::/\n") == 1);
+  // cgroup v1: the cpu controller's hierarchy; other controllers' lines ignored.
+  put("/cpu,cpuacct/docker/cpu.cfs_quota_us", "250000\n");
+  put("/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+  put("/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+  put("/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  CHECK(q4::cgroup_cpu_limit(root, "12:memory:/docker\n4:cpu,cpuacct:/docker\n1:name=systemd:/x\n") == 3);
+  CHECK(q4::cgroup_cpu_limit(root, "4:cpuacct,cpu:/elsewhere\n") == 0);
+  CHECK(q4::cgroup_cpu_limit(root, "garbage\n::\n") == 0);
+  REQUIRE(std::system(("rm -rf '" + root + "'").c_str()) == 0);
 
   // The main thread's affinity mask: this case runs on it (Catch2's runner).
   cpu_set_t saved;

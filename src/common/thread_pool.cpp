@@ -342,32 +342,71 @@ int32_t cgroup2_cpu_max_cpus(const std::string& text) {
 
 namespace {
 
-// The first line of a small file ("" when it cannot be read).
-std::string first_line(const char* path) {
-  std::FILE* f = std::fopen(path, "re");
+// The text of a small file, up to 64 KiB ("" when it cannot be read).
+std::string read_small_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
   if (f == nullptr) return "";
-  char buf[128] = {};
-  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::string text(size_t{64} << 10, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), f));
   std::fclose(f);
-  return ok ? std::string(buf) : std::string();
+  return text;
 }
 
-// CPUs a CPU quota of this process's cgroup allows (0: none). Read where
-// a container sees its own cgroup: the root of the cgroup mount, v2
-// (cpu.max) or v1 (cpu.cfs_quota_us / cpu.cfs_period_us).
-int32_t cgroup_cpu_limit() {
-  if (const int32_t v2 = cgroup2_cpu_max_cpus(first_line("/sys/fs/cgroup/cpu.max")); v2 > 0) return v2;
-  for (const char* dir : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
-    const std::string quota = first_line((std::string(dir) + "/cpu.cfs_quota_us").c_str());
-    const std::string period = first_line((std::string(dir) + "/cpu.cfs_period_us").c_str());
-    if (quota.empty() || period.empty()) continue;
-    return cgroup_quota_cpus(std::strtoll(quota.c_str(), nullptr, 10),
-                             std::strtoll(period.c_str(), nullptr, 10));
+// The smallest positive quota(dir) over `dir` = base + each prefix of
+// `path` (base itself included); 0 when none is.
+template <class Quota>
+int32_t min_quota_up_the_tree(const std::string& base, const std::string& path, Quota&& quota) {
+  int32_t best = 0;
+  std::string dir = base;
+  size_t pos = 0;
+  for (;;) {
+    if (const int32_t q = quota(dir); q > 0 && (best == 0 || q < best)) best = q;
+    while (pos < path.size() && path[pos] == '/') ++pos;
+    if (pos >= path.size()) return best;
+    const size_t next = std::min(path.find('/', pos), path.size());
+    dir += "/" + path.substr(pos, next - pos);
+    pos = next;
   }
-  return 0;
 }
 
 }  // namespace
+
+int32_t cgroup_cpu_limit(const std::string& root, const std::string& proc_cgroup) {
+  int32_t best = 0;
+  auto take = [&](int32_t q) {
+    if (q > 0 && (best == 0 || q < best)) best = q;
+  };
+  size_t line_start = 0;
+  while (line_start < proc_cgroup.size()) {
+    const size_t line_end = std::min(proc_cgroup.find('\n', line_start), proc_cgroup.size());
+    const std::string line = proc_cgroup.substr(line_start, line_end - line_start);
+    line_start = line_end + 1;
+    // "<id>:<controllers>:<path>"
+    const size_t c1 = line.find(':');
+    const size_t c2 = c1 == std::string::npos ? std::string::npos : line.find(':', c1 + 1);
+    if (c2 == std::string::npos) continue;
+    const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    const std::string path = line.substr(c2 + 1);
+    if (id == "0" && controllers.empty()) {  // cgroup v2
+      take(min_quota_up_the_tree(root, path, [](const std::string& dir) {
+        return cgroup2_cpu_max_cpus(read_small_file(dir + "/cpu.max"));
+      }));
+      continue;
+    }
+    const std::string list = "," + controllers + ",";
+    if (list.find(",cpu,") == std::string::npos) continue;  // v1, another controller
+    for (const char* mount : {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"}) {
+      take(min_quota_up_the_tree(root + mount, path, [](const std::string& dir) {
+        const std::string quota = read_small_file(dir + "/cpu.cfs_quota_us");
+        const std::string period = read_small_file(dir + "/cpu.cfs_period_us");
+        if (quota.empty() || period.empty()) return 0;
+        return cgroup_quota_cpus(std::strtoll(quota.c_str(), nullptr, 10),
+                                 std::strtoll(period.c_str(), nullptr, 10));
+      }));
+    }
+  }
+  return best;
+}
 
 int32_t available_cpus() {
 #if defined(__linux__)
@@ -379,7 +418,8 @@ int32_t available_cpus() {
     const unsigned hc = std::thread::hardware_concurrency();
     n = hc > 0 ? static_cast<int32_t>(std::min<unsigned>(hc, kMaxThreads)) : 1;
   }
-  if (const int32_t limit = cgroup_cpu_limit(); limit > 0) n = std::min(n, limit);
+  const int32_t limit = cgroup_cpu_limit("/sys/fs/cgroup", read_small_file("/proc/self/cgroup"));
+  if (limit > 0) n = std::min(n, limit);
   return std::clamp<int32_t>(n, 1, kMaxThreads);
 }
 

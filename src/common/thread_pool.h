@@ -22,8 +22,9 @@ int32_t default_num_threads();
 
 // The CPUs this process may run on: the affinity mask of its main thread
 // (taskset, numactl, a cpuset cgroup: Slurm, Kubernetes' static CPU
-// manager), capped by a CPU quota of its cgroup rounded up (docker --cpus,
-// Kubernetes CPU limits); the online CPUs where no mask can be read.
+// manager), capped by the CPU quota of its cgroup rounded up (docker
+// --cpus, Kubernetes CPU limits, systemd's CPUQuota); the online CPUs where
+// no mask can be read.
 // (The online CPUs alone would put a 64-core host's 64 threads on a
 // container's 2 CPUs, each worker spinning through its watch.)
 int32_t available_cpus();
@@ -33,6 +34,14 @@ int32_t available_cpus();
 // ("150000 100000", "max 100000").
 int32_t cgroup_quota_cpus(int64_t quota, int64_t period);
 int32_t cgroup2_cpu_max_cpus(const std::string& text);
+
+// CPUs the CPU quotas allow on the way from the cgroup file systems'
+// root (mounted at `root`: v2 there, v1 at root/cpu, root/cpu,cpuacct)
+// down to the cgroups `proc_cgroup` (the text of /proc/self/cgroup) names:
+// the smallest quota of any level (a systemd slice's CPUQuota, a
+// container's limit), levels that do not exist skipped (a container sees
+// its own cgroup at the root); 0 when none is set.
+int32_t cgroup_cpu_limit(const std::string& root, const std::string& proc_cgroup);
 
 // Runs fn(0..n-1) with at most `threads` threads (0 = default), the caller
 // included. Exceptions thrown by fn are rethrown in the caller (the first
