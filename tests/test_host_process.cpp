@@ -143,6 +143,36 @@ TEST_CASE("a forked child runs parallel work on threads of its own", "[.][fork]"
   }
 }
 
+TEST_CASE("a forked child given CPUs of its own sizes its pool to them", "[.][fork]") {
+  if (skipped_under_tsan()) return;
+  q4::parallel_for(4, 2, [](int64_t) {});  // the parent's pool and thread count exist
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // As a process pool partitions a machine: one CPU for this child, and
+    // no Q4_NUM_THREADS (the ctest entry sets one for the parent).
+    ::unsetenv("Q4_NUM_THREADS");
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0) ::_exit(20);
+    int first = 0;
+    while (!CPU_ISSET(first, &mask)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) ::_exit(21);
+    std::mutex m;
+    std::set<std::thread::id> ids;
+    q4::parallel_for(64, 0, [&](int64_t) {
+      std::lock_guard<std::mutex> lock(m);
+      ids.insert(std::this_thread::get_id());
+    });
+    ::_exit((q4::default_num_threads() == 1 ? 0 : 1) | (ids.size() == 1 ? 0 : 2));
+  }
+  INFO("exit status bits: 1 the child kept the parent's thread count, 2 it ran on more than its thread");
+  CHECK(wait_child(pid, 60) == 0);
+}
+
 TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked, named", "[.][fork]") {
   if (skipped_under_tsan()) return;
   // In a child (a fresh pool, made by its first parallel call), from a

@@ -287,11 +287,14 @@ class Pool {
 // servers): the child inherits the pool's memory but none of its workers,
 // and the pool's lock stays held if another thread of the parent held it
 // at the fork. So the child leaves that pool alone (leaked, a few hundred
-// bytes) and makes a new one at its first parallel call; without this a
+// bytes) and makes a new one at its first parallel call, its size read
+// anew (a child given CPUs of its own by sched_setaffinity, as process
+// pools partition a machine, gets as many threads); without this a
 // child ran every product on its calling thread, and one forked while
 // another thread was posting a job hung (tests/test_host_process.cpp: 2
 // hangs in 40 forks).
-std::mutex g_pool_mutex;  // serializes the pool's creation; held across fork()
+std::mutex g_pool_mutex;                    // serializes the pool's creation; held across fork()
+std::atomic<int32_t> g_default_threads{0};  // default_num_threads(), 0 until read
 std::atomic<Pool*> g_pool{nullptr};
 
 Pool& pool() {
@@ -315,6 +318,7 @@ void pool_after_fork_in_parent() {
 }
 void pool_after_fork_in_child() {
   g_pool.store(nullptr, std::memory_order_relaxed);
+  g_default_threads.store(0, std::memory_order_relaxed);  // (a child often gets CPUs of its own)
   g_pool_mutex.unlock();
 }
 // Registered at load (no other thread can be in the library then); glibc
@@ -424,14 +428,16 @@ int32_t available_cpus() {
 }
 
 int32_t default_num_threads() {
-  static const int32_t n = [] {
+  int32_t n = g_default_threads.load(std::memory_order_relaxed);
+  if (n == 0) {  // (threads racing here compute the same value)
     if (const char* env = std::getenv("Q4_NUM_THREADS")) {
       char* end = nullptr;
       const long v = std::strtol(env, &end, 10);
-      if (end != env && *end == '\0' && v >= 1 && v <= kMaxThreads) return static_cast<int32_t>(v);
+      if (end != env && *end == '\0' && v >= 1 && v <= kMaxThreads) n = static_cast<int32_t>(v);
     }
-    return available_cpus();
-  }();
+    if (n == 0) n = available_cpus();
+    g_default_threads.store(n, std::memory_order_relaxed);
+  }
   return n;
 }
 

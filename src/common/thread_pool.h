@@ -16,8 +16,9 @@ namespace q4 {
 
 constexpr int32_t kMaxThreads = 1024;
 
-// Default thread count, read once per process: Q4_NUM_THREADS if set (1 to
-// kMaxThreads), else available_cpus().
+// Default thread count, read once per process (and once more in a child
+// after fork): Q4_NUM_THREADS if set (1 to kMaxThreads), else
+// available_cpus().
 int32_t default_num_threads();
 
 // The CPUs this process may run on: the affinity mask of its main thread
