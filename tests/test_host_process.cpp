@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/thread_pool.h"
 #include "test_util.h"
 
@@ -178,6 +179,32 @@ TEST_CASE("a forked child given CPUs of its own sizes its pool to them", "[.][fo
   }
   INFO("exit status bits: 1 the child kept the parent's thread count, 2 it ran on more than its thread");
   CHECK(wait_child(pid, 60) == 0);
+}
+
+TEST_CASE("a pool the system refuses threads to runs with those it got", "[.][fork]") {
+  if (fork_unsupported_here()) return;
+  // As under a container's pids limit: in a child (a fresh pool), the
+  // system refuses the second worker, then all of them. The process must
+  // not die (it called std::terminate), the results must not change.
+  std::vector<int64_t> expected(64);
+  q4::parallel_for(64, 0, [&](int64_t i) { expected[static_cast<size_t>(i)] = i * i; });
+  for (int32_t limit : {1, 0}) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      static std::string warning;
+      q4::set_log_callback([](int32_t level, const char* m, void*) { warning = std::to_string(level) + m; },
+                           nullptr);
+      q4::limit_worker_starts(limit);
+      std::vector<int64_t> got(64, -1);
+      q4::parallel_for(64, 0, [&](int64_t i) { got[static_cast<size_t>(i)] = i * i; });
+      const std::string want = std::to_string(Q4_LOG_WARN) + "worker pool: started " + std::to_string(limit) +
+                               " of " + std::to_string(q4::default_num_threads() - 1) + " worker threads";
+      ::_exit((got == expected ? 0 : 1) | (warning.rfind(want, 0) == 0 ? 0 : 2));
+    }
+    INFO("workers allowed: " << limit << "; exit status bits: 1 other results, 2 no warning logged");
+    CHECK(wait_child(pid, 60) == 0);
+  }
 }
 
 TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked, named", "[.][fork]") {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/cpu_features.h"
+#include "common/error.h"
 
 namespace q4 {
 namespace {
@@ -49,6 +51,10 @@ thread_local bool t_in_worker = false;
 // back to back 1.00x; a gap longer than the watch gains nothing (2000 µs
 // 0.98-1.00x).
 constexpr std::chrono::microseconds kCallerSpin{200};
+
+// Tests: at most this many workers start in the next pools made (-1: as
+// many as asked for); see limit_worker_starts.
+std::atomic<int32_t> g_worker_start_limit{-1};
 constexpr int64_t kDefaultWorkerSpinUs = 1000;
 
 std::atomic<int64_t>& worker_spin_ref() {
@@ -179,7 +185,21 @@ class Pool {
 #endif
     const AllSignalsBlocked blocked;
     threads_.reserve(static_cast<size_t>(workers));
-    for (int32_t i = 0; i < workers; ++i) threads_.emplace_back([this] { loop(); });
+    // The system may refuse threads (a container's pids limit, ulimit -u,
+    // memory): the pool then has the workers it got, and calls use fewer
+    // threads. (An exception here destroyed the joinable threads already
+    // started: std::terminate.)
+    const int32_t allowed = g_worker_start_limit.load(std::memory_order_relaxed);
+    for (int32_t i = 0; i < workers; ++i) {
+      try {
+        if (allowed >= 0 && i >= allowed) throw std::system_error(EAGAIN, std::generic_category());
+        threads_.emplace_back([this] { loop(); });
+      } catch (const std::system_error& e) {
+        start_warning_ = "worker pool: started " + std::to_string(i) + " of " + std::to_string(workers) +
+                         " worker threads (" + e.code().message() + "); calls use fewer threads";
+        break;
+      }
+    }
   }
   ~Pool() {
     {
@@ -192,6 +212,10 @@ class Pool {
 
   int32_t workers() const {
     return static_cast<int32_t>(threads_.size());
+  }
+  // Why fewer workers started than asked for ("" when all did).
+  const std::string& start_warning() const {
+    return start_warning_;
   }
 
   void run(const std::shared_ptr<Job>& job) {
@@ -276,6 +300,7 @@ class Pool {
 #if defined(__linux__)
   CpuMask affinity_;  // written before the workers start
 #endif
+  std::string start_warning_;
 };
 
 // The pool, made at the first parallel call. Workers = default threads - 1
@@ -299,14 +324,19 @@ std::atomic<Pool*> g_pool{nullptr};
 
 Pool& pool() {
   Pool* p = g_pool.load(std::memory_order_acquire);
-  if (p == nullptr) {
+  if (p != nullptr) return *p;
+  std::string warning;
+  {
     std::lock_guard<std::mutex> lock(g_pool_mutex);
     p = g_pool.load(std::memory_order_relaxed);
     if (p == nullptr) {
       p = new Pool(default_num_threads() - 1);
       g_pool.store(p, std::memory_order_release);
+      warning = p->start_warning();
     }
   }
+  // (Outside the lock: the host's log callback may call the library.)
+  if (!warning.empty()) log_message(Q4_LOG_WARN, warning);
   return *p;
 }
 
@@ -447,6 +477,10 @@ int64_t worker_spin_us() {
 
 void set_worker_spin_us(int64_t us) {
   worker_spin_ref().store(std::clamp<int64_t>(us, 0, 1000000), std::memory_order_relaxed);
+}
+
+void limit_worker_starts(int32_t n) {
+  g_worker_start_limit.store(n < 0 ? -1 : n, std::memory_order_relaxed);
 }
 
 bool in_pool_worker() {

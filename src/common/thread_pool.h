@@ -56,6 +56,11 @@ void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>
 int64_t worker_spin_us();
 void set_worker_spin_us(int64_t us);
 
+// Tests: pools made from now on start at most n workers, as if the system
+// refused the rest (a pids limit); n < 0 lifts the limit. A pool that gets
+// fewer workers than asked for keeps them and logs a warning.
+void limit_worker_starts(int32_t n);
+
 // True inside a pool worker (used to run nested calls inline).
 bool in_pool_worker();
 
