@@ -51,10 +51,6 @@ thread_local bool t_in_worker = false;
 // back to back 1.00x; a gap longer than the watch gains nothing (2000 µs
 // 0.98-1.00x).
 constexpr std::chrono::microseconds kCallerSpin{200};
-
-// Tests: at most this many workers start in the next pools made (-1: as
-// many as asked for); see limit_worker_starts.
-std::atomic<int32_t> g_worker_start_limit{-1};
 constexpr int64_t kDefaultWorkerSpinUs = 1000;
 
 std::atomic<int64_t>& worker_spin_ref() {
@@ -114,6 +110,10 @@ CpuMask main_thread_affinity() {
   return CpuMask{};
 }
 #endif
+
+// Tests: at most this many workers start in the next pools made (-1: as
+// many as asked for); see limit_worker_starts.
+std::atomic<int32_t> g_worker_start_limit{-1};
 
 // Every signal blocked in this thread while it lives (and in threads it
 // creates meanwhile, which inherit the mask).
@@ -194,9 +194,9 @@ class Pool {
       try {
         if (allowed >= 0 && i >= allowed) throw std::system_error(EAGAIN, std::generic_category());
         threads_.emplace_back([this] { loop(); });
-      } catch (const std::system_error& e) {
+      } catch (const std::exception& e) {  // (std::system_error; std::bad_alloc)
         start_warning_ = "worker pool: started " + std::to_string(i) + " of " + std::to_string(workers) +
-                         " worker threads (" + e.code().message() + "); calls use fewer threads";
+                         " worker threads (" + e.what() + "); calls use fewer threads";
         break;
       }
     }
