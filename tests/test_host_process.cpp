@@ -545,3 +545,53 @@ TEST_CASE("calls need no more than 64 KiB of the calling thread's stack", "[thre
     }
   }
 }
+
+namespace {
+
+// The GIL of an interpreter: the forking thread holds it, and a callback
+// on another thread waits for it.
+std::mutex g_gil;
+std::atomic<bool> g_logger_waiting{false};
+std::thread::id g_logger;
+std::atomic<int> g_child_logs{0};
+
+void log_needing_the_gil(int32_t, const char*, void*) {
+  if (std::this_thread::get_id() == g_logger) {
+    g_logger_waiting = true;
+    std::lock_guard<std::mutex> gil(g_gil);
+  } else {
+    ++g_child_logs;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fork while another thread's log callback waits for the forking thread", "[.][fork]") {
+  if (fork_unsupported_here()) return;
+  // Python: a thread's log callback waits for the GIL, which the thread
+  // calling os.fork() holds. Holding the log's lock across the fork would
+  // deadlock the two; the child must still log. In a child of its own, so
+  // that a deadlock fails the case instead of stopping the suite.
+  const pid_t outer = ::fork();
+  REQUIRE(outer >= 0);
+  if (outer == 0) {
+    Q4_set_log_callback(log_needing_the_gil, nullptr);
+    Q4_set_log_level(Q4_LOG_DEBUG);
+    std::unique_lock<std::mutex> gil(g_gil);
+    std::thread logger([] {
+      g_logger = std::this_thread::get_id();
+      NVFP4_quantize(nullptr, nullptr, nullptr, Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr);  // logs
+    });
+    while (!g_logger_waiting.load()) std::this_thread::yield();
+    const pid_t inner = ::fork();
+    if (inner == 0) {
+      NVFP4_quantize(nullptr, nullptr, nullptr, Q4_SCALE_LINEAR, 0.0f, nullptr, nullptr);
+      ::_exit(g_child_logs.load() == 1 ? 0 : 1);
+    }
+    gil.unlock();
+    logger.join();
+    ::_exit(inner < 0 ? 4 : wait_child(inner, 30) == 0 ? 0 : 2);
+  }
+  INFO("exit status: -1 the fork deadlocked, 1 or 2 the child did not log");
+  CHECK(wait_child(outer, 60) == 0);
+}

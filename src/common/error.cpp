@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <new>
 
 #include <pthread.h>
 
@@ -13,11 +14,20 @@ namespace {
 
 thread_local std::string t_last_error;
 
+// The callback and its argument, replaced as a whole (one pointer store),
+// so that no moment shows a callback with another callback's argument.
+struct LogTarget {
+  Q4_log_callback callback;
+  void* user;
+};
+
+// The lock is held while the callback runs, so that once
+// Q4_set_log_callback(NULL) returns no callback is running and the caller
+// may free its argument.
 struct LogState {
   std::mutex mutex;
-  Q4_log_callback callback = nullptr;
-  void* user = nullptr;
-  std::atomic<bool> installed{false};  // lock-free "is anyone listening"
+  std::atomic<const LogTarget*> target{nullptr};  // written under mutex
+  std::atomic<bool> installed{false};             // lock-free "is anyone listening"
 };
 
 LogState& log_state() {
@@ -25,24 +35,35 @@ LogState& log_state() {
   return *state;
 }
 
-// fork() without exec: the forking thread holds the log's lock across the
-// fork (so no other thread holds it, or a half-set callback, in the child)
-// unless it forks from inside the callback, where it already holds it.
+// fork() without exec: another thread may hold the log's lock at the fork,
+// running the host's callback, and the child would wait for it forever.
+// The forking thread cannot wait for it either: the callback may wait for
+// the forking thread (a Python callback for the GIL, which os.fork()
+// holds). So it takes the lock only when it is free; otherwise the child
+// makes the lock anew (its holder does not exist there) and keeps the
+// target (a whole pointer: old or new, never torn). A fork from inside the
+// callback keeps the lock as it is: that thread releases it on return.
 thread_local bool t_in_log_callback = false;
 bool g_log_locked_for_fork = false;  // written by the forking thread only
 
 void log_before_fork() {
-  if (t_in_log_callback) return;
-  log_state().mutex.lock();
-  g_log_locked_for_fork = true;
+  g_log_locked_for_fork = !t_in_log_callback && log_state().mutex.try_lock();
 }
-void log_after_fork() {
-  if (!g_log_locked_for_fork) return;
+void log_after_fork_in_parent() {
+  if (g_log_locked_for_fork) log_state().mutex.unlock();
   g_log_locked_for_fork = false;
-  log_state().mutex.unlock();
+}
+void log_after_fork_in_child() {
+  LogState& state = log_state();
+  if (g_log_locked_for_fork) {
+    state.mutex.unlock();
+  } else if (!t_in_log_callback) {
+    new (&state.mutex) std::mutex();  // (held by a thread the child does not have)
+  }
+  g_log_locked_for_fork = false;
 }
 [[maybe_unused]] const int g_log_fork_handlers =
-    pthread_atfork(log_before_fork, log_after_fork, log_after_fork);
+    pthread_atfork(log_before_fork, log_after_fork_in_parent, log_after_fork_in_child);
 
 int32_t parse_log_level(const char* text) {
   if (text == nullptr || *text == '\0') return Q4_LOG_WARN;
@@ -102,19 +123,24 @@ void log_message(int32_t level, const std::string& message) noexcept {
   if (t_in_log_callback) return;
   LogState& state = log_state();
   std::lock_guard<std::mutex> lock(state.mutex);
-  if (state.callback == nullptr) return;
+  const LogTarget* target = state.target.load(std::memory_order_relaxed);
+  if (target == nullptr) return;
   clean_vector_state();  // the host's callback may be SSE code (a kernel may have run before)
   t_in_log_callback = true;
-  state.callback(level, message.c_str(), state.user);
+  target->callback(level, message.c_str(), target->user);
   t_in_log_callback = false;
 }
 
 void set_log_callback(Q4_log_callback callback, void* user) {
   LogState& state = log_state();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  state.callback = callback;
-  state.user = user;
-  state.installed.store(callback != nullptr, std::memory_order_release);
+  const LogTarget* fresh = callback != nullptr ? new LogTarget{callback, user} : nullptr;
+  const LogTarget* old = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    old = state.target.exchange(fresh, std::memory_order_relaxed);
+    state.installed.store(callback != nullptr, std::memory_order_release);
+  }
+  delete old;  // (readers use a target only under the lock)
 }
 
 void set_log_level(int32_t level) {
