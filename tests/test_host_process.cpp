@@ -500,14 +500,8 @@ TEST_CASE("calls need no more than 64 KiB of the calling thread's stack", "[thre
   // AVX-512 Xeon the GEMV's frames take about 30 KiB, the first call of a
   // process some more for the dynamic linker's lazy binding; sanitizers
   // need more.)
-#if defined(__SANITIZE_ADDRESS__) || defined(Q4_TEST_TSAN)
+#if defined(Q4_TEST_ASAN) || defined(Q4_TEST_TSAN)
   const size_t stack = size_t{1} << 20;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  const size_t stack = size_t{1} << 20;
-#else
-  const size_t stack = size_t{64} << 10;
-#endif
 #else
   const size_t stack = size_t{64} << 10;
 #endif
