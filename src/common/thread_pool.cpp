@@ -386,6 +386,11 @@ std::string read_small_file(const std::string& path) {
   return text;
 }
 
+// best = the smaller of the positive ones of best and q (0: none yet).
+void keep_smallest(int32_t& best, int32_t q) {
+  if (q > 0 && (best == 0 || q < best)) best = q;
+}
+
 // The smallest positive quota(dir) over `dir` = base + each prefix of
 // `path` (base itself included); 0 when none is.
 template <class Quota>
@@ -394,7 +399,7 @@ int32_t min_quota_up_the_tree(const std::string& base, const std::string& path, 
   std::string dir = base;
   size_t pos = 0;
   for (;;) {
-    if (const int32_t q = quota(dir); q > 0 && (best == 0 || q < best)) best = q;
+    keep_smallest(best, quota(dir));
     while (pos < path.size() && path[pos] == '/') ++pos;
     if (pos >= path.size()) return best;
     const size_t next = std::min(path.find('/', pos), path.size());
@@ -406,10 +411,17 @@ int32_t min_quota_up_the_tree(const std::string& base, const std::string& path, 
 }  // namespace
 
 int32_t cgroup_cpu_limit(const std::string& root, const std::string& proc_cgroup) {
-  int32_t best = 0;
-  auto take = [&](int32_t q) {
-    if (q > 0 && (best == 0 || q < best)) best = q;
+  auto v2_quota = [](const std::string& dir) {
+    return cgroup2_cpu_max_cpus(read_small_file(dir + "/cpu.max"));
   };
+  auto v1_quota = [](const std::string& dir) {
+    const std::string quota = read_small_file(dir + "/cpu.cfs_quota_us");
+    const std::string period = read_small_file(dir + "/cpu.cfs_period_us");
+    if (quota.empty() || period.empty()) return 0;
+    return cgroup_quota_cpus(std::strtoll(quota.c_str(), nullptr, 10),
+                             std::strtoll(period.c_str(), nullptr, 10));
+  };
+  int32_t best = 0;
   size_t line_start = 0;
   while (line_start < proc_cgroup.size()) {
     const size_t line_end = std::min(proc_cgroup.find('\n', line_start), proc_cgroup.size());
@@ -422,21 +434,11 @@ int32_t cgroup_cpu_limit(const std::string& root, const std::string& proc_cgroup
     const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
     const std::string path = line.substr(c2 + 1);
     if (id == "0" && controllers.empty()) {  // cgroup v2
-      take(min_quota_up_the_tree(root, path, [](const std::string& dir) {
-        return cgroup2_cpu_max_cpus(read_small_file(dir + "/cpu.max"));
-      }));
-      continue;
-    }
-    const std::string list = "," + controllers + ",";
-    if (list.find(",cpu,") == std::string::npos) continue;  // v1, another controller
-    for (const char* mount : {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"}) {
-      take(min_quota_up_the_tree(root + mount, path, [](const std::string& dir) {
-        const std::string quota = read_small_file(dir + "/cpu.cfs_quota_us");
-        const std::string period = read_small_file(dir + "/cpu.cfs_period_us");
-        if (quota.empty() || period.empty()) return 0;
-        return cgroup_quota_cpus(std::strtoll(quota.c_str(), nullptr, 10),
-                                 std::strtoll(period.c_str(), nullptr, 10));
-      }));
+      keep_smallest(best, min_quota_up_the_tree(root, path, v2_quota));
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {  // v1's cpu controller
+      for (const char* mount : {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"}) {
+        keep_smallest(best, min_quota_up_the_tree(root + mount, path, v1_quota));
+      }
     }
   }
   return best;
