@@ -4,7 +4,11 @@
 // scale convention.
 #include <catch2/catch.hpp>
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -145,6 +149,104 @@ TEST_CASE("writer round trip: dtypes, shapes, metadata, alignment", "[checkpoint
   CHECK(Q4_checkpoint_metadata(c, "other", buf, sizeof buf, &needed) == Q4_ERR_NOT_FOUND);
   Q4_checkpoint_close(c);
   std::remove(path.c_str());
+}
+
+namespace {
+
+// Commits a one-tensor checkpoint holding `value` to `path`.
+int32_t commit_one(const std::string& path, float value) {
+  Tensor f({4}, t::f32());
+  for (int i = 0; i < 4; ++i) f.set(i, value);
+  Q4_checkpoint_writer* w = nullptr;
+  if (Q4_checkpoint_writer_create(&w) != Q4_OK) return -1;
+  int32_t st = Q4_checkpoint_writer_add(w, "v", Q4_DTYPE_F32, f.t());
+  if (st == Q4_OK) st = Q4_checkpoint_writer_commit(w, path.c_str());
+  Q4_checkpoint_writer_destroy(w);
+  return st;
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 ? st.st_mode : 0;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n != "." && n != "..") out.push_back(n);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int open_fds() {
+  return static_cast<int>(entries("/proc/self/fd").size());
+}
+
+}  // namespace
+
+TEST_CASE("the writer replaces its file as a careful tool would: umask, kept mode, no temporaries",
+          "[checkpoint]") {
+  char tmpl[] = "/tmp/nvfp4-writer-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const mode_t saved_umask = ::umask(077);
+  const int fds = open_fds();
+
+  // A new file gets 0666 less the umask, as open(2) would give it.
+  CHECK(commit_one(dir + "/private.safetensors", 1.0f) == Q4_OK);
+  CHECK((mode_of(dir + "/private.safetensors") & 0777) == 0600);
+  ::umask(002);
+  CHECK(commit_one(dir + "/shared.safetensors", 1.0f) == Q4_OK);
+  CHECK((mode_of(dir + "/shared.safetensors") & 0777) == 0664);
+
+  // Replacing a file keeps its permission bits, whatever the umask.
+  ::umask(022);
+  REQUIRE(::chmod((dir + "/private.safetensors").c_str(), 0640) == 0);
+  CHECK(commit_one(dir + "/private.safetensors", 2.0f) == Q4_OK);
+  CHECK((mode_of(dir + "/private.safetensors") & 0777) == 0640);
+
+  // A reader that has the old file open keeps reading the old bytes: the new
+  // file is a new inode renamed over the path, never the old one truncated.
+  Q4_checkpoint* c = nullptr;
+  REQUIRE(Q4_checkpoint_open((dir + "/private.safetensors").c_str(), &c) == Q4_OK);
+  DLTensor v{};
+  REQUIRE(Q4_checkpoint_tensor(c, 0, &v) == Q4_OK);
+  CHECK(commit_one(dir + "/private.safetensors", 3.0f) == Q4_OK);
+  CHECK(static_cast<const float*>(v.data)[3] == 2.0f);
+  Q4_checkpoint_close(c);
+  REQUIRE(Q4_checkpoint_open((dir + "/private.safetensors").c_str(), &c) == Q4_OK);
+  REQUIRE(Q4_checkpoint_tensor(c, 0, &v) == Q4_OK);
+  CHECK(static_cast<const float*>(v.data)[3] == 3.0f);
+  Q4_checkpoint_close(c);
+
+  // A symbolic link at the path is replaced by the file; its target stays.
+  REQUIRE(::symlink("shared.safetensors", (dir + "/link.safetensors").c_str()) == 0);
+  CHECK(commit_one(dir + "/link.safetensors", 4.0f) == Q4_OK);
+  CHECK(S_ISREG(mode_of(dir + "/link.safetensors")));
+  REQUIRE(Q4_checkpoint_open((dir + "/shared.safetensors").c_str(), &c) == Q4_OK);
+  REQUIRE(Q4_checkpoint_tensor(c, 0, &v) == Q4_OK);
+  CHECK(static_cast<const float*>(v.data)[0] == 1.0f);
+  Q4_checkpoint_close(c);
+
+  // Failures name the path, leave it as it was and no temporary behind.
+  REQUIRE(::mkdir((dir + "/sub").c_str(), 0755) == 0);
+  CHECK(commit_one(dir + "/sub", 1.0f) == Q4_ERR_IO);  // a directory
+  CHECK(std::string(Q4_last_error()).find("path") != std::string::npos);
+  CHECK(S_ISDIR(mode_of(dir + "/sub")));
+  CHECK(commit_one(dir + "/missing/x.safetensors", 1.0f) == Q4_ERR_IO);
+  CHECK(std::string(Q4_last_error()).find("temporary file") != std::string::npos);
+  CHECK(entries(dir) ==
+        std::vector<std::string>{"link.safetensors", "private.safetensors", "shared.safetensors", "sub"});
+  CHECK(open_fds() == fds);  // every descriptor closed, on success and failure
+
+  ::umask(saved_umask);
+  for (const std::string& n : entries(dir)) ::remove((dir + "/" + n).c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST_CASE("linears load from each family with its global-scale convention", "[checkpoint]") {

@@ -18,6 +18,7 @@
 #include "common/cpu_features.h"
 #include "common/error.h"
 #include "common/struct_size.h"
+#include "io/replace_file.h"
 #include "kernels/dispatch.h"
 
 namespace q4::tuner {
@@ -145,17 +146,12 @@ void make_dirs(const std::string& path) {
   }
 }
 
-// Atomic replace: write a temporary file beside it, then rename.
+// Atomic replace (a temporary file beside it, then rename): processes that
+// load the file while another tunes read the old or the new one, whole.
 bool write_cache(const std::string& path, const nlohmann::json& j) {
   make_dirs(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << j.dump(2) << '\n';
-    if (!out.flush()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  const std::string text = j.dump(2) + "\n";
+  return io::replace_file(path, {{text.data(), text.size()}}).err == 0;
 }
 
 // The tuner's 4-bit objective: linear_nvfp4 (exact) at m rows of x on a

@@ -13,6 +13,7 @@
 
 #include "common/enum_tables.h"
 #include "common/error.h"
+#include "io/replace_file.h"
 
 namespace q4::io {
 namespace {
@@ -207,40 +208,13 @@ void Writer::write(const std::string& path) const {
   }
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');  // data section 8-byte aligned
-  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  std::string tmpl = (dir.empty() ? std::string("/") : dir) + "/.nvfp4-tmp-XXXXXX";
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0)
-    fail(Q4_ERR_IO, "path", "cannot create a temporary file in '" + dir + "': " + std::strerror(errno));
-  ::fchmod(fd, 0644);  // mkstemp creates 0600
-  auto write_all = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, c, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
-  };
   uint8_t len[8];
-  uint64_t h = text.size();
+  const uint64_t h = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(h >> (8 * i));
-  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
-  for (const Item* i : order) ok = ok && (i->bytes.empty() || write_all(i->bytes.data(), i->bytes.size()));
-  ok = ok && ::fsync(fd) == 0;
-  const int saved = errno;
-  ::close(fd);
-  if (!ok || std::rename(name.data(), path.c_str()) != 0) {
-    const int err = ok ? errno : saved;
-    ::unlink(name.data());
-    fail(Q4_ERR_IO, "path", "cannot write '" + path + "': " + std::strerror(err));
-  }
+  std::vector<ByteRange> pieces{{len, 8}, {text.data(), text.size()}};
+  for (const Item* i : order) pieces.push_back({i->bytes.data(), i->bytes.size()});
+  const ReplaceError e = replace_file(path, pieces);
+  if (e.err != 0) fail(Q4_ERR_IO, "path", e.where + ": " + std::strerror(e.err));
 }
 
 }  // namespace q4::io
