@@ -699,12 +699,13 @@ enum Kind : int {
   kNf4Small,
   kActToF32,
   kI8QuantizeAct,
+  kF32ToAct,
   kKinds
 };
-const char* const kKindName[kKinds] = {"nvfp4_gemv",     "nf4_gemv",    "nvfp4_panel",    "nf4_panel",
-                                       "f32_panel",      "gemm_micro",  "nvfp4_quantize", "nvfp4_dequantize",
-                                       "amax",           "nvfp4_small", "nf4_small",      "act_to_f32",
-                                       "i8_quantize_act"};
+const char* const kKindName[kKinds] = {
+    "nvfp4_gemv", "nf4_gemv",       "nvfp4_panel",      "nf4_panel", "f32_panel",
+    "gemm_micro", "nvfp4_quantize", "nvfp4_dequantize", "amax",      "nvfp4_small",
+    "nf4_small",  "act_to_f32",     "i8_quantize_act",  "f32_to_act"};
 
 // (isa, kind) pairs whose comparison ran.
 using Coverage = std::set<std::pair<int32_t, int>>;
@@ -1183,6 +1184,64 @@ void check_i8_quantize_act(const kern::KernelTable& t, Coverage& cov) {
   cov.insert({t.isa, kI8QuantizeAct});
 }
 
+// fp32 values whose fp16 and bf16 roundings are hard: every sign, exponent
+// and top-7 mantissa bits (all 65536 upper halves) with low halves at and
+// around every rounding position (ties, one below, one above), Inf, NaNs
+// with payloads, then random bit patterns.
+std::vector<float> rounding_cases() {
+  std::vector<uint32_t> bits;
+  const uint32_t lows[] = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x3000,
+                           0x7fff, 0x8000, 0x8001, 0xbfff, 0xc000, 0xe000, 0xf000, 0xffff};
+  for (uint32_t hi = 0; hi < 65536; ++hi) {
+    for (uint32_t lo : lows) bits.push_back(hi << 16 | lo);
+  }
+  std::mt19937 gen(11);
+  for (int i = 0; i < (1 << 20); ++i) bits.push_back(static_cast<uint32_t>(gen()));
+  std::vector<float> v(bits.size());
+  std::memcpy(v.data(), bits.data(), bits.size() * 4);
+  return v;
+}
+
+// f32_to_act: the codec's fp16 / bf16 rounding bit for bit (NaN included:
+// the codec's canonical NaN), fp32 copied, at offsets and lengths around
+// the vector width; nothing written outside [first, first + n).
+void check_f32_to_act(const kern::KernelTable& t, Coverage& cov) {
+  static const std::vector<float> cases = rounding_cases();
+  for (kern::FType ft : {kern::FType::F16, kern::FType::BF16}) {
+    std::vector<uint16_t> got(cases.size() + 1, 0x5555);
+    t.f32_to_act(got.data(), ft, 0, static_cast<int64_t>(cases.size()), cases.data());
+    size_t bad = 0, first_bad = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const uint16_t want =
+          ft == kern::FType::F16 ? q4::fmt::f32_to_f16(cases[i]) : q4::fmt::f32_to_bf16(cases[i]);
+      if (got[i] != want && bad++ == 0) first_bad = i;
+    }
+    uint32_t fb = 0;
+    std::memcpy(&fb, &cases[first_bad], 4);
+    INFO("f32_to_act 16-bit type " << static_cast<int>(ft) << ", first bad input bits 0x" << std::hex << fb);
+    CHECK(bad == 0);
+    CHECK(got[cases.size()] == 0x5555);
+  }
+  const std::vector<float> xf = randoms(100, 6, 3.0f);
+  for (int64_t first : {0, 1, 5}) {
+    for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 64, 90}) {
+      INFO("f32_to_act first=" << first << " n=" << n);
+      std::vector<float> gf(static_cast<size_t>(first + n) + 1, 7.0f);
+      t.f32_to_act(gf.data(), kern::FType::F32, first, n, xf.data());
+      CHECK(std::memcmp(gf.data() + first, xf.data(), static_cast<size_t>(n) * 4) == 0);
+      for (int64_t i = 0; i < first; ++i) CHECK(gf[static_cast<size_t>(i)] == 7.0f);
+      CHECK(gf[static_cast<size_t>(first + n)] == 7.0f);
+      std::vector<uint16_t> gh(static_cast<size_t>(first + n) + 1, 0x5555);
+      t.f32_to_act(gh.data(), kern::FType::BF16, first, n, xf.data());
+      for (int64_t i = 0; i < n; ++i)
+        CHECK(gh[static_cast<size_t>(first + i)] == q4::fmt::f32_to_bf16(xf[static_cast<size_t>(i)]));
+      for (int64_t i = 0; i < first; ++i) CHECK(gh[static_cast<size_t>(i)] == 0x5555);
+      CHECK(gh[static_cast<size_t>(first + n)] == 0x5555);
+    }
+  }
+  cov.insert({t.isa, kF32ToAct});
+}
+
 void check_table(const kern::KernelTable& t, Coverage& cov) {
   check_small(t, cov);
   check_nvfp4_gemv(t, cov);
@@ -1193,6 +1252,7 @@ void check_table(const kern::KernelTable& t, Coverage& cov) {
   check_amax(t, cov);
   check_act_to_f32(t, cov);
   check_i8_quantize_act(t, cov);
+  check_f32_to_act(t, cov);
 }
 
 void warn_skipped_tables() {
@@ -1327,7 +1387,8 @@ TEST_CASE("kernel tables: every entry of every table this CPU runs matches the s
                                    t.nvfp4_small != s.nvfp4_small,
                                    t.nf4_small != s.nf4_small,
                                    t.act_to_f32 != s.act_to_f32,
-                                   t.i8_quantize_act != s.i8_quantize_act};
+                                   t.i8_quantize_act != s.i8_quantize_act,
+                                   t.f32_to_act != s.f32_to_act};
     for (int kind = 0; kind < kKinds; ++kind) {
       if (distinct[kind]) own += std::string(own.empty() ? "" : ", ") + kKindName[kind];
     }

@@ -45,9 +45,7 @@ void run(const Nvfp4DequantizeDesc& d) {
   const int32_t threads = d.ctx.opts.num_threads;
   PreparedWeight w;
   prepare_nvfp4(w, d.src, false, nullptr);
-  F32Result r = f32_result(d.out);
-  kern::dequantize_nvfp4(kern::active_table(), w.q, w.s, w.g, w.n, w.k, r.p, threads);
-  finish(r, w.k, 1.0f, nullptr, threads);
+  kern::dequantize_nvfp4(kern::active_table(), w.q, w.s, w.g, w.n, w.k, as_output(d.out), threads);
 }
 
 void run(const Nf4QuantizeDesc& d) {

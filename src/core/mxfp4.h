@@ -20,6 +20,8 @@ namespace q4::core {
 // Decodes rows [0, op.rows) of a validated MXFP4 operand into fp32
 // dst[rows, k] (exact), over `threads` threads.
 void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, float* dst);
+// The same into an output of any float type (fp16/bf16 without a fp32 copy).
+void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst);
 
 // The NVFP4 form of a validated MXFP4 operand's scales: s16[rows, k/16]
 // (linear E4M3 bytes, each E8M0 byte twice) and *t (global scale 2^t).

@@ -22,18 +22,15 @@
 namespace q4::core {
 namespace {
 
-constexpr int64_t kRowsPerTask = 16;
-
-void for_row_chunks(int64_t rows, int32_t threads, const std::function<void(int64_t, int64_t)>& fn) {
-  parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, threads, [&](int64_t t) {
-    const int64_t r0 = t * kRowsPerTask;
-    fn(r0, std::min(rows, r0 + kRowsPerTask));
-  });
-}
+constexpr int64_t kRowsPerTask = 16;  // the least rows of a scale-mapping task
 
 }  // namespace
 
 void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, float* dst) {
+  mxfp4_decode(op, threads, kern::FloatOut{dst, kern::FType::F32});
+}
+
+void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst) {
   const int64_t rows = op.rows, k = op.k, cols = k / fmt::kMxBlock;
   if (rows == 0 || k == 0) return;
   std::vector<uint8_t> lin;
@@ -45,8 +42,8 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, float* dst) {
   }
   const uint8_t* q = op.q.data;
   const kern::KernelTable& kt = kern::active_table();
-  for_row_chunks(rows, threads, [&](int64_t r0, int64_t r1) {
-    kt.mxfp4_dequantize(q + r0 * (k / 2), s + r0 * cols, r1 - r0, k, dst + r0 * k);
+  kern::rows_to_output(kt, rows, k, dst, threads, [&](int64_t r0, int64_t r1, float* d) {
+    kt.mxfp4_dequantize(q + r0 * (k / 2), s + r0 * cols, r1 - r0, k, d);
   });
 }
 
@@ -310,9 +307,7 @@ void run_mxfp4(const Mxfp4DequantizeDesc& d) {
   }
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
-  F32Result r = f32_result(d.out);
-  mxfp4_decode(d.src, threads, r.p);
-  finish(r, d.src.k, 1.0f, nullptr, threads);
+  mxfp4_decode(d.src, threads, as_output(d.out));
 }
 
 void run_mxfp4(const Mxfp4ProductDesc& d) {

@@ -9,6 +9,7 @@
 #include "common/struct_size.h"
 #include "common/thread_pool.h"
 #include "formats/codec.h"
+#include "kernels/dispatch.h"
 #include "kernels/portable.h"
 
 namespace q4::core {
@@ -81,6 +82,7 @@ void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t 
   }
   const int64_t rows = n > 0 ? total / n : 0;
   const FloatOut dst = as_output(*r.out);
+  const kern::KernelTable& kt = kern::active_table();
   const int64_t rows_per = std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
@@ -92,7 +94,7 @@ void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t 
       if (!b.empty()) {
         for (int64_t j = 0; j < n; ++j) yi[j] += b[static_cast<size_t>(j)];
       }
-      if (!r.storage.empty()) kern::store_row(dst.data, dst.type, i * n, n, yi);
+      if (!r.storage.empty()) kt.f32_to_act(dst.data, dst.type, i * n, n, yi);
     }
   });
 }

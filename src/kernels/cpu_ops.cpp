@@ -765,14 +765,32 @@ void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t
   });
 }
 
-void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
-                      int64_t k, float* out, int32_t threads) {
+void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out, int32_t threads,
+                    const std::function<void(int64_t, int64_t, float*)>& fill) {
   if (rows == 0 || k == 0) return;
-  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / std::max<int64_t>(k, 1));
+  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-    kt.nvfp4_dequantize(q + r0 * (k / 2), s + r0 * (k / 16), g, r1 - r0, k, out + r0 * k);
+    if (out.type == FType::F32) {
+      fill(r0, r1, static_cast<float*>(out.data) + r0 * k);
+      return;
+    }
+    const AlignedFloats buf = aligned_floats((r1 - r0) * k);
+    fill(r0, r1, buf.get());
+    kt.f32_to_act(out.data, out.type, r0 * k, (r1 - r0) * k, buf.get());
   });
+}
+
+void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
+                      int64_t k, FloatOut out, int32_t threads) {
+  rows_to_output(kt, rows, k, out, threads, [&](int64_t r0, int64_t r1, float* dst) {
+    kt.nvfp4_dequantize(q + r0 * (k / 2), s + r0 * (k / 16), g, r1 - r0, k, dst);
+  });
+}
+
+void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
+                      int64_t k, float* out, int32_t threads) {
+  dequantize_nvfp4(kt, q, s, g, rows, k, FloatOut{out, FType::F32}, threads);
 }
 
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads) {
@@ -1049,18 +1067,18 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
     std::vector<float> am(static_cast<size_t>(b1 - b0));
     for (int64_t b = b0; b < b1; ++b) am[static_cast<size_t>(b - b0)] = st.absmax_of_block(b);
     const int64_t e0 = b0 * bs, len = std::min(n, b1 * bs) - e0, whole = len / 16 * 16;
-    std::vector<float> buf;
+    AlignedFloats buf;
     float* dst = nullptr;
     if (out.type == FType::F32) {
       dst = static_cast<float*>(out.data) + e0;
     } else {
-      buf.resize(static_cast<size_t>(len));
-      dst = buf.data();
+      buf = aligned_floats(len);
+      dst = buf.get();
     }
     kt.nf4_dequantize(q + e0 / 2, lut, am.data(), bs, whole, dst);
     // The last elements of x (a partial block's tail of fewer than 16).
     portable::nf4_dequantize(q + (e0 + whole) / 2, lut, am.data() + whole / bs, bs, len - whole, dst + whole);
-    if (out.type != FType::F32) store_row(out.data, out.type, e0, len, dst);
+    if (out.type != FType::F32) kt.f32_to_act(out.data, out.type, e0, len, dst);
   });
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/kernel_table.h"
 
@@ -129,6 +130,15 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
 
 void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                     uint8_t* s, int32_t threads);
+// out [rows, k] in its type (fp32, fp16 or bf16) from fp32 rows that
+// fill(r0, r1, dst) writes (rows [r0, r1) at dst, k floats each), in
+// tasks of whole rows (at least 16 Ki elements). fp32 out is filled in
+// place; fp16/bf16 through a buffer of one task's rows (kt.f32_to_act), so
+// a 16-bit output never costs a fp32 copy of the whole tensor.
+void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out, int32_t threads,
+                    const std::function<void(int64_t, int64_t, float*)>& fill);
+void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
+                      int64_t k, FloatOut out, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, float* out, int32_t threads);
 float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);

@@ -154,6 +154,15 @@ inline float act_elem(const void* base, FType t, int64_t i) {
   return t == FType::F16 ? fmt::f16_to_f32(h) : fmt::bf16_to_f32(h);
 }
 
+// Element i of base, in type t, = v (fp16/bf16: the codec's rounding).
+inline void store_elem(void* base, FType t, int64_t i, float v) {
+  if (t == FType::F32) {
+    static_cast<float*>(base)[i] = v;
+    return;
+  }
+  static_cast<uint16_t*>(base)[i] = t == FType::F16 ? fmt::f32_to_f16(v) : fmt::f32_to_bf16(v);
+}
+
 // Row stride (floats) of the even/odd halves of split activations: k/2
 // rounded up to a cache line plus one line, so that the up to 16 rows a
 // GEMV step reads never share L1 sets (with k/2 a multiple of 1024 floats

@@ -219,6 +219,10 @@ struct KernelTable {
   // (exact), i < n: the in-register conversion of the small-batch kernels
   // for the drivers that feed fp32 entries from 16-bit rows.
   void (*act_to_f32)(const void* src, FType t, int64_t first, int64_t n, float* dst) = nullptr;
+  // Its inverse, for outputs: element first + i of base, in type t, =
+  // src[i] (fp16/bf16: round to nearest even, NaN and Inf as
+  // fmt::f32_to_f16 / f32_to_bf16 give them), i < n. Nothing else written.
+  void (*f32_to_act)(void* base, FType t, int64_t first, int64_t n, const float* src) = nullptr;
 
   // Bit-exact NVFP4 quantization of rows x [rows, K] (the codec's rounding) with linear
   // scales; and dequantization to fp32 rows.

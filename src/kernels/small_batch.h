@@ -19,6 +19,8 @@
 // What V provides: Reg, kLanes (1, 4, 8 or 16), kMI, kR, zero(), load(p),
 // store(p, r), fma(a, b, c) = a*b + c, sum(r), load_act<FType>(base, off)
 // (kLanes activations from element offset `off`, converted to fp32),
+// store_act<FType>(base, off, r) (its inverse: kLanes values rounded to
+// nearest even, NaN written as fmt::f32_to_f16 / f32_to_bf16 write it),
 // decode_nvfp4(q, s, nblocks, dst) (16*nblocks values e2m1*scale from
 // packed codes q and E4M3 scales s, natural order) and
 // decode_nf4(w, flat, len, dst) (len, a multiple of 16, NF4 values from flat
@@ -170,6 +172,26 @@ void sb_act_to_f32(const void* src, FType t, int64_t first, int64_t n, float* ds
       break;
   }
   for (; i < n; ++i) dst[i] = act_elem(src, t, first + i);
+}
+
+// KernelTable::f32_to_act on V's store_act (the scalar tail: store_elem):
+// element first + i of base, in type t, = src[i] rounded to nearest even.
+template <class V>
+void sb_f32_to_act(void* base, FType t, int64_t first, int64_t n, const float* src) {
+  constexpr int64_t L = V::kLanes;
+  int64_t i = 0;
+  switch (t) {
+    case FType::F16:
+      for (; i + L <= n; i += L) V::template store_act<FType::F16>(base, first + i, V::load(src + i));
+      break;
+    case FType::BF16:
+      for (; i + L <= n; i += L) V::template store_act<FType::BF16>(base, first + i, V::load(src + i));
+      break;
+    case FType::F32:
+      for (; i + L <= n; i += L) V::template store_act<FType::F32>(base, first + i, V::load(src + i));
+      break;
+  }
+  for (; i < n; ++i) store_elem(base, t, first + i, src[i]);
 }
 
 // Scalar pieces of the traits (tails, the portable table).

@@ -96,6 +96,7 @@ KernelTable complete_table(KernelTable t) {
   if (t.amax == nullptr) t.amax = portable::amax;
   if (t.nf4_quantize_blocks == nullptr) t.nf4_quantize_blocks = nf4_quantize_blocks;
   if (t.act_to_f32 == nullptr) t.act_to_f32 = load_row;
+  if (t.f32_to_act == nullptr) t.f32_to_act = store_row;
   if (t.absmax_bits == nullptr) t.absmax_bits = portable::absmax_bits;
   if (t.fma_probe == nullptr) t.fma_probe = fma_probe<Scalar>;
   // Integer entries: an ISA's own pair, or the portable pair (then the

@@ -1282,6 +1282,7 @@ int bench_main(int argc, char** argv) {
     f[0] = random_vec(rows * k, 3, 1.0f);
     for (int c = 1; c < copies; ++c) f[static_cast<size_t>(c)] = f[0];
     std::vector<float> back(static_cast<size_t>(rows * k));
+    std::vector<uint16_t> back16(static_cast<size_t>(rows * k));
     std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * k / 16));
     int64_t fs[2] = {rows, k}, qs[2] = {rows, k / 2}, ss[2] = {rows, k / 16};
     std::vector<DLTensor> tfc;
@@ -1298,6 +1299,24 @@ int bench_main(int argc, char** argv) {
     const double bw = read_bandwidth(std::max<int64_t>(int64_t{128} << 20, 4 * l3), threads,
                                      3);  // under the current load
     out["limits"]["dram_read_before_quantize_gb_per_s"] = bw;
+    // 16-bit outputs of every dequantize (the fp16 and bf16 weights a
+    // runtime hands to its own kernels): bytes = 4-bit input + 2-byte output.
+    const DLTensor th = tensor(back16.data(), fs, 2, kDLFloat, 16),
+                   tbh = tensor(back16.data(), fs, 2, kDLBfloat, 16);
+    auto dequant16 = [&](const char* format, const char* suffix, double in_bytes_per_elem,
+                         const std::function<int32_t(DLTensor*)>& call) {
+      for (const DLTensor* t16 : {&th, &tbh}) {
+        DLTensor t = *t16;
+        const double ms16 = median_ms(reps, [&](int) {
+          if (call(&t) != Q4_OK) std::abort();
+        });
+        const double b16 = static_cast<double>(rows * k) * (2.0 + in_bytes_per_elem);
+        add(result("dequantize", format,
+                   std::string(format) + (t.dtype.code == kDLBfloat ? "->bf16" : "->fp16") + suffix, rows, 0,
+                   k, ms16, b16, 0, threads, 0),
+            "dram_read", b16 / (ms16 * 1e6) / bw);
+      }
+    };
     double ms = median_ms(reps, [&](int r) {
       if (NVFP4_quantize(fin(r), &tq, &ts, Q4_SCALE_LINEAR, 0.0f, &g, &opts) != Q4_OK) std::abort();
     });
@@ -1315,6 +1334,8 @@ int bench_main(int argc, char** argv) {
     });
     add(result("dequantize", "nvfp4", "nvfp4->fp32", rows, 0, k, ms, bytes, 0, threads, 0), "dram_read",
         bytes / (ms * 1e6) / bw);
+    dequant16("nvfp4", "", 0.5 + 1.0 / 16,
+              [&](DLTensor* t) { return NVFP4_dequantize(&tq, &ts, Q4_SCALE_LINEAR, g, t, &opts); });
     // NF4 (blocksize 64) of the same fp32 tensor, flat.
     std::vector<uint8_t> nq(static_cast<size_t>(rows * k / 2));
     std::vector<float> na(static_cast<size_t>(rows * k / 64));
@@ -1339,6 +1360,8 @@ int bench_main(int argc, char** argv) {
     });
     add(result("dequantize", "nf4", "nf4->fp32, blocksize 64", rows, 0, k, ms, nf_bytes, 0, threads, 0),
         "dram_read", nf_bytes / (ms * 1e6) / bw);
+    dequant16("nf4", ", blocksize 64", 0.5 + 4.0 / 64,
+              [&](DLTensor* t) { return NF4_dequantize(&tnq, &nst, t, &opts); });
     // MXFP4 (E8M0 scale per 32) of the same tensor, linear scales.
     int64_t ms_shape[2] = {rows, k / 32};
     DLTensor tms = tensor(s.data(), ms_shape, 2, kDLUInt, 8);
@@ -1353,6 +1376,8 @@ int bench_main(int argc, char** argv) {
     });
     add(result("dequantize", "mxfp4", "mxfp4->fp32", rows, 0, k, ms, mx_bytes, 0, threads, 0), "dram_read",
         mx_bytes / (ms * 1e6) / bw);
+    dequant16("mxfp4", "", 0.5 + 1.0 / 32,
+              [&](DLTensor* t) { return MXFP4_dequantize(&tq, &tms, Q4_SCALE_LINEAR, t, &opts); });
   }
   // The worker pool's watch between products (--only gaps): an exact GEMV
   // (NVFP4, M = 1, 2880 x 2880, hot: about 0.2 ms) called with a gap

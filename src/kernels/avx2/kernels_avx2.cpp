@@ -1528,6 +1528,7 @@ const KernelTable& avx2_table() {
     f.nvfp4_small = sbl_nvfp4_small;  // (small_batch_lanes_avx2.h)
     f.nf4_small = sbl_nf4_small;
     f.act_to_f32 = sb_act_to_f32<SbAvx2>;
+    f.f32_to_act = sb_f32_to_act<SbAvx2>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {
       return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx2>, Nf4CodeAvx2{});

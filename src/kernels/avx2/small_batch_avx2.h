@@ -45,6 +45,39 @@ struct SbAvx2 {
     }
   }
 
+  // load_act's inverse, as SbAvx512::store_act (fp16 by vcvtps2ph with
+  // NaN lanes rewritten as the codec writes them; bf16 the codec's integer
+  // rounding).
+  template <FType T>
+  static void store_act(void* base, int64_t off, __m256 v) {
+    if constexpr (T == FType::F32) {
+      _mm256_storeu_ps(static_cast<float*>(base) + off, v);
+    } else {
+      const __m256i bits = _mm256_castps_si256(v);
+      const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+      __m256i r;  // 8 dwords, each a 16-bit result
+      if constexpr (T == FType::F16) {
+        const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (_mm256_movemask_ps(nan) == 0) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(base) + off), h);
+          return;
+        }
+        const __m256i canon =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x8000)),
+                            _mm256_set1_epi32(0x7e00));
+        r = _mm256_blendv_epi8(_mm256_cvtepu16_epi32(h), canon, _mm256_castps_si256(nan));
+      } else {
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40)),
+                               _mm256_castps_si256(nan));
+      }
+      // Every dword is below 2^16: the unsigned saturating pack keeps it.
+      const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(base) + off), h);
+    }
+  }
+
   // 4 bytes -> 8 dwords whose low 4 bits are the nibbles of elements in order.
   static __m256i nibbles8(const uint8_t* q4, __m256i shifts) {
     int32_t v;

@@ -1567,6 +1567,7 @@ const KernelTable& avx512_table() {
     f.nvfp4_small = sb_nvfp4_small<SbAvx512>;
     f.nf4_small = sb_nf4_small<SbAvx512>;
     f.act_to_f32 = sb_act_to_f32<SbAvx512>;
+    f.f32_to_act = sb_f32_to_act<SbAvx512>;
     f.nf4_quantize_blocks = [](FloatPtr x, int64_t n, int64_t bs, int64_t b0, int64_t b1, uint8_t* q,
                                float* am) {
       return nf4_quantize_blocks_impl(x, n, bs, b0, b1, q, am, sb_act_to_f32<SbAvx512>, Nf4CodeAvx512{});

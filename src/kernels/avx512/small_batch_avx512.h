@@ -42,6 +42,38 @@ struct SbAvx512 {
     }
   }
 
+  // load_act's inverse. fp16: vcvtps2ph rounds to nearest even (the
+  // library's calls run with the default MXCSR) and keeps a NaN's payload,
+  // so NaN lanes are rewritten as the codec writes them (sign | 0x7e00).
+  // bf16: the codec's integer rounding, NaN as (bits >> 16) | 0x40.
+  template <FType T>
+  static void store_act(void* base, int64_t off, __m512 v) {
+    if constexpr (T == FType::F32) {
+      _mm512_storeu_ps(static_cast<float*>(base) + off, v);
+    } else {
+      const __m512i bits = _mm512_castps_si512(v);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      __m256i h;
+      if constexpr (T == FType::F16) {
+        h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (nan != 0) {
+          const __m512i canon =
+              _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x8000)),
+                              _mm512_set1_epi32(0x7e00));
+          h = _mm256_mask_mov_epi16(h, nan, _mm512_cvtepi32_epi16(canon));
+        }
+      } else {
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+        __m512i r =
+            _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        r = _mm512_mask_mov_epi32(r, nan,
+                                  _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+        h = _mm512_cvtepi32_epi16(r);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(base) + off), h);
+    }
+  }
+
   // 8 bytes -> 16 dwords, byte j twice, shifted so that the low 4 bits of
   // lane e hold the nibble of element e (lo_first: element 2j is the low
   // nibble, NVFP4; otherwise the high nibble, NF4).

@@ -111,6 +111,7 @@ const KernelTable& neon_table() {
     f.nvfp4_small = sb_nvfp4_small<SbNeon>;
     f.nf4_small = sb_nf4_small<SbNeon>;
     f.act_to_f32 = sb_act_to_f32<SbNeon>;
+    f.f32_to_act = sb_f32_to_act<SbNeon>;
     f.gemm_micro = gemm_micro;
     f.amax = amax;
     f.absmax_bits = absmax_bits_neon;

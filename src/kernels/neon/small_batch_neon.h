@@ -38,6 +38,31 @@ struct SbNeon {
     }
   }
 
+  // load_act's inverse. fp16: FCVTN rounds to nearest even (the library's
+  // calls run with FPCR 0) and keeps a NaN's payload, so NaN lanes are
+  // rewritten as the codec writes them (sign | 0x7e00); bf16: the codec's
+  // integer rounding, NaN as (bits >> 16) | 0x40.
+  template <FType T>
+  static void store_act(void* base, int64_t off, float32x4_t v) {
+    if constexpr (T == FType::F32) {
+      vst1q_f32(static_cast<float*>(base) + off, v);
+    } else {
+      const uint32x4_t bits = vreinterpretq_u32_f32(v);
+      const uint32x4_t num = vceqq_f32(v, v);  // all ones where v is not NaN
+      const uint32x4_t hi = vshrq_n_u32(bits, 16);
+      uint16x4_t h, canon;
+      if constexpr (T == FType::F16) {
+        h = vreinterpret_u16_f16(vcvt_f16_f32(v));
+        canon = vmovn_u32(vorrq_u32(vandq_u32(hi, vdupq_n_u32(0x8000)), vdupq_n_u32(0x7e00)));
+      } else {
+        const uint32x4_t lsb = vandq_u32(hi, vdupq_n_u32(1));
+        h = vmovn_u32(vshrq_n_u32(vaddq_u32(bits, vaddq_u32(lsb, vdupq_n_u32(0x7fff))), 16));
+        canon = vmovn_u32(vorrq_u32(hi, vdupq_n_u32(0x40)));
+      }
+      vst1_u16(static_cast<uint16_t*>(base) + off, vbsl_u16(vmovn_u32(num), h, canon));
+    }
+  }
+
   // The weights of a tile, decoded by the shared NEON decoders
   // (decode_neon.h): value * the block's scale, one fp32 product.
   static void decode_nvfp4(const uint8_t* q, const uint8_t* s, int64_t nblocks, float* dst) {
