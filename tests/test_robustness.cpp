@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "formats/codec.h"
@@ -254,3 +256,99 @@ TEST_CASE("the caller's flush-to-zero and rounding controls change no result and
   }
 }
 #endif
+
+namespace {
+
+// A weight buffer too large for the guard-filled test tensors: pattern
+// bytes, written once (2 GiB+).
+struct BigBytes {
+  std::unique_ptr<uint8_t[]> p;
+  explicit BigBytes(size_t n, uint32_t mul, uint32_t shift, uint8_t base, uint8_t mod) : p(new uint8_t[n]) {
+    for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(base + ((i * mul) >> shift) % mod);
+  }
+};
+
+DLTensor view(void* data, int32_t ndim, int64_t* shape, DLDataType dt) {
+  DLTensor v{};
+  v.data = data;
+  v.device = DLDevice{kDLCPU, 0};
+  v.ndim = ndim;
+  v.shape = shape;
+  v.dtype = dt;
+  return v;
+}
+
+}  // namespace
+
+// A weight of more than 2^32 elements (2 GiB + of codes: element and byte
+// offsets past every 32-bit range), as a large vocabulary's output layer
+// has. Rows near the start, past 2^31 and 2^32 elements and at the end
+// equal, bit for bit, the same product on a copy of those rows alone (one
+// thread: the copy's product then takes no K split). Hidden: 2.6 GB of
+// memory; run by its own ctest entry in the optimized build without
+// sanitizers or an emulator.
+TEST_CASE("products over weights of more than 2^32 elements", "[.][big]") {
+  const int64_t n = (int64_t{1} << 18) + 16, k = 16384;  // n * k = 2^32 + 2^18
+  const BigBytes q(static_cast<size_t>(n * k / 2), 2654435761u, 13, 0, 255);
+  const BigBytes s(static_cast<size_t>(n * k / 16), 40503u, 7, 0x30, 15);  // E4M3 2^-3 .. 2^0
+  std::vector<float> absmax(static_cast<size_t>(n * k / 64));
+  for (size_t i = 0; i < absmax.size(); ++i) absmax[i] = 0.5f + static_cast<float>(i % 97) / 64.0f;
+  const int64_t picks[] = {
+      0, 1, (int64_t{1} << 31) / k, (int64_t{1} << 32) / k - 1, (int64_t{1} << 32) / k, n - 1};
+  const int64_t np = 6;
+  // The picked rows alone.
+  std::vector<uint8_t> qp(static_cast<size_t>(np * k / 2)), sp(static_cast<size_t>(np * k / 16));
+  std::vector<float> ap(static_cast<size_t>(np * k / 64));
+  for (int64_t i = 0; i < np; ++i) {
+    std::memcpy(&qp[static_cast<size_t>(i * k / 2)], q.p.get() + picks[i] * (k / 2),
+                static_cast<size_t>(k / 2));
+    std::memcpy(&sp[static_cast<size_t>(i * k / 16)], s.p.get() + picks[i] * (k / 16),
+                static_cast<size_t>(k / 16));
+    std::memcpy(&ap[static_cast<size_t>(i * k / 64)], &absmax[static_cast<size_t>(picks[i] * (k / 64))],
+                static_cast<size_t>(k / 64) * 4);
+  }
+  int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, as[1] = {n * k / 64}, nq[1] = {n * k / 2};
+  int64_t pqs[2] = {np, k / 2}, pss[2] = {np, k / 16}, pas[1] = {np * k / 64}, pnq[1] = {np * k / 2};
+  DLTensor tq = view(q.p.get(), 2, qs, t::u8()), ts = view(s.p.get(), 2, ss, t::e4m3());
+  DLTensor tqf = view(q.p.get(), 1, nq, t::u8()), ta = view(absmax.data(), 1, as, t::f32());
+  DLTensor pq = view(qp.data(), 2, pqs, t::u8()), ps = view(sp.data(), 2, pss, t::e4m3());
+  DLTensor pqf = view(qp.data(), 1, pnq, t::u8()), pa = view(ap.data(), 1, pas, t::f32());
+  for (const int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{24}}) {
+      INFO("math mode " << math << ", M = " << m);
+      Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(m));
+      std::vector<float> y(static_cast<size_t>(m * n)), yp(static_cast<size_t>(m * np));
+      int64_t ys[2] = {m, n}, yps[2] = {m, np};
+      DLTensor ty = view(y.data(), 2, ys, t::f32()), typ = view(yp.data(), 2, yps, t::f32());
+      Q4_op_options o{};
+      Q4_op_options_init(&o);
+      o.math_mode = math;
+      Q4_op_options one = o;
+      one.num_threads = 1;
+      for (const int fmt : {0, 1}) {
+        INFO((fmt == 0 ? "NVFP4" : "NF4"));
+        NF4_state st{}, pst{};
+        st.struct_size = pst.struct_size = sizeof st;
+        st.blocksize = pst.blocksize = 64;
+        st.absmax = &ta;
+        pst.absmax = &pa;
+        if (fmt == 0) {
+          REQUIRE(NVFP4_linear(x.t(), &tq, &ts, Q4_SCALE_LINEAR, 0.5f, nullptr, &ty, &o) == Q4_OK);
+          REQUIRE(NVFP4_linear(x.t(), &pq, &ps, Q4_SCALE_LINEAR, 0.5f, nullptr, &typ, &one) == Q4_OK);
+        } else {
+          REQUIRE(NF4_scaled_mm(x.t(), &tqf, &st, nullptr, &ty, &o) == Q4_OK);
+          REQUIRE(NF4_scaled_mm(x.t(), &pqf, &pst, nullptr, &typ, &one) == Q4_OK);
+        }
+        int64_t differ = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < np; ++j) {
+            const float big = y[static_cast<size_t>(i * n + picks[j])],
+                        alone = yp[static_cast<size_t>(i * np + j)];
+            if (std::memcmp(&big, &alone, 4) != 0 || !std::isfinite(big)) ++differ;
+          }
+        }
+        CHECK(differ == 0);
+      }
+    }
+  }
+}
