@@ -23,7 +23,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -207,17 +209,31 @@ TEST_CASE("a pool the system refuses threads to runs with those it got", "[.][fo
   }
 }
 
-TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked, named", "[.][fork]") {
+TEST_CASE("the pool's workers start on the process's CPUs, with its scheduling, signals blocked, named",
+          "[.][fork]") {
   if (fork_unsupported_here()) return;
   // In a child (a fresh pool, made by its first parallel call), from a
-  // thread pinned to one CPU as an actor runtime's are.
+  // thread pinned to one CPU as an actor runtime's are, real-time (where
+  // the process may: SCHED_FIFO; else SCHED_BATCH) and with a higher nice
+  // value than the main thread's.
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     cpu_set_t main_mask;
     CPU_ZERO(&main_mask);
     if (sched_getaffinity(0, sizeof main_mask, &main_mask) != 0) ::_exit(20);
-    int worker_cpus = -1, blocked = -1, named = -1;
+    const int main_policy = sched_getscheduler(0);
+    const int main_nice = getpriority(PRIO_PROCESS, 0);
+    // Whether a thread may lower its nice value again here (CAP_SYS_NICE or
+    // RLIMIT_NICE); without, the workers keep the creator's.
+    bool may_lower_nice = false;
+    std::thread([&] {
+      const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+      may_lower_nice = setpriority(PRIO_PROCESS, tid, main_nice + 1) == 0 &&
+                       setpriority(PRIO_PROCESS, tid, main_nice) == 0;
+    }).join();
+    int worker_cpus = -1, blocked = -1, named = -1, worker_policy = -2, worker_nice = -100,
+        creator_nice = -100;
     bool helped = false;
     std::thread pinned([&] {
       int first = 0;
@@ -226,6 +242,15 @@ TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked,
       CPU_ZERO(&one);
       CPU_SET(first, &one);
       if (sched_setaffinity(0, sizeof one, &one) != 0) return;
+      sched_param rt{};
+      rt.sched_priority = 1;
+      if (sched_setscheduler(0, SCHED_FIFO, &rt) != 0) {
+        rt.sched_priority = 0;
+        if (sched_setscheduler(0, SCHED_BATCH, &rt) != 0) return;
+      }
+      const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+      if (setpriority(PRIO_PROCESS, tid, main_nice + 3) != 0) return;
+      creator_nice = getpriority(PRIO_PROCESS, tid);
       const std::thread::id self = std::this_thread::get_id();
       std::mutex m;
       std::atomic<bool> seen{false};
@@ -242,6 +267,8 @@ TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked,
           char name[32] = {};
           pthread_getname_np(pthread_self(), name, sizeof name);
           named = std::strcmp(name, "nvfp4-worker") == 0 ? 1 : 0;
+          worker_policy = sched_getscheduler(0);
+          worker_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
           seen = true;
         }
         if (i == 0) {
@@ -254,9 +281,14 @@ TEST_CASE("the pool's workers start on the process's CPUs, with signals blocked,
     });
     pinned.join();
     if (!helped) ::_exit(1);
-    ::_exit((worker_cpus == CPU_COUNT(&main_mask) ? 0 : 2) | (blocked == 1 ? 0 : 4) | (named == 1 ? 0 : 8));
+    ::_exit((worker_cpus == CPU_COUNT(&main_mask) ? 0 : 2) | (blocked == 1 ? 0 : 4) | (named == 1 ? 0 : 8) |
+            (worker_policy == main_policy ? 0 : 16) |
+            (worker_nice == (may_lower_nice ? main_nice : creator_nice) ? 0 : 32));
   }
-  INFO("exit status bits: 1 no worker, 2 worker kept the caller's one-CPU mask, 4 signals open, 8 unnamed");
+  INFO(
+      "exit status bits: 1 no worker, 2 worker kept the caller's one-CPU mask, 4 signals open, 8 unnamed, "
+      "16 worker kept the caller's scheduling policy, 32 a nice value other than the main thread's (or, "
+      "where it may not be lowered, the caller's)");
   CHECK(wait_child(pid, 60) == 0);
 }
 

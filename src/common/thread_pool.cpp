@@ -19,6 +19,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/cpu_features.h"
@@ -109,6 +111,37 @@ CpuMask main_thread_affinity() {
   }
   return CpuMask{};
 }
+
+// The scheduling policy, its priority and the nice value of the process's
+// main thread, for the workers to take (policy -1: not read).
+struct SchedState {
+  int policy = -1;
+  sched_param param{};
+  bool has_nice = false;
+  int nice = 0;
+};
+
+SchedState main_thread_sched() {
+  SchedState s;
+  const pid_t main = ::getpid();
+  const int policy = sched_getscheduler(main);
+  if (policy >= 0 && sched_getparam(main, &s.param) == 0) s.policy = policy & ~SCHED_RESET_ON_FORK;
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(main));  // Linux: that thread's
+  if (nice != -1 || errno == 0) {
+    s.has_nice = true;
+    s.nice = nice;
+  }
+  return s;
+}
+
+// This thread to `s` where the system allows it: leaving a real-time or
+// batch policy always is; a lower nice value or leaving SCHED_IDLE needs
+// CAP_SYS_NICE or RLIMIT_NICE, without which the creator's stays.
+void take_sched(const SchedState& s) {
+  if (s.policy >= 0) sched_setscheduler(0, s.policy, &s.param);  // (0: this thread)
+  if (s.has_nice) setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), s.nice);
+}
 #endif
 
 // Tests: at most this many workers start in the next pools made (-1: as
@@ -177,11 +210,15 @@ class Pool {
   // the pool: they start with every signal blocked (the host's signals go
   // to its own threads: a sigwait thread, Python's main thread), on the
   // process's CPUs (a thread pinned to one core made the pool, as an actor
-  // runtime's are, and every worker inherited that one core), and named
-  // "nvfp4-worker" (top, gdb, py-spy).
+  // runtime's are, and every worker inherited that one core), with the
+  // main thread's scheduling policy and nice value where the system allows
+  // (a real-time creator made real-time workers, which starve the host's
+  // other threads on their cores while they watch for the next job), and
+  // named "nvfp4-worker" (top, gdb, py-spy).
   explicit Pool(int32_t workers) {
 #if defined(__linux__)
     affinity_ = main_thread_affinity();
+    sched_ = main_thread_sched();
 #endif
     const AllSignalsBlocked blocked;
     threads_.reserve(static_cast<size_t>(workers));
@@ -254,6 +291,7 @@ class Pool {
     set_default_fp_controls();  // (a thread starts with its creator's, a host thread's)
 #if defined(__linux__)
     if (affinity_.count() > 0) sched_setaffinity(0, affinity_.size, affinity_.set.get());
+    take_sched(sched_);
     pthread_setname_np(pthread_self(), "nvfp4-worker");
 #endif
     std::unique_lock<std::mutex> lock(mutex_);
@@ -299,6 +337,7 @@ class Pool {
   std::atomic<uint64_t> posted_{0};  // jobs posted so far
 #if defined(__linux__)
   CpuMask affinity_;  // written before the workers start
+  SchedState sched_;  // (the same)
 #endif
   std::string start_warning_;
 };
