@@ -2468,3 +2468,32 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
   }
   Q4_session_destroy(s);
 }
+
+// The scale layouts' converters against fmt::swizzle_offset byte by byte:
+// rows around the 32- and 128-row tiles, columns around the 4-column
+// groups (NVFP4's K/16 and MXFP4's K/32), padding zeroed, round trip.
+TEST_CASE("swizzle_scales and unswizzle_scales move every byte to its swizzle_offset", "[kernels][swizzle]") {
+  std::mt19937 gen(3);
+  for (const int64_t rows : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{127}, int64_t{128},
+                             int64_t{129}, int64_t{300}}) {
+    for (int64_t cols = 0; cols <= 13; ++cols) {
+      INFO("rows " << rows << ", cols " << cols);
+      std::vector<uint8_t> lin(static_cast<size_t>(rows * cols));
+      for (uint8_t& b : lin) b = static_cast<uint8_t>(1 + gen() % 255);  // nonzero: padding tells apart
+      const size_t total = static_cast<size_t>(q4::fmt::swizzled_rows(rows) * q4::fmt::swizzled_cols(cols));
+      std::vector<uint8_t> want(total, 0), sw(total + 1, 0xEE);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c)
+          want[static_cast<size_t>(q4::fmt::swizzle_offset(r, c, cols))] =
+              lin[static_cast<size_t>(r * cols + c)];
+      }
+      kern::swizzle_scales(lin.data(), rows, cols, sw.data());
+      CHECK(std::equal(want.begin(), want.end(), sw.begin()));
+      CHECK(sw[total] == 0xEE);
+      std::vector<uint8_t> back(lin.size() + 1, 0xEE);
+      kern::unswizzle_scales(sw.data(), rows, cols, back.data());
+      CHECK(std::equal(lin.begin(), lin.end(), back.begin()));
+      CHECK(back[lin.size()] == 0xEE);
+    }
+  }
+}

@@ -137,20 +137,40 @@ void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax,
 // ---------------------------------------------------------------------------
 // Scale layouts
 // ---------------------------------------------------------------------------
+// Row r's scales lie in groups of 4 bytes, group g at
+// tile(r / 128, g) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4
+// (fmt::swizzle_offset): one 4-byte copy per group instead of an offset
+// computation per byte (a 4096 x 4096 weight's 1 MiB of scales: 1 ms
+// before, in every stateless product with swizzled scales).
+namespace {
+template <bool ToSwizzled>
+void copy_swizzle_groups(const uint8_t* from, int64_t rows, int64_t cols, uint8_t* to) {
+  const int64_t tiles_per_band = fmt::swizzled_cols(cols) / 4, full = cols / 4, rest = cols % 4;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t tile0 = (r / 128) * tiles_per_band * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4;
+    for (int64_t g = 0; g <= full; ++g) {
+      const int64_t n = g < full ? 4 : rest;
+      if (n == 0) break;
+      if constexpr (ToSwizzled) {
+        std::memcpy(to + tile0 + g * 512, from + r * cols + 4 * g, static_cast<size_t>(n));
+      } else {
+        std::memcpy(to + r * cols + 4 * g, from + tile0 + g * 512, static_cast<size_t>(n));
+      }
+    }
+  }
+}
+}  // namespace
+
 void swizzle_scales(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw) {
   const int64_t total = fmt::swizzled_rows(rows) * fmt::swizzled_cols(cols);
   if (total > 0) std::memset(sw, 0, static_cast<size_t>(total));  // (NULL allowed when empty)
   if (cols == 0) return;  // no scales: never walk the (possibly huge) empty rows
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) sw[fmt::swizzle_offset(r, c, cols)] = lin[r * cols + c];
-  }
+  copy_swizzle_groups<true>(lin, rows, cols, sw);
 }
 
 void unswizzle_scales(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin) {
   if (cols == 0) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) lin[r * cols + c] = sw[fmt::swizzle_offset(r, c, cols)];
-  }
+  copy_swizzle_groups<false>(sw, rows, cols, lin);
 }
 
 // ---------------------------------------------------------------------------
