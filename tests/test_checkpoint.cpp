@@ -249,6 +249,72 @@ TEST_CASE("the writer replaces its file as a careful tool would: umask, kept mod
   ::rmdir(dir.c_str());
 }
 
+TEST_CASE("the writer's edge cases: no tensors, names that are not UTF-8, many tensors", "[checkpoint]") {
+  // No tensors (with and without metadata): a file every reader opens (the
+  // header was written as `null` before, which no reader, this one
+  // included, accepts).
+  for (const bool meta : {false, true}) {
+    INFO("metadata " << meta);
+    Q4_checkpoint_writer* w = nullptr;
+    REQUIRE(Q4_checkpoint_writer_create(&w) == Q4_OK);
+    if (meta) REQUIRE(Q4_checkpoint_writer_metadata(w, "format", "pt") == Q4_OK);
+    const std::string path = temp_path("empty");
+    REQUIRE(Q4_checkpoint_writer_commit(w, path.c_str()) == Q4_OK);
+    Q4_checkpoint_writer_destroy(w);
+    Q4_checkpoint* c = nullptr;
+    REQUIRE(Q4_checkpoint_open(path.c_str(), &c) == Q4_OK);
+    size_t n = 7;
+    REQUIRE(Q4_checkpoint_count(c, &n) == Q4_OK);
+    CHECK(n == 0);
+    size_t needed = 0;
+    char buf[8];
+    CHECK(Q4_checkpoint_metadata(c, "format", buf, sizeof buf, &needed) == (meta ? Q4_OK : Q4_ERR_NOT_FOUND));
+    Q4_checkpoint_close(c);
+    std::remove(path.c_str());
+  }
+  // Strings that are not UTF-8 are refused where they are given, naming the
+  // argument (they failed as an internal error at commit), and the writer
+  // stays usable.
+  Tensor f({2}, t::f32());
+  f.set(0, 1.0f);
+  f.set(1, 2.0f);
+  Q4_checkpoint_writer* w = nullptr;
+  REQUIRE(Q4_checkpoint_writer_create(&w) == Q4_OK);
+  CHECK(Q4_checkpoint_writer_add(w, "bad\xff", Q4_DTYPE_F32, f.t()) == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(Q4_last_error()).find("name") != std::string::npos);
+  CHECK(Q4_checkpoint_writer_add(w, "bad\xc0\xaf", Q4_DTYPE_F32, f.t()) ==
+        Q4_ERR_INVALID_ARGUMENT);  // overlong
+  CHECK(Q4_checkpoint_writer_metadata(w, "k\xfe", "v") == Q4_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(Q4_last_error()).find("key") != std::string::npos);
+  CHECK(Q4_checkpoint_writer_metadata(w, "k", "\xed\xa0\x80") == Q4_ERR_INVALID_ARGUMENT);  // a surrogate
+  CHECK(std::string(Q4_last_error()).find("value") != std::string::npos);
+  // Many tensors (a shard of a mixture of experts holds tens of thousands):
+  // every name kept, duplicates still refused.
+  constexpr int kMany = 5000;
+  for (int i = 0; i < kMany; ++i) {
+    const std::string name = "model.layers." + std::to_string(i / 64) + ".experts." + std::to_string(i % 64) +
+                             ".w\xc3\xa9ight";  // (UTF-8 é)
+    REQUIRE(Q4_checkpoint_writer_add(w, name.c_str(), Q4_DTYPE_F32, f.t()) == Q4_OK);
+  }
+  CHECK(Q4_checkpoint_writer_add(w, "model.layers.3.experts.7.w\xc3\xa9ight", Q4_DTYPE_F32, f.t()) ==
+        Q4_ERR_INVALID_ARGUMENT);
+  const std::string path = temp_path("many");
+  REQUIRE(Q4_checkpoint_writer_commit(w, path.c_str()) == Q4_OK);
+  Q4_checkpoint_writer_destroy(w);
+  Q4_checkpoint* c = nullptr;
+  REQUIRE(Q4_checkpoint_open(path.c_str(), &c) == Q4_OK);
+  size_t n = 0;
+  REQUIRE(Q4_checkpoint_count(c, &n) == Q4_OK);
+  CHECK(n == static_cast<size_t>(kMany));
+  size_t idx = 0;
+  REQUIRE(Q4_checkpoint_find(c, "model.layers.77.experts.8.w\xc3\xa9ight", &idx) == Q4_OK);
+  DLTensor v{};
+  REQUIRE(Q4_checkpoint_tensor(c, idx, &v) == Q4_OK);
+  CHECK(static_cast<const float*>(v.data)[1] == 2.0f);
+  Q4_checkpoint_close(c);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("linears load from each family with its global-scale convention", "[checkpoint]") {
   const int64_t n = 32, k = 64;
   Tensor w = t::random_float({n, k}, t::f32(), 5);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "nvfp4/schema.h"
@@ -64,6 +65,7 @@ class Writer {
     std::vector<uint8_t> bytes;
   };
   std::vector<Item> items_;
+  std::unordered_set<std::string> names_;  // of items_, for the duplicate check
   std::map<std::string, std::string> metadata_;
 };
 
