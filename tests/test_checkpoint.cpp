@@ -315,6 +315,24 @@ TEST_CASE("the writer's edge cases: no tensors, names that are not UTF-8, many t
   std::remove(path.c_str());
 }
 
+TEST_CASE("opening what is not a regular file is refused at once", "[checkpoint]") {
+  char tmpl[] = "/tmp/nvfp4-special-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, fifo = dir + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // A FIFO with no writer (opening it for reading used to wait for one),
+  // a directory, a character device.
+  for (const std::string& path : {fifo, dir, std::string("/dev/zero")}) {
+    INFO(path);
+    Q4_checkpoint* c = nullptr;
+    CHECK(Q4_checkpoint_open(path.c_str(), &c) == Q4_ERR_IO);
+    CHECK(std::string(Q4_last_error()).find("not a regular file") != std::string::npos);
+    CHECK(c == nullptr);
+  }
+  ::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
 TEST_CASE("linears load from each family with its global-scale convention", "[checkpoint]") {
   const int64_t n = 32, k = 64;
   Tensor w = t::random_float({n, k}, t::f32(), 5);
