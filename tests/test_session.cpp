@@ -538,6 +538,22 @@ TEST_CASE("fake-quantize and the STE backward products", "[session][training]") 
       CHECK(std::fabs(gw.get(j * k + kk) - ref) <= 1e-5 * (mag + 1e-30));
     }
   }
+  // bf16 grad_y and x: the products of their values in fp32, bit for bit.
+  Tensor gy16({m, n}, t::bf16()), x16({m, k}, t::bf16()), gy32({m, n}, t::f32()), x32({m, k}, t::f32());
+  for (int64_t i = 0; i < m * n; ++i) {
+    gy16.set(i, gy.get(i));
+    gy32.set(i, gy16.get(i));
+  }
+  for (int64_t i = 0; i < m * k; ++i) {
+    x16.set(i, x.get(i));
+    x32.set(i, x16.get(i));
+  }
+  Tensor gx16({m, k}, t::f32()), gw16({n, k}, t::f32());
+  REQUIRE(NVFP4_linear_backward(gy16.t(), x16.t(), wq.t(), ws.t(), 0, wg, gx16.t(), gw16.t(), nullptr) ==
+          Q4_OK);
+  REQUIRE(NVFP4_linear_backward(gy32.t(), x32.t(), wq.t(), ws.t(), 0, wg, gx.t(), gw.t(), nullptr) == Q4_OK);
+  CHECK(std::memcmp(gx16.data(), gx.data(), gx.bytes) == 0);
+  CHECK(std::memcmp(gw16.data(), gw.data(), gw.bytes) == 0);
   CHECK(NVFP4_linear_backward(gy.t(), x.t(), wq.t(), ws.t(), 0, wg, nullptr, nullptr, nullptr) ==
         Q4_ERR_NULL_POINTER);
   Tensor gw_bad({n, k - 16}, t::f32());

@@ -47,10 +47,11 @@ F32View f32_view(const TensorRef& t, int32_t threads) {
   }
   v.storage.resize(static_cast<size_t>(t.numel));
   const FloatPtr src = as_input(t);
+  const kern::KernelTable& kt = kern::active_table();  // (its act_to_f32 is vectorized)
   constexpr int64_t kChunk = 1 << 16;
   parallel_for((t.numel + kChunk - 1) / kChunk, threads, [&](int64_t c) {
     const int64_t i0 = c * kChunk;
-    kern::load_row(src.data, src.type, i0, std::min(kChunk, t.numel - i0), v.storage.data() + i0);
+    kt.act_to_f32(src.data, src.type, i0, std::min(kChunk, t.numel - i0), v.storage.data() + i0);
   });
   v.p = v.storage.data();
   return v;
