@@ -2498,4 +2498,19 @@ TEST_CASE("swizzle_scales and unswizzle_scales move every byte to its swizzle_of
       CHECK(back[lin.size()] == 0xEE);
     }
   }
+  // The threaded form, in tasks of whole bands (600 columns: a band of
+  // 75 KiB, one a task; 300 rows: three tasks, the last partial).
+  for (const int64_t cols : {int64_t{8}, int64_t{600}}) {
+    const int64_t rows = 300;
+    std::vector<uint8_t> lin(static_cast<size_t>(rows * cols));
+    for (uint8_t& b : lin) b = static_cast<uint8_t>(gen());
+    std::vector<uint8_t> sw(static_cast<size_t>(q4::fmt::swizzled_rows(rows) * q4::fmt::swizzled_cols(cols)));
+    kern::swizzle_scales(lin.data(), rows, cols, sw.data());
+    for (const int32_t threads : {1, 3}) {
+      std::vector<uint8_t> back(lin.size() + 1, 0xEE);
+      kern::unswizzle_scales_parallel(sw.data(), rows, cols, back.data(), threads);
+      CHECK(std::equal(lin.begin(), lin.end(), back.begin()));
+      CHECK(back[lin.size()] == 0xEE);
+    }
+  }
 }

@@ -44,7 +44,7 @@ void run(const Nvfp4DequantizeDesc& d) {
   if (d.out.numel == 0) return;
   const int32_t threads = d.ctx.opts.num_threads;
   PreparedWeight w;
-  prepare_nvfp4(w, d.src, false, nullptr);
+  prepare_nvfp4(w, d.src, false, nullptr, threads);
   kern::dequantize_nvfp4(kern::active_table(), w.q, w.s, w.g, w.n, w.k, as_output(d.out), threads);
 }
 

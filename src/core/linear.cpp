@@ -174,7 +174,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.k = k;
     op.g = b.global_scale;
     require_nonnegative_scales(op);
-    prepare_nvfp4(p, op, true, c);
+    prepare_nvfp4(p, op, true, c, st.ops.num_threads);
   } else if (b.format == Q4_FORMAT_MXFP4) {
     // As MXFP4_linear validates it; the ready form is the NVFP4 form (codes
     // copied, E4M3 scales) or the fp32 decode (the packed bytes not kept),

@@ -37,7 +37,7 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst) {
   const uint8_t* s = op.s.data;
   if (op.layout == Q4_SCALE_SWIZZLED) {
     lin.resize(static_cast<size_t>(rows * cols));
-    kern::unswizzle_scales(op.s.data, rows, cols, lin.data());
+    kern::unswizzle_scales_parallel(op.s.data, rows, cols, lin.data(), threads);
     s = lin.data();
   }
   const uint8_t* q = op.q.data;
@@ -124,7 +124,7 @@ std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8
   const uint8_t* s = op.s.data;
   if (op.layout == Q4_SCALE_SWIZZLED) {
     lin.resize(static_cast<size_t>(rows * cols));
-    kern::unswizzle_scales(op.s.data, rows, cols, lin.data());
+    kern::unswizzle_scales_parallel(op.s.data, rows, cols, lin.data(), threads);
     s = lin.data();
   }
   const uint8_t* q = op.q.data;
@@ -227,7 +227,7 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
     const uint8_t* s = op.s.data;
     if (op.layout == Q4_SCALE_SWIZZLED) {
       uint8_t* lin = allocate(w, counters, op.rows * cols);
-      kern::unswizzle_scales(op.s.data, op.rows, cols, lin);
+      kern::unswizzle_scales_parallel(op.s.data, op.rows, cols, lin, threads);
       s = lin;
     }
     int32_t t = 0;

@@ -37,7 +37,7 @@ const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t byte
 }  // namespace
 
 void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
-                   const std::shared_ptr<SessionCounters>& counters) {
+                   const std::shared_ptr<SessionCounters>& counters, int32_t threads) {
   w.format = Q4_FORMAT_NVFP4;
   w.n = op.rows;
   w.k = op.k;
@@ -52,7 +52,7 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
   if (op.layout == Q4_SCALE_LINEAR) {
     std::memcpy(s, op.s.data, static_cast<size_t>(sbytes));
   } else {
-    kern::unswizzle_scales(op.s.data, op.rows, op.k / 16, s);
+    kern::unswizzle_scales_parallel(op.s.data, op.rows, op.k / 16, s, threads);
   }
   w.s = s;
 }
@@ -101,7 +101,7 @@ void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<S
 
 void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
   if (d.format == Q4_FORMAT_NVFP4) {
-    prepare_nvfp4(w, d.nv, false, nullptr);
+    prepare_nvfp4(w, d.nv, false, nullptr, d.ctx.opts.num_threads);
   } else {
     prepare_nf4(w, d.nf, d.n, d.k, false, nullptr);
   }
@@ -149,7 +149,7 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     // E4M3 scales (exact in fp32), one fixed fp32 order on every ISA.
     tuner::ensure_loaded();
     PreparedWeight a;
-    prepare_nvfp4(a, d.a, false, nullptr);
+    prepare_nvfp4(a, d.a, false, nullptr, threads);
     F32Result r = f32_result(d.out);
     kern::scaled_mm_w4a4_int8(kt, a.q, a.s, d.m, w.nv(), w.n, r.p, threads);
     finish_out(r);
@@ -163,7 +163,7 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   if (d.w4a4) {
     // A's values e2m1 * s are exact in fp32, so decoding A loses nothing.
     PreparedWeight a;
-    prepare_nvfp4(a, d.a, false, nullptr);
+    prepare_nvfp4(a, d.a, false, nullptr, threads);
     decoded.resize(static_cast<size_t>(d.m * d.k));
     kern::dequantize_nvfp4(kt, a.q, a.s, 1.0f, d.m, d.k, decoded.data(), threads);
     act = kern::ActRows(decoded.data());

@@ -76,9 +76,10 @@ struct PreparedWeight {
 uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes);
 
 // The packed parts from a validated operand. copy = true copies the bytes
-// into w's storage (linears); false borrows the caller's memory.
+// into w's storage (linears); false borrows the caller's memory. Swizzled
+// scales are made linear on `threads` threads.
 void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
-                   const std::shared_ptr<SessionCounters>& counters);
+                   const std::shared_ptr<SessionCounters>& counters, int32_t threads);
 void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
                  const std::shared_ptr<SessionCounters>& counters);
 // The dequant-matmul ready form: the fp32 weight; the packed form is dropped.

@@ -781,6 +781,16 @@ void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out
   });
 }
 
+void unswizzle_scales_parallel(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin, int32_t threads) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t band_bytes = 128 * fmt::swizzled_cols(cols), bands = (rows + 127) / 128;
+  const int64_t per = std::max<int64_t>(1, (int64_t{64} << 10) / band_bytes);  // at least 64 KiB a task
+  parallel_for((bands + per - 1) / per, threads, [&](int64_t t) {
+    const int64_t r0 = t * per * 128, r1 = std::min(rows, r0 + per * 128);
+    unswizzle_scales(sw + (r0 / 128) * band_bytes, r1 - r0, cols, lin + r0 * cols);
+  });
+}
+
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads) {
   rows_to_output(kt, rows, k, out, threads, [&](int64_t r0, int64_t r1, float* dst) {

@@ -137,6 +137,10 @@ void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t
 // a 16-bit output never costs a fp32 copy of the whole tensor.
 void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out, int32_t threads,
                     const std::function<void(int64_t, int64_t, float*)>& fill);
+// Block scales [rows, cols] from the swizzled layout to the linear one
+// (unswizzle_scales of portable.h) over `threads`, in tasks of whole
+// 128-row bands (each band's tiles are contiguous).
+void unswizzle_scales_parallel(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
