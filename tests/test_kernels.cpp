@@ -2511,6 +2511,10 @@ TEST_CASE("swizzle_scales and unswizzle_scales move every byte to its swizzle_of
       kern::unswizzle_scales_parallel(sw.data(), rows, cols, back.data(), threads);
       CHECK(std::equal(lin.begin(), lin.end(), back.begin()));
       CHECK(back[lin.size()] == 0xEE);
+      std::vector<uint8_t> sw2(sw.size() + 1, 0xEE);  // (padding written as 0 by the tasks)
+      kern::swizzle_scales_parallel(lin.data(), rows, cols, sw2.data(), threads);
+      CHECK(std::equal(sw.begin(), sw.end(), sw2.begin()));
+      CHECK(sw2[sw.size()] == 0xEE);
     }
   }
 }

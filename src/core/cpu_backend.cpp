@@ -36,7 +36,8 @@ void run(const Nvfp4QuantizeDesc& d) {
   if (bad >= 0) {
     fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
   }
-  if (d.dst.layout != Q4_SCALE_LINEAR) kern::swizzle_scales(lin.data(), rows, k / 16, d.dst.s.data);
+  if (d.dst.layout != Q4_SCALE_LINEAR)
+    kern::swizzle_scales_parallel(lin.data(), rows, k / 16, d.dst.s.data, threads);
   if (d.g_out != nullptr) *d.g_out = used_g;
 }
 

@@ -297,7 +297,8 @@ void run_mxfp4(const Mxfp4QuantizeDesc& d) {
   if (bad >= 0) {
     fail(Q4_ERR_NON_FINITE, d.x.name, "non-finite value (NaN or Inf) at flat index " + std::to_string(bad));
   }
-  if (d.dst.layout == Q4_SCALE_SWIZZLED) kern::swizzle_scales(lin.data(), rows, cols, d.dst.s.data);
+  if (d.dst.layout == Q4_SCALE_SWIZZLED)
+    kern::swizzle_scales_parallel(lin.data(), rows, cols, d.dst.s.data, d.ctx.opts.num_threads);
 }
 
 void run_mxfp4(const Mxfp4DequantizeDesc& d) {

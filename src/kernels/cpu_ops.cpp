@@ -791,6 +791,20 @@ void unswizzle_scales_parallel(const uint8_t* sw, int64_t rows, int64_t cols, ui
   });
 }
 
+void swizzle_scales_parallel(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw, int32_t threads) {
+  if (rows == 0 || cols == 0) {
+    swizzle_scales(lin, rows, cols, sw);  // (the padding of an empty matrix, if any)
+    return;
+  }
+  const int64_t band_bytes = 128 * fmt::swizzled_cols(cols), bands = (rows + 127) / 128;
+  const int64_t per = std::max<int64_t>(1, (int64_t{64} << 10) / band_bytes);
+  // (Each task's call zeroes the padding of its own bands.)
+  parallel_for((bands + per - 1) / per, threads, [&](int64_t t) {
+    const int64_t r0 = t * per * 128, r1 = std::min(rows, r0 + per * 128);
+    swizzle_scales(lin + r0 * cols, r1 - r0, cols, sw + (r0 / 128) * band_bytes);
+  });
+}
+
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads) {
   rows_to_output(kt, rows, k, out, threads, [&](int64_t r0, int64_t r1, float* dst) {

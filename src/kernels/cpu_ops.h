@@ -141,6 +141,8 @@ void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out
 // (unswizzle_scales of portable.h) over `threads`, in tasks of whole
 // 128-row bands (each band's tiles are contiguous).
 void unswizzle_scales_parallel(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin, int32_t threads);
+// And the other way (swizzle_scales: the padding zeroed), likewise.
+void swizzle_scales_parallel(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads);
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
