@@ -781,13 +781,28 @@ void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out
   });
 }
 
+namespace {
+
+// fn(r0, r1, band) over tasks of whole 128-row bands of a [rows, cols]
+// scale matrix, at least 64 KiB of swizzled bytes each; band = the byte
+// offset of row r0's band in the swizzled buffer (each band's tiles are
+// contiguous, so a task is a smaller matrix of its own).
+template <class Fn>
+void for_scale_bands(int64_t rows, int64_t cols, int32_t threads, const Fn& fn) {
+  const int64_t band_bytes = 128 * fmt::swizzled_cols(cols), bands = (rows + 127) / 128;
+  const int64_t per = std::max<int64_t>(1, (int64_t{64} << 10) / band_bytes);
+  parallel_for((bands + per - 1) / per, threads, [&](int64_t t) {
+    const int64_t r0 = t * per * 128;
+    fn(r0, std::min(rows, r0 + per * 128), (r0 / 128) * band_bytes);
+  });
+}
+
+}  // namespace
+
 void unswizzle_scales_parallel(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin, int32_t threads) {
   if (rows == 0 || cols == 0) return;
-  const int64_t band_bytes = 128 * fmt::swizzled_cols(cols), bands = (rows + 127) / 128;
-  const int64_t per = std::max<int64_t>(1, (int64_t{64} << 10) / band_bytes);  // at least 64 KiB a task
-  parallel_for((bands + per - 1) / per, threads, [&](int64_t t) {
-    const int64_t r0 = t * per * 128, r1 = std::min(rows, r0 + per * 128);
-    unswizzle_scales(sw + (r0 / 128) * band_bytes, r1 - r0, cols, lin + r0 * cols);
+  for_scale_bands(rows, cols, threads, [&](int64_t r0, int64_t r1, int64_t band) {
+    unswizzle_scales(sw + band, r1 - r0, cols, lin + r0 * cols);
   });
 }
 
@@ -796,12 +811,9 @@ void swizzle_scales_parallel(const uint8_t* lin, int64_t rows, int64_t cols, uin
     swizzle_scales(lin, rows, cols, sw);  // (the padding of an empty matrix, if any)
     return;
   }
-  const int64_t band_bytes = 128 * fmt::swizzled_cols(cols), bands = (rows + 127) / 128;
-  const int64_t per = std::max<int64_t>(1, (int64_t{64} << 10) / band_bytes);
   // (Each task's call zeroes the padding of its own bands.)
-  parallel_for((bands + per - 1) / per, threads, [&](int64_t t) {
-    const int64_t r0 = t * per * 128, r1 = std::min(rows, r0 + per * 128);
-    swizzle_scales(lin + r0 * cols, r1 - r0, cols, sw + (r0 / 128) * band_bytes);
+  for_scale_bands(rows, cols, threads, [&](int64_t r0, int64_t r1, int64_t band) {
+    swizzle_scales(lin + r0 * cols, r1 - r0, cols, sw + band);
   });
 }
 

@@ -154,13 +154,17 @@ inline float act_elem(const void* base, FType t, int64_t i) {
   return t == FType::F16 ? fmt::f16_to_f32(h) : fmt::bf16_to_f32(h);
 }
 
-// Element i of base, in type t, = v (fp16/bf16: the codec's rounding).
+// Element i of base, in type t, = v (fp16/bf16: the codec's rounding);
+// byte copies, so any address will do. (portable.cpp's store_row is a loop
+// of it.)
 inline void store_elem(void* base, FType t, int64_t i, float v) {
+  auto* p = static_cast<uint8_t*>(base);
   if (t == FType::F32) {
-    static_cast<float*>(base)[i] = v;
+    std::memcpy(p + 4 * i, &v, 4);
     return;
   }
-  static_cast<uint16_t*>(base)[i] = t == FType::F16 ? fmt::f32_to_f16(v) : fmt::f32_to_bf16(v);
+  const uint16_t h = t == FType::F16 ? fmt::f32_to_f16(v) : fmt::f32_to_bf16(v);
+  std::memcpy(p + 2 * i, &h, 2);
 }
 
 // Row stride (floats) of the even/odd halves of split activations: k/2

@@ -44,25 +44,7 @@ void load_row(const void* base, FType t, int64_t first, int64_t n, float* dst) {
 }
 
 void store_row(void* base, FType t, int64_t first, int64_t n, const float* src) {
-  auto* p = static_cast<uint8_t*>(base);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t j = first + i;
-    switch (t) {
-      case FType::F32:
-        std::memcpy(p + 4 * j, &src[i], 4);
-        break;
-      case FType::F16: {
-        const uint16_t h = fmt::f32_to_f16(src[i]);
-        std::memcpy(p + 2 * j, &h, 2);
-        break;
-      }
-      case FType::BF16: {
-        const uint16_t b = fmt::f32_to_bf16(src[i]);
-        std::memcpy(p + 2 * j, &b, 2);
-        break;
-      }
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) store_elem(base, t, first + i, src[i]);
 }
 
 // ---------------------------------------------------------------------------
