@@ -603,6 +603,59 @@ struct FastOperands {
 
 }  // namespace
 
+TEST_CASE("the task split (rows per task from the work per row) does not change results", "[kernels][fast]") {
+  // GEMV and small-batch tasks take at least 32 Ki multiply-adds (k * m
+  // per row) and 16 rows: (600, 128) is 3 tasks at M = 1 and 9+ at M = 12,
+  // (70, 320) one task, (300, 2048) the thread count's split. Every thread
+  // count, exact and fast, NVFP4 and NF4, gives the bits of one thread, and
+  // the GEMV rows of M = 1 are those of the same rows computed alone.
+  struct Shape {
+    int64_t n, k;
+  };
+  for (const Shape sh : {Shape{600, 128}, Shape{70, 320}, Shape{300, 2048}}) {
+    const int64_t n = sh.n, k = sh.k;
+    Tensor w = t::random_float({n, k}, t::f32(), static_cast<uint32_t>(n + k));
+    FastOperands op(w, n, k, 64);
+    for (int64_t m : {1, 4, 12, 50}) {
+      Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(7 * m + k));
+      for (int mode = 0; mode < 2; ++mode) {
+        for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {
+          Tensor first({m, n}, t::f32());
+          for (int32_t threads : {1, 2, 3, 8}) {
+            Q4_op_options o = op.fast;
+            o.math_mode = mode == 1 ? Q4_MATH_FAST : Q4_MATH_EXACT;
+            o.num_threads = threads;
+            Tensor y({m, n}, t::f32());
+            if (fmt_i == 0) {
+              REQUIRE(NVFP4_linear(x.t(), op.wq.t(), op.ws.t(), 0, op.g, nullptr, y.t(), &o) == Q4_OK);
+            } else {
+              REQUIRE(NF4_scaled_mm(x.t(), op.nq.t(), &op.st, nullptr, y.t(), &o) == Q4_OK);
+            }
+            INFO("n=" << n << " k=" << k << " m=" << m << " fast=" << mode << " nf4=" << fmt_i
+                      << " threads=" << threads);
+            if (threads == 1) {
+              first = y;
+            } else {
+              CHECK(same_bytes(y, first));
+            }
+          }
+          if (m != 1 || fmt_i != 0) continue;
+          // Rows 16..47 alone (a weight of their own): the same bits.
+          const int64_t r0 = 16, rn = 32;
+          Tensor wq2({rn, k / 2}, t::u8()), ws2({rn, k / 16}, t::u8()), y2({1, rn}, t::f32());
+          std::memcpy(wq2.data(), op.wq.data() + r0 * (k / 2), static_cast<size_t>(rn * (k / 2)));
+          std::memcpy(ws2.data(), op.ws.data() + r0 * (k / 16), static_cast<size_t>(rn * (k / 16)));
+          Q4_op_options o = op.fast;
+          o.math_mode = mode == 1 ? Q4_MATH_FAST : Q4_MATH_EXACT;
+          REQUIRE(NVFP4_linear(x.t(), wq2.t(), ws2.t(), 0, op.g, nullptr, y2.t(), &o) == Q4_OK);
+          INFO("n=" << n << " k=" << k << " fast=" << mode << ": rows alone");
+          CHECK(std::memcmp(y2.data(), first.f() + r0, static_cast<size_t>(rn) * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("fast math mode stays within its documented int8-activation bound", "[kernels][fast]") {
   // |y_fast - y| <= sum_b (amax_b(x)/127/2) * sum_{k in b} |w_k| + fp32 rounding.
   const int64_t n = 23, k = 96;

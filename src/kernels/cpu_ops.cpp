@@ -49,11 +49,22 @@ int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
 
 std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 
-// Tasks of `chunk` rows of N, at least one row each.
-int64_t gemv_chunk(int64_t n, int32_t threads) {
+// A task's least work, in multiply-adds (or bytes for the scale passes):
+// below it the pool's hand-off and a task's own set-up (staging x, the
+// kernel's prologue and reductions) cost more than a second thread saves.
+// Measured on an Emerald Rapids-class Xeon (2 threads, pool awake, M = 1):
+// 64x128 2.42 -> 1.31 us, 256x256 5.2 -> 4.1 us, 512x512 and larger
+// unchanged (they already had tasks this size).
+constexpr int64_t kMinTaskWork = int64_t{32} << 10;
+
+// Tasks of `chunk` rows of N, at least 16 rows each, and (row_work: the
+// work of one row) at least kMinTaskWork each.
+int64_t gemv_chunk(int64_t n, int32_t threads, int64_t row_work) {
   const int64_t tasks = std::max<int64_t>(
       1, int64_t{g_gemv_tasks_per_thread.load(std::memory_order_relaxed)} * threads_or_default(threads));
-  return std::max<int64_t>(16, (n + tasks - 1) / tasks);
+  const int64_t by_work =
+      (kMinTaskWork + std::max<int64_t>(1, row_work) - 1) / std::max<int64_t>(1, row_work);
+  return std::max({int64_t{16}, by_work, (n + tasks - 1) / tasks});
 }
 
 std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
@@ -90,7 +101,7 @@ void gemv_rows(bool reads_e8m0, const NvWeights& w, int64_t n0, int64_t n1, cons
 // into buf first, for the paths that read whole columns of rows.
 NvWeights with_e4m3_scales(const NvWeights& w, int64_t n, int32_t threads, std::vector<uint8_t>& buf) {
   if (w.s != nullptr || w.e8m0 == nullptr) return w;
-  const int64_t kb = w.k / 16, chunk = gemv_chunk(n, threads);
+  const int64_t kb = w.k / 16, chunk = gemv_chunk(n, threads, w.k / 32);
   buf.resize(static_cast<size_t>(n * kb));
   parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
     const int64_t r0 = t * chunk;
@@ -249,7 +260,7 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
   const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
   if (i8_runs_gemv(kt, m, k, use_gemv)) {
-    const int64_t chunk = (gemv_chunk(n, threads) + 15) / 16 * 16;
+    const int64_t chunk = (gemv_chunk(n, threads, m * k) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
       gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
@@ -339,18 +350,24 @@ void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, 
 void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k, int32_t bias,
                           I8Activations& a, int32_t threads) {
   a.resize(m, k);
-  parallel_for(m, threads, [&](int64_t i) {
+  // Tasks of whole rows, at least kMinQuantizeTask elements each (one row
+  // per task at K >= 4096; M = 16 rows of K = 256 were 16 hand-offs).
+  constexpr int64_t kMinQuantizeTask = 4096;
+  const int64_t per = std::max<int64_t>(1, kMinQuantizeTask / std::max<int64_t>(1, k));
+  parallel_for((m + per - 1) / per, threads, [&](int64_t t) {
     std::vector<float> row;
-    const float* xi = nullptr;
-    if (x.type == FType::F32) {
-      xi = static_cast<const float*>(x.data) + i * k;
-    } else {
-      row.resize(static_cast<size_t>(k));
-      kt.act_to_f32(x.data, x.type, i * k, k, row.data());
-      xi = row.data();
+    for (int64_t i = t * per; i < std::min(m, (t + 1) * per); ++i) {
+      const float* xi = nullptr;
+      if (x.type == FType::F32) {
+        xi = static_cast<const float*>(x.data) + i * k;
+      } else {
+        row.resize(static_cast<size_t>(k));
+        kt.act_to_f32(x.data, x.type, i * k, k, row.data());
+        xi = row.data();
+      }
+      kt.i8_quantize_act(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
+                         a.c.data() + i * a.lds, a.lds, bias);
     }
-    kt.i8_quantize_act(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
-                       a.c.data() + i * a.lds, a.lds, bias);
   });
 }
 
@@ -500,7 +517,7 @@ void small_batch_product(ActRows x, int64_t m, const Weights& w, int64_t n, floa
   const int64_t k = w.k;
   const int64_t parts = k > sb.split_k ? (k + sb.split_k - 1) / sb.split_k : 1;
   const int64_t kpart = ((k + parts - 1) / parts + 15) / 16 * 16;
-  const int64_t chunk = gemv_chunk(n, threads);
+  const int64_t chunk = gemv_chunk(n, threads, m * kpart);
   const int64_t chunks = (n + chunk - 1) / chunk;
   std::vector<float> partial(parts > 1 ? static_cast<size_t>(parts * m * n) : 0);
   parallel_for(chunks * parts, threads, [&](int64_t t) {
@@ -548,7 +565,7 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
   auto seen_all = [&] {
     if constexpr (std::is_same_v<Weights, NvWeights>) {
       if (signs == nullptr) return;
-      const int64_t chunk = gemv_chunk(n, threads);
+      const int64_t chunk = gemv_chunk(n, threads, w.k / 16);
       parallel_for((n + chunk - 1) / chunk, threads,
                    [&](int64_t t) { signs->scan(w, t * chunk, std::min(n, t * chunk + chunk)); });
     }
@@ -561,7 +578,7 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
   }
   if (m <= gemv_max) {
     // fp16/bf16 rows go to the kernels as they are (converted in registers).
-    const int64_t chunk = gemv_chunk(n, threads);
+    const int64_t chunk = gemv_chunk(n, threads, w.k * m);
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
       if constexpr (std::is_same_v<Weights, NvWeights>) {
@@ -1152,13 +1169,26 @@ int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t block
   return -1;
 }
 
+// malloc's pointer sits in the 8 bytes below the aligned one (malloc
+// aligns to 16, so the aligned pointer is 16 to 64 bytes above it).
+// glibc's aligned allocation (memalign) splits a larger chunk and frees
+// its ends on every call: 150-200 ns for a free of a few hundred bytes,
+// as much as a whole 16-row GEMV task of K = 128 (Emerald Rapids).
 void AlignedDelete::operator()(float* p) const {
-  ::operator delete[](p, std::align_val_t(64));
+  if (p == nullptr) return;
+  void* base = nullptr;
+  std::memcpy(&base, reinterpret_cast<unsigned char*>(p) - sizeof(void*), sizeof(void*));
+  std::free(base);
 }
 
 AlignedFloats aligned_floats(int64_t floats) {
-  return AlignedFloats(static_cast<float*>(::operator new[](
-      static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float), std::align_val_t(64))));
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float);
+  void* base = std::malloc(bytes + 64);
+  if (base == nullptr) throw std::bad_alloc();
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + 64) & ~uintptr_t{63};
+  auto* p = reinterpret_cast<unsigned char*>(at);
+  std::memcpy(p - sizeof(void*), &base, sizeof(void*));
+  return AlignedFloats(reinterpret_cast<float*>(p));
 }
 
 }  // namespace q4::kern
