@@ -28,6 +28,9 @@ def _dl_data(arg):
     if isinstance(arg, ctypes._Pointer) and arg._type_ is _capi.DLTensor and arg:
         t = arg.contents
         return (t.data or 0) + t.byte_offset
+    t = getattr(arg, "_obj", None)  # ctypes.byref(tensor), as the wrappers pass them
+    if isinstance(t, _capi.DLTensor):
+        return (t.data or 0) + t.byte_offset
     return None
 
 

@@ -215,3 +215,42 @@ def test_mxfp4_linear_in_a_session(rng):
         assert np.array_equal(lin(x), nvfp4.mxfp4_linear(x, q, s))
         assert lin.info().format == "mxfp4"
         lin.close()
+
+
+def test_numpy_arrays_are_described_exactly():
+    """The DLTensor a NumPy array becomes: its data address (read from the
+    array object where that was checked at import, else arr.ctypes.data),
+    shape, strides in elements, dtype, read-only flag, for views, offsets,
+    transposes, empty, 0-d, read-only and subclassed arrays."""
+    import ctypes
+
+    from nvfp4 import _capi, _dlpack
+
+    if not hasattr(__import__("sys"), "pypy_version_info"):
+        assert _dlpack._DATA_OFFSET is not None  # CPython: the fast address path is the one tested
+    base = np.arange(120, dtype=np.float32).reshape(10, 12)
+    ro = np.frombuffer(bytes(64), np.uint8)[3:]
+
+    class Sub(np.ndarray):
+        pass
+
+    arrays = [base, base[2:, 3:], base[::2], base.T, base[4], np.zeros((0, 5), np.float16),
+              np.array(3.0, np.float64), ro, base.view(Sub), np.asfortranarray(base)[1:],
+              np.zeros((2, 3, 4), np.int8)[:, 1, :]]
+    for a in arrays:
+        b = _dlpack._from_numpy(a)
+        t = b.tensor
+        assert (t.data or 0) == (a.ctypes.data if a.size else (a.ctypes.data or 0))
+        assert b.shape == a.shape == tuple(t.shape[i] for i in range(t.ndim))
+        assert (t.device.device_type, t.device.device_id, t.byte_offset) == (_capi.kDLCPU, 0, 0)
+        assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == _dlpack._NP_TO_DL[a.dtype] + (1,)
+        if a.flags["C_CONTIGUOUS"]:
+            assert not t.strides
+        else:
+            assert tuple(t.strides[i] for i in range(t.ndim)) == tuple(s // a.itemsize for s in a.strides)
+        assert b.read_only == (not a.flags["WRITEABLE"])
+        assert isinstance(b.pointer, ctypes._Pointer) and b.pointer.contents.data == t.data
+    # The structs are copies: one array's description does not change another's.
+    b1, b2 = _dlpack._from_numpy(base), _dlpack._from_numpy(ro)
+    b1.tensor.dtype.bits = 7
+    assert b2.tensor.dtype.bits == 8 and _dlpack._from_numpy(base).tensor.dtype.bits == 32

@@ -11,7 +11,7 @@ NumPy array holding bf16 bits).
 import ctypes
 
 from . import _capi
-from ._dlpack import Args, ptr_or_none
+from ._dlpack import Args, pointer_or_none, ptr_or_none
 from .errors import check
 
 _LAYOUTS = {"linear": _capi.SCALE_LINEAR, "swizzled": _capi.SCALE_SWIZZLED}
@@ -303,10 +303,10 @@ class NF4State:
         s = _capi.NF4_state()
         s.struct_size = ctypes.sizeof(s)
         s.blocksize = int(self.blocksize)
-        s.absmax = args.add(self.absmax, "absmax").ptr
-        s.quant_map = ptr_or_none(args.add(self.quant_map, "quant_map", allow_none=True))
-        s.nested_absmax = ptr_or_none(args.add(self.nested_absmax, "nested_absmax", allow_none=True))
-        s.nested_quant_map = ptr_or_none(args.add(self.nested_quant_map, "nested_quant_map", allow_none=True))
+        s.absmax = args.add(self.absmax, "absmax").pointer
+        s.quant_map = pointer_or_none(args.add(self.quant_map, "quant_map", allow_none=True))
+        s.nested_absmax = pointer_or_none(args.add(self.nested_absmax, "nested_absmax", allow_none=True))
+        s.nested_quant_map = pointer_or_none(args.add(self.nested_quant_map, "nested_quant_map", allow_none=True))
         s.nested_offset = float(self.nested_offset)
         s.nested_blocksize = int(self.nested_blocksize)
         return s

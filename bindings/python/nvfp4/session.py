@@ -4,7 +4,7 @@ import json
 from dataclasses import dataclass
 
 from . import _capi
-from ._dlpack import Args, Tensor, _ViewHolder, dl_dtype, ptr_or_none, view_numpy
+from ._dlpack import Args, Tensor, _ViewHolder, dl_dtype, pointer_or_none, view_numpy
 from .errors import check, raise_for
 from .ops import _BACKENDS, _MATH, _PATHS, _TARGETS, NF4State, _enum, layout_code
 from .schema import format_name
@@ -210,16 +210,16 @@ class WeightBundle:
         check(_capi.get().Q4_weight_bundle_init(ctypes.byref(b)), "Q4_weight_bundle_init")
         b.format, b.source = self.format, self.source
         b.scale_layout = layout_code(self.layout)
-        b.weight = args.add(self.weight, "weight").ptr
+        b.weight = args.add(self.weight, "weight").pointer
         b.out_features, b.in_features = int(self.out_features or 0), int(self.in_features or 0)
-        b.scale = ptr_or_none(args.add(self.scale, "scale", allow_none=True))
+        b.scale = pointer_or_none(args.add(self.scale, "scale", allow_none=True))
         b.global_scale = float(self.global_scale)
         b.blocksize = int(self.blocksize or 0)
         if self.nf4_state is not None:
             st = self.nf4_state._struct(args)
             args._items.append(_Keep(st))
             b.nf4 = ctypes.pointer(st)
-        b.bias = ptr_or_none(args.add(self.bias, "bias", allow_none=True))
+        b.bias = pointer_or_none(args.add(self.bias, "bias", allow_none=True))
         return b
 
 
