@@ -231,20 +231,16 @@ void require_min_ndim(const TensorRef& t, int32_t ndim) {
   }
 }
 
-void require_nbytes(const TensorRef& t, int64_t expected, const std::string& why) {
-  if (t.nbytes != expected) {
-    fail(Q4_ERR_SHAPE, t.name,
-         "expected " + std::to_string(expected) + " bytes (" + why + "), got " + std::to_string(t.nbytes) +
-             " bytes with shape " + t.shape_text());
-  }
+void fail_nbytes(const TensorRef& t, int64_t expected, const std::string& why) {
+  fail(Q4_ERR_SHAPE, t.name,
+       "expected " + std::to_string(expected) + " bytes (" + why + "), got " + std::to_string(t.nbytes) +
+           " bytes with shape " + t.shape_text());
 }
 
-void require_numel(const TensorRef& t, int64_t expected, const std::string& why) {
-  if (t.numel != expected) {
-    fail(Q4_ERR_SHAPE, t.name,
-         "expected " + std::to_string(expected) + " elements (" + why + "), got " + std::to_string(t.numel) +
-             " with shape " + t.shape_text());
-  }
+void fail_numel(const TensorRef& t, int64_t expected, const std::string& why) {
+  fail(Q4_ERR_SHAPE, t.name,
+       "expected " + std::to_string(expected) + " elements (" + why + "), got " + std::to_string(t.numel) +
+           " with shape " + t.shape_text());
 }
 
 void require_no_overlap(const TensorRef& out, std::initializer_list<const TensorRef*> others) {

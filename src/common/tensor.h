@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "nvfp4/dlpack.h"
 
@@ -61,8 +62,27 @@ void require_scale_bytes(const TensorRef& t);          // U8/E4M3
 void require_e8m0_bytes(const TensorRef& t);           // U8/E8M0
 void require_type(const TensorRef& t, ElemType type);  // exact type
 void require_min_ndim(const TensorRef& t, int32_t ndim);
-void require_nbytes(const TensorRef& t, int64_t expected, const std::string& why);
-void require_numel(const TensorRef& t, int64_t expected, const std::string& why);
+// Byte count / element count. `why` (what the count is made of) is a
+// string, or a callable returning one, called only on failure: the
+// messages are not built on every successful call.
+[[noreturn]] void fail_nbytes(const TensorRef& t, int64_t expected, const std::string& why);
+[[noreturn]] void fail_numel(const TensorRef& t, int64_t expected, const std::string& why);
+template <class Why>
+std::string why_text(const Why& why) {
+  if constexpr (std::is_invocable_v<const Why&>) {
+    return why();
+  } else {
+    return std::string(why);
+  }
+}
+template <class Why>
+void require_nbytes(const TensorRef& t, int64_t expected, const Why& why) {
+  if (t.nbytes != expected) fail_nbytes(t, expected, why_text(why));
+}
+template <class Why>
+void require_numel(const TensorRef& t, int64_t expected, const Why& why) {
+  if (t.numel != expected) fail_numel(t, expected, why_text(why));
+}
 
 // Q4_ERR_ALIASING when `out`'s bytes overlap any of `others`.
 void require_no_overlap(const TensorRef& out, std::initializer_list<const TensorRef*> others);

@@ -168,7 +168,8 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.q = q;
     op.s = check_tensor(b.scale, "weight->scale");
     require_scale_bytes(op.s);
-    require_nbytes(op.s, scale_bytes(n, k, b.scale_layout, "weight->scale"), scale_why(n, k, b.scale_layout));
+    require_nbytes(op.s, scale_bytes(n, k, b.scale_layout, "weight->scale"),
+                   [&] { return scale_why(n, k, b.scale_layout); });
     op.layout = b.scale_layout;
     op.rows = n;
     op.k = k;

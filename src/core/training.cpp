@@ -71,7 +71,7 @@ void linear_backward(const DLTensor* gy_t, const DLTensor* x_t, const DLTensor* 
   require_k_multiple_of_16(k, "w_qdata");
   const TensorRef ws = check_tensor(ws_t, "w_scale");
   require_scale_bytes(ws);
-  require_nbytes(ws, scale_bytes(n, k, layout, "w_scale"), scale_why(n, k, layout));
+  require_nbytes(ws, scale_bytes(n, k, layout, "w_scale"), [&] { return scale_why(n, k, layout); });
   TensorRef gx, gw, x;
   if (gx_t != nullptr) {
     gx = check_tensor(gx_t, "grad_x");

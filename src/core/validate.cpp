@@ -97,10 +97,11 @@ Nvfp4Operand nvfp4_operand(const DLTensor* q_t, const DLTensor* s_t, const char*
   o.g = g;
   o.q = check_tensor_any(q_t, qname);
   require_packed_bytes(o.q);
-  require_nbytes(o.q, checked_mul(rows, k / 2, qname), std::to_string(rows) + " rows x K/2 packed bytes");
+  require_nbytes(o.q, checked_mul(rows, k / 2, qname),
+                 [&] { return std::to_string(rows) + " rows x K/2 packed bytes"; });
   o.s = check_tensor_any(s_t, sname);
   require_scale_bytes(o.s);
-  require_nbytes(o.s, scale_bytes(rows, k, layout, sname), scale_why(rows, k, layout));
+  require_nbytes(o.s, scale_bytes(rows, k, layout, sname), [&] { return scale_why(rows, k, layout); });
   return o;
 }
 
@@ -367,7 +368,8 @@ Nf4QuantizeDesc validate_nf4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTens
   d.numel = d.x.numel;
   d.q = check_tensor_any(q_t, "qdata");
   require_packed_bytes(d.q);
-  require_nbytes(d.q, (d.numel + 1) / 2, "ceil(n/2) packed bytes for n = " + std::to_string(d.numel));
+  require_nbytes(d.q, (d.numel + 1) / 2,
+                 [&] { return "ceil(n/2) packed bytes for n = " + std::to_string(d.numel); });
   d.absmax = check_tensor_any(absmax_t, "absmax");
   require_type(d.absmax, ElemType::F32);
   require_numel(d.absmax, (d.numel + d.blocksize - 1) / d.blocksize, "ceil(n/blocksize) blocks");
@@ -408,7 +410,7 @@ Nf4DequantizeDesc validate_nf4_dequantize(const DLTensor* q_t, const NF4_state* 
   d.src.q = check_tensor_any(q_t, "qdata");
   require_packed_bytes(d.src.q);
   require_nbytes(d.src.q, (d.src.numel + 1) / 2,
-                 "ceil(n/2) packed bytes for n = " + std::to_string(d.src.numel));
+                 [&] { return "ceil(n/2) packed bytes for n = " + std::to_string(d.src.numel); });
   d.src.state = parse_nf4_state(state, d.src.numel);
   place_nf4(d.ctx, d.out, d.src, nullptr, nullptr);
   return d;
@@ -496,10 +498,11 @@ Mxfp4Operand mxfp4_operand(const DLTensor* q_t, const DLTensor* s_t, const char*
   o.k = k;
   o.q = check_tensor_any(q_t, qname);
   require_packed_bytes(o.q);
-  require_nbytes(o.q, checked_mul(rows, k / 2, qname), std::to_string(rows) + " rows x K/2 packed bytes");
+  require_nbytes(o.q, checked_mul(rows, k / 2, qname),
+                 [&] { return std::to_string(rows) + " rows x K/2 packed bytes"; });
   o.s = check_tensor_any(s_t, sname);
   require_e8m0_bytes(o.s);
-  require_nbytes(o.s, mx_scale_bytes(rows, k, layout, sname), mx_scale_why(rows, k, layout));
+  require_nbytes(o.s, mx_scale_bytes(rows, k, layout, sname), [&] { return mx_scale_why(rows, k, layout); });
   return o;
 }
 
@@ -652,9 +655,9 @@ Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTens
     require_out_features(d.out, per_expert / (d.k / 2), "each expert of w_qdata");
   }
   d.n = d.out.last_dim();
-  require_nbytes(
-      wq, checked_mul(checked_mul(d.experts, d.n, "w_qdata"), d.k / 2, "w_qdata"),
-      std::to_string(d.experts) + " experts x " + std::to_string(d.n) + " rows x K/2 packed bytes");
+  require_nbytes(wq, checked_mul(checked_mul(d.experts, d.n, "w_qdata"), d.k / 2, "w_qdata"), [&] {
+    return std::to_string(d.experts) + " experts x " + std::to_string(d.n) + " rows x K/2 packed bytes";
+  });
   d.w.layout = layout;
   d.w.rows = d.experts * d.n;
   d.w.k = d.k;
@@ -663,7 +666,7 @@ Mxfp4ExpertsDesc validate_mxfp4_linear_experts(const DLTensor* x_t, const DLTens
   require_e8m0_bytes(d.w.s);
   d.expert_scale_bytes = mx_scale_bytes(d.n, d.k, layout, "w_scale");
   require_nbytes(d.w.s, checked_mul(d.experts, d.expert_scale_bytes, "w_scale"),
-                 std::to_string(d.experts) + " experts x " + mx_scale_why(d.n, d.k, layout));
+                 [&] { return std::to_string(d.experts) + " experts x " + mx_scale_why(d.n, d.k, layout); });
   // The groups: consecutive row ranges of x, each with its expert.
   if (n_groups < 0)
     fail(Q4_ERR_INVALID_ARGUMENT, "n_groups", "must be >= 0, got " + std::to_string(n_groups));
