@@ -50,20 +50,25 @@ int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
 std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 
 // A task's least work, in multiply-adds (or bytes for the scale passes):
-// below it the pool's hand-off and a task's own set-up (staging x, the
-// kernel's prologue and reductions) cost more than a second thread saves.
-// Measured on an Emerald Rapids-class Xeon (2 threads, pool awake, M = 1):
-// 64x128 2.42 -> 1.31 us, 256x256 5.2 -> 4.1 us, 512x512 and larger
-// unchanged (they already had tasks this size).
-constexpr int64_t kMinTaskWork = int64_t{32} << 10;
+// below it the pool's hand-off (1.5-2.5 us on a 2-vCPU VM, even with the
+// workers awake; a small weight also changes core from call to call) and
+// a task's own set-up (staging x, the kernel's prologue and reductions)
+// cost more than a second thread saves. 64 Ki multiply-adds of the fp32
+// kernels (about 4 us of one thread at K = 256), 512 Ki of the integer
+// ones (2-4x faster per multiply-add at these sizes). Measured on an
+// Emerald Rapids-class Xeon, 2 threads against 1 alternating batch by
+// batch (nvfp4-bench --only calls): with 32 Ki / 256 Ki, 2 threads were
+// 1.1-1.5x slower than one at 64x128 M = 8 exact and 256x256 M = 1 / 8
+// fast; now never slower, and 1024x1024 keeps 1.4-1.8x.
+constexpr int64_t kMinTaskWork = int64_t{64} << 10;
+constexpr int64_t kMinTaskWorkInt8 = int64_t{512} << 10;
 
 // Tasks of `chunk` rows of N, at least 16 rows each, and (row_work: the
-// work of one row) at least kMinTaskWork each.
-int64_t gemv_chunk(int64_t n, int32_t threads, int64_t row_work) {
+// work of one row) at least min_work each.
+int64_t gemv_chunk(int64_t n, int32_t threads, int64_t row_work, int64_t min_work = kMinTaskWork) {
   const int64_t tasks = std::max<int64_t>(
       1, int64_t{g_gemv_tasks_per_thread.load(std::memory_order_relaxed)} * threads_or_default(threads));
-  const int64_t by_work =
-      (kMinTaskWork + std::max<int64_t>(1, row_work) - 1) / std::max<int64_t>(1, row_work);
+  const int64_t by_work = (min_work + std::max<int64_t>(1, row_work) - 1) / std::max<int64_t>(1, row_work);
   return std::max({int64_t{16}, by_work, (n + tasks - 1) / tasks});
 }
 
@@ -260,7 +265,7 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
   const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
   if (i8_runs_gemv(kt, m, k, use_gemv)) {
-    const int64_t chunk = (gemv_chunk(n, threads, m * k) + 15) / 16 * 16;
+    const int64_t chunk = (gemv_chunk(n, threads, m * k, kMinTaskWorkInt8) + 15) / 16 * 16;
     parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
       gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
