@@ -108,6 +108,30 @@ def main(path):
         for r in gaps:
             print(f"| {r['gap_us']} µs {r['gap']} | {r['median_ms']:.3f} | {r['reference_median_ms']:.3f} "
                   f"| {r['speed_vs_reference']:.2f}× |")
+    calls = [r for r in rs if r["case"] == "small_call"]
+    if calls:
+        print()
+        print(f"Small products call by call (NVFP4, the weight in cache, {calls[0]['threads']} threads; the "
+              "reference: the same calls with one thread, alternating batch by batch; % of the roof: the "
+              "product's own work at the FMA or int8 roof over the call's time).")
+        print()
+        print("| N×K | M | mode | Q4_linear_forward µs | one thread | NVFP4_linear µs | one thread | % of the roof |")
+        print("|---|---|---|---|---|---|---|---|")
+        seen = []
+        for r in calls:
+            key = (r["n"], r["k"], r["m"], r["mode"])
+            if key in seen:
+                continue
+            seen.append(key)
+            fw = next((c for c in calls if (c["n"], c["k"], c["m"], c["mode"]) == key
+                       and c["api"] == "Q4_linear_forward"), None)
+            st = next((c for c in calls if (c["n"], c["k"], c["m"], c["mode"]) == key
+                       and c["api"] == "NVFP4_linear"), None)
+            if fw is None or st is None:
+                continue
+            print(f"| {r['n']}×{r['k']} | {r['m']} | {r['mode']} | {fw['us_per_call']:.2f} "
+                  f"| {fw['reference_us_per_call']:.2f} | {st['us_per_call']:.2f} "
+                  f"| {st['reference_us_per_call']:.2f} | {100 * fw['fraction_of_limit']:.1f} % |")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@
 // caller's own work, against the former 100 µs watch in the same process.
 //
 //   nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB]
-//               [--only gemv|gemm|products|quant|f32|l3|gaps] [--max-case-seconds S]
+//               [--only gemv|gemm|products|quant|f32|l3|gaps|calls] [--max-case-seconds S]
 //               [--fast-max-m M] [--ms M,...] [--shapes NxK,...]
 //   nvfp4-bench --tune-matmul [--dim N] [--runs R]
 #include <dlfcn.h>
@@ -851,12 +851,13 @@ int bench_main(int argc, char** argv) {
     else if (a == "--runs")
       o.runs = std::atoi(next("--runs").c_str());
     else {
-      std::fprintf(stderr,
-                   "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-                   "[--only gemv|gemm|products|quant|f32|l3|gaps] [--max-case-seconds S] [--fast-max-m M] "
-                   "[--ms M,...] "
-                   "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
-                   "[--dim N] [--runs R]\n");
+      std::fprintf(
+          stderr,
+          "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
+          "[--only gemv|gemm|products|quant|f32|l3|gaps|calls] [--max-case-seconds S] [--fast-max-m M] "
+          "[--ms M,...] "
+          "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
+          "[--dim N] [--runs R]\n");
       return 2;
     }
   }
@@ -1443,6 +1444,117 @@ int bench_main(int argc, char** argv) {
       }
     }
     q4::set_worker_spin_us(spin[0]);
+  }
+  // Small products call by call (an actor's layers: the same small weight
+  // every call, so it is in cache): the time of one call through a
+  // session's linear and through the stateless NVFP4_linear, exact and
+  // fast, M = 1 and 8, with this run's threads and, as the reference, one
+  // thread. fraction_of_limit: the product's own work at the FMA roof
+  // (exact) or the int8 roof (fast) over the call's time, i.e. how much of
+  // a call is the product itself (16 x 16 is almost all call).
+  if (want("calls")) {
+    struct Small {
+      int64_t n, k;
+    };
+    Q4_session* sessions[2][2] = {};  // [one thread?][fast?]
+    for (int one = 0; one < 2; ++one) {
+      for (int f = 0; f < 2; ++f) {
+        Q4_session_config sc{};
+        Q4_session_config_init(&sc);
+        sc.target = Q4_TARGET_CPU;
+        sc.num_threads = one ? 1 : threads;
+        sc.math_mode = f ? Q4_MATH_FAST : Q4_MATH_EXACT;
+        if (Q4_session_create(&sc, &sessions[one][f]) != Q4_OK) std::abort();
+      }
+    }
+    const double batch_ms = o.quick ? 1.0 : 3.0;
+    for (const Small sh :
+         {Small{16, 16}, Small{16, 128}, Small{64, 128}, Small{256, 256}, Small{1024, 1024}}) {
+      const int64_t n = sh.n, k = sh.k;
+      Nvfp4Weight w = make_nvfp4(n, k, 11);
+      int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
+      DLTensor tq = tensor(w.q.data(), qs, 2, kDLUInt, 8), ts = tensor(w.s.data(), ss, 2, kDLUInt, 8);
+      Q4_linear* lin[2][2] = {};
+      for (int one = 0; one < 2; ++one) {
+        for (int f = 0; f < 2; ++f) {
+          Q4_weight_bundle b{};
+          Q4_weight_bundle_init(&b);
+          b.format = Q4_FORMAT_NVFP4;
+          b.source = Q4_WEIGHT_PACKED;
+          b.weight = &tq;
+          b.scale = &ts;
+          b.global_scale = w.g;
+          b.out_features = n;
+          b.in_features = k;
+          if (Q4_linear_create(sessions[one][f], &b, &lin[one][f]) != Q4_OK) std::abort();
+        }
+      }
+      for (const int64_t m : {int64_t{1}, int64_t{8}}) {
+        std::vector<float> x = random_vec(m * k, 13, 1.0f), y(static_cast<size_t>(m * n));
+        int64_t xs[2] = {m, k}, ys[2] = {m, n};
+        DLTensor tx = tensor(x.data(), xs, 2, kDLFloat, 32), ty = tensor(y.data(), ys, 2, kDLFloat, 32);
+        for (int f = 0; f < 2; ++f) {
+          for (const bool stateless : {false, true}) {
+            // The two sides alternate batch by batch (host drift moves both).
+            auto call = [&](int one) {
+              Q4_op_options op = f ? fast : opts;
+              if (one) op.num_threads = 1;
+              const int32_t rc = stateless
+                                     ? NVFP4_linear(&tx, &tq, &ts, Q4_SCALE_LINEAR, w.g, nullptr, &ty, &op)
+                                     : Q4_linear_forward(lin[one][f], &tx, &ty);
+              if (rc != Q4_OK) std::abort();
+            };
+            int64_t calls = 1;
+            {
+              for (int i = 0; i < 200; ++i) call(0), call(1);
+              const auto c0 = Clock::now();
+              for (int i = 0; i < 200; ++i) call(0);
+              const double per = std::chrono::duration<double, std::milli>(Clock::now() - c0).count() / 200;
+              calls = std::max<int64_t>(1, static_cast<int64_t>(batch_ms / std::max(per, 1e-6)));
+            }
+            std::vector<double> t[2];
+            for (int rep = 0; rep < (o.quick ? 5 : 11); ++rep) {
+              for (int one = 0; one < 2; ++one) {
+                const auto c0 = Clock::now();
+                for (int64_t i = 0; i < calls; ++i) call(one);
+                t[one].push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count() /
+                                 static_cast<double>(calls));
+              }
+            }
+            for (auto& v : t) std::sort(v.begin(), v.end());
+            const double us[2] = {1000.0 * t[0][t[0].size() / 2], 1000.0 * t[1][t[1].size() / 2]};
+            json r0;
+            r0["case"] = "small_call";
+            r0["api"] = stateless ? "NVFP4_linear" : "Q4_linear_forward";
+            r0["format"] = "nvfp4";
+            r0["mode"] = f ? "fast" : "exact";
+            r0["m"] = m;
+            r0["n"] = n;
+            r0["k"] = k;
+            r0["threads"] = threads;
+            r0["calls_per_batch"] = calls;
+            r0["median_ms"] = t[0][t[0].size() / 2];
+            r0["best_ms"] = t[0].front();
+            results.push_back(r0);
+            json& r = results.back();
+            r["us_per_call"] = us[0];
+            r["reference"] = "the same calls with num_threads 1";
+            r["reference_us_per_call"] = us[1];
+            r["speed_vs_reference"] = us[1] / us[0];
+            const double roof = f ? int8_roof : fma_roof;  // G(FL)OP/s
+            r["limit"] = f ? "int8_dot" : "fp32_fma";
+            r["fraction_of_limit"] =
+                roof > 0 ? 2.0 * static_cast<double>(m * n * k) / (roof * 1e3) / us[0] : 0.0;
+          }
+        }
+      }
+      for (auto& row : lin) {
+        for (Q4_linear* l : row) Q4_linear_destroy(l);
+      }
+    }
+    for (auto& row : sessions) {
+      for (Q4_session* s : row) Q4_session_destroy(s);
+    }
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
