@@ -63,13 +63,19 @@ std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 constexpr int64_t kMinTaskWork = int64_t{64} << 10;
 constexpr int64_t kMinTaskWorkInt8 = int64_t{512} << 10;
 
-// Tasks of `chunk` rows of N, at least 16 rows each, and (row_work: the
-// work of one row) at least min_work each.
+// Tasks of `chunk` rows of N: tasks_per_thread per thread, fewer where the
+// whole product (row_work: the work of one row) holds less than min_work
+// per task, and then a multiple of the thread count (equal tasks finish
+// together: 3 tasks on 2 threads take two tasks' time, 2 take one and a
+// half); at least 16 rows each.
 int64_t gemv_chunk(int64_t n, int32_t threads, int64_t row_work, int64_t min_work = kMinTaskWork) {
-  const int64_t tasks = std::max<int64_t>(
-      1, int64_t{g_gemv_tasks_per_thread.load(std::memory_order_relaxed)} * threads_or_default(threads));
-  const int64_t by_work = (min_work + std::max<int64_t>(1, row_work) - 1) / std::max<int64_t>(1, row_work);
-  return std::max({int64_t{16}, by_work, (n + tasks - 1) / tasks});
+  const int64_t t = threads_or_default(threads);
+  int64_t tasks = std::max<int64_t>(1, int64_t{g_gemv_tasks_per_thread.load(std::memory_order_relaxed)} * t);
+  const int64_t w = std::max<int64_t>(1, row_work);
+  const int64_t by_work =
+      n > std::numeric_limits<int64_t>::max() / w ? tasks : std::max<int64_t>(1, n * w / min_work);
+  if (by_work < tasks) tasks = by_work > t ? by_work / t * t : by_work;
+  return std::max<int64_t>(16, (n + tasks - 1) / tasks);
 }
 
 std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
