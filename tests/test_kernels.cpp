@@ -604,10 +604,12 @@ struct FastOperands {
 }  // namespace
 
 TEST_CASE("the task split (rows per task from the work per row) does not change results", "[kernels][fast]") {
-  // GEMV and small-batch tasks take at least 64 Ki multiply-adds (k * m
-  // per row; the integer kernels 512 Ki) and 16 rows: (600, 128) is 2
-  // tasks at M = 1 and 8+ at M = 12, (70, 320) one task, (300, 2048) the
-  // thread count's split (integer: 3 tasks at M = 1). Every thread
+  // GEMV and small-batch tasks take at least 64 Ki multiply-adds (the
+  // integer kernels 512 Ki) and 16 rows, their count a multiple of the
+  // thread count where the size limits it: (600, 128) is one task at M =
+  // 1 and 3-8 at M = 4 and 12 depending on the threads, (70, 320) one
+  // task, (300, 2048) the thread count's split (integer: 1-2 tasks at M =
+  // 1). Every thread
   // count, exact and fast, NVFP4 and NF4, gives the bits of one thread, and
   // the GEMV rows of M = 1 are those of the same rows computed alone.
   struct Shape {
