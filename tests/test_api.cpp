@@ -1,13 +1,18 @@
 // Version, capabilities, ISA cap, logging: the format-neutral Q4_ surface.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nvfp4/nvfp4.h"
@@ -96,6 +101,38 @@ TEST_CASE("options init gives the documented defaults", "[api]") {
   CHECK(o.math_mode == Q4_MATH_EXACT);
   CHECK(o.num_threads == 0);
   CHECK(o.stream == nullptr);
+}
+
+TEST_CASE("a tuning file that is not a regular file is skipped at once, not waited on", "[api]") {
+  // A FIFO at the tuning file's path: the library read it with an ifstream,
+  // whose open waits for a writer (the first product of a process, or the
+  // tuner here, hung). Now it is opened without blocking and skipped as
+  // not a regular file; the tuner's result replaces it.
+  const std::string path = "/tmp/nvfp4_tuning_fifo_" + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  REQUIRE(::setenv("NVFP4_TUNING_FILE", path.c_str(), 1) == 0);
+  std::promise<int32_t> done;
+  std::future<int32_t> rc = done.get_future();
+  std::thread t([&] {
+    Q4_tune_result r{};
+    r.struct_size = sizeof r;
+    done.set_value(Q4_tune_matmul(64, 1, 1, &r));
+  });
+  const bool finished = rc.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!finished) {
+    // Unblock the old behaviour's open (a writer arrives, writes nothing).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  }
+  t.join();
+  ::unsetenv("NVFP4_TUNING_FILE");
+  CHECK(finished);
+  CHECK(rc.get() == Q4_OK);
+  struct stat st {};
+  CHECK(::lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));  // the tuner's file replaced the FIFO
+  std::remove(path.c_str());
 }
 
 TEST_CASE("the tuner weighs the 4-bit panel product and persists what it timed", "[api]") {

@@ -1,17 +1,18 @@
 #include "core/tuner.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -131,10 +132,29 @@ kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim
   return best;
 }
 
+// The tuning file's text, or an empty object when it is missing, not a
+// regular file (opened O_NONBLOCK: a FIFO at the path otherwise blocked the
+// first product of the process until some writer opened it), larger than
+// any tuning file (1 MiB) or malformed.
+constexpr int64_t kMaxCacheBytes = int64_t{1} << 20;
 nlohmann::json read_cache(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return nlohmann::json::object();
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= kMaxCacheBytes) {
+    text.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      const ssize_t r = ::read(fd, &text[got], text.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return nlohmann::json::object();
   return j;
 }
