@@ -659,6 +659,55 @@ TEST_CASE("the task split (rows per task from the work per row) does not change 
   }
 }
 
+TEST_CASE("16-bit outputs of many rows are made in bands of rows with the bits of one pass",
+          "[kernels][fast]") {
+  // y of 2048 x 16384 in fp32 is 128 MiB, over the 64 MiB the library
+  // stages for a 16-bit out: it runs in two bands of 1024 rows. The fp32
+  // out of the same call (no bands: written in place), converted by the
+  // codec, is what one pass over a fp32 copy of y gave.
+  const int64_t n = 16384, k = 16, m = 2048;
+  Tensor w = t::random_float({n, k}, t::f32(), 91);
+  FastOperands op(w, n, k, 64);
+  Tensor bias = t::random_float({n}, t::f32(), 92);
+  Tensor a = t::random_float({m, k}, t::f32(), 93);
+  Tensor aq({m, k / 2}, t::u8()), as({m, k / 16}, t::u8());
+  REQUIRE(NVFP4_quantize(a.t(), aq.t(), as.t(), 0, 0.0f, nullptr, nullptr) == Q4_OK);
+  Tensor y32({m, n}, t::f32());
+  struct Case {
+    DLDataType x, out;
+    int call;  // exact, fast, NF4, W4A4
+  };
+  for (const Case c : {Case{t::f32(), t::f16(), 0}, Case{t::f32(), t::bf16(), 1}, Case{t::f32(), t::f16(), 2},
+                       Case{t::f32(), t::bf16(), 3}, Case{t::f16(), t::bf16(), 0}}) {
+    Tensor x = t::random_float({m, k}, c.x, 94);
+    Q4_op_options o = op.fast;
+    o.math_mode = c.call == 1 ? Q4_MATH_FAST : Q4_MATH_EXACT;
+    o.num_threads = 2;
+    auto run = [&](Tensor& y) {
+      if (c.call <= 1) return NVFP4_linear(x.t(), op.wq.t(), op.ws.t(), 0, op.g, bias.t(), y.t(), &o);
+      if (c.call == 2) return NF4_scaled_mm(x.t(), op.nq.t(), &op.st, bias.t(), y.t(), &o);
+      return NVFP4_scaled_mm(aq.t(), as.t(), op.wq.t(), op.ws.t(), 0, 0.75f, bias.t(), y.t(), &o);
+    };
+    INFO("call " << c.call << " x bits " << int(c.x.bits) << " out code " << int(c.out.code));
+    REQUIRE(run(y32) == Q4_OK);
+    Tensor y({m, n}, c.out), one({1}, c.out);
+    REQUIRE(run(y) == Q4_OK);
+    // Whole rows around the band boundary and the ends, every 61st element
+    // elsewhere.
+    size_t bad = 0;
+    auto check_at = [&](int64_t e) {
+      one.set(0, y32.f()[e]);
+      bad += std::memcmp(y.data() + 2 * e, one.data(), 2) != 0;
+    };
+    for (const int64_t r : {int64_t{0}, int64_t{1023}, int64_t{1024}, int64_t{1025}, m - 1}) {
+      for (int64_t j = 0; j < n; ++j) check_at(r * n + j);
+    }
+    for (int64_t e = 0; e < m * n; e += 61) check_at(e);
+    CHECK(bad == 0);
+    CHECK(y.guard_intact());
+  }
+}
+
 TEST_CASE("fast math mode stays within its documented int8-activation bound", "[kernels][fast]") {
   // |y_fast - y| <= sum_b (amax_b(x)/127/2) * sum_{k in b} |w_k| + fp32 rounding.
   const int64_t n = 23, k = 96;

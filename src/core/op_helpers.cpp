@@ -73,31 +73,47 @@ F32Result f32_result(const TensorRef& out, bool staged) {
 }
 
 // y = scale * y + bias[j], then conversion to the output dtype.
-void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t threads) {
-  const int64_t total = r.out->numel;
-  if (total == 0) return;
+namespace {
+
+// scale, bias and (store: y is not out's memory) the copy or conversion of
+// rows [0, rows) of y into out's rows [row0, row0 + rows).
+void finish_impl(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRef& out, bool store,
+                 float scale, const FloatPtr* bias, int32_t threads) {
+  if (rows == 0 || n == 0) return;
   std::vector<float> b;
   if (bias != nullptr) {
     b.resize(static_cast<size_t>(n));
     kern::load_row(bias->data, bias->type, 0, n, b.data());
   }
-  const int64_t rows = n > 0 ? total / n : 0;
-  const FloatOut dst = as_output(*r.out);
+  const FloatOut dst = as_output(out);
   const kern::KernelTable& kt = kern::active_table();
   const int64_t rows_per = std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
     for (int64_t i = r0; i < r1; ++i) {
-      float* yi = r.p + i * n;
+      float* yi = y + i * n;
       if (scale != 1.0f) {
         for (int64_t j = 0; j < n; ++j) yi[j] *= scale;
       }
       if (!b.empty()) {
         for (int64_t j = 0; j < n; ++j) yi[j] += b[static_cast<size_t>(j)];
       }
-      if (!r.storage.empty()) kt.f32_to_act(dst.data, dst.type, i * n, n, yi);
+      if (store) kt.f32_to_act(dst.data, dst.type, (row0 + i) * n, n, yi);
     }
   });
+}
+
+}  // namespace
+
+void finish(F32Result& r, int64_t n, float scale, const FloatPtr* bias, int32_t threads) {
+  const int64_t total = r.out->numel;
+  if (total == 0) return;
+  finish_impl(r.p, n > 0 ? total / n : 0, n, 0, *r.out, !r.storage.empty(), scale, bias, threads);
+}
+
+void finish_rows(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRef& out, float scale,
+                 const FloatPtr* bias, int32_t threads) {
+  finish_impl(y, rows, n, row0, out, true, scale, bias, threads);
 }
 
 // Linear-layout scales: the tensor's bytes, or an unswizzled copy.

@@ -34,6 +34,11 @@ struct F32Result {
 F32Result f32_result(const TensorRef& out, bool staged = false);
 // y = scale * y + bias[j], then conversion to the output dtype.
 void finish(F32Result& r, int64_t n, float scale, const kern::FloatPtr* bias, int32_t threads);
+// The same for `rows` rows of y [rows, n] (a buffer of the caller's, changed
+// in place) that belong at rows [row0, row0 + rows) of out; copied or
+// converted into out (any float dtype).
+void finish_rows(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRef& out, float scale,
+                 const kern::FloatPtr* bias, int32_t threads);
 
 struct LinearScales {
   const uint8_t* p = nullptr;

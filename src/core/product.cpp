@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "common/error.h"
 #include "core/tuner.h"
@@ -139,10 +140,29 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   const kern::KernelTable& kt = kern::active_table();
   const bool e2m1 = w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4;
   // alpha, the bias (the call's, else w.bias) and the conversion into out.
-  auto finish_out = [&](F32Result& r) {
-    const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
-    finish(r, w.n, d.alpha, d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr),
-           threads);
+  const kern::FloatPtr own_bias{w.bias, kern::FType::F32};
+  const kern::FloatPtr* bias = d.bias.present ? d.bias.get() : (w.bias != nullptr ? &own_bias : nullptr);
+  auto finish_out = [&](F32Result& r) { finish(r, w.n, d.alpha, bias, threads); };
+  // A 16-bit out of many rows: y in bands of rows of at most about
+  // kOutStageBytes (each band at least 256 rows and above the small-batch
+  // range, so every band runs the path the whole M would, with the same
+  // bits), not a fp32 copy of all of it (prefill logits of a large
+  // vocabulary: M x N x 4 bytes more than the output itself).
+  // rows_fn(i0, rows, y) computes y of rows [i0, i0 + rows). False when
+  // the product is not banded.
+  const int64_t band_rows =
+      std::max<int64_t>({int64_t{256}, kern::small_batch_max_m(kt, kern::small_batch_config()) + 1,
+                         kOutStageBytes / std::max<int64_t>(1, w.n * 4)});
+  auto banded = [&](const std::function<void(int64_t, int64_t, float*)>& rows_fn) {
+    if (d.out.type == ElemType::F32 || d.m < 2 * band_rows) return false;
+    kern::AlignedFloats y = kern::aligned_floats((2 * band_rows - 1) * w.n);
+    for (int64_t i0 = 0; i0 < d.m;) {
+      const int64_t rows = d.m - i0 < 2 * band_rows ? d.m - i0 : band_rows;  // (the last band: the rest)
+      rows_fn(i0, rows, y.get());
+      finish_rows(y.get(), rows, w.n, i0, d.out, d.alpha, bias, threads);
+      i0 += rows;
+    }
+    return true;
   };
   if (d.w4a4 && w.path == CpuPath::Kernel && e2m1 && w.k > 0 && kt.i8_native) {
     // W4A4 on integer dot products: exact int32 block sums times the two
@@ -150,8 +170,13 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
     tuner::ensure_loaded();
     PreparedWeight a;
     prepare_nvfp4(a, d.a, false, nullptr, threads);
+    auto rows_fn = [&](int64_t i0, int64_t rows, float* y) {
+      kern::scaled_mm_w4a4_int8(kt, a.q + i0 * (w.k / 2), a.s + i0 * (w.k / 16), rows, w.nv(), w.n, y,
+                                threads);
+    };
+    if (banded(rows_fn)) return false;
     F32Result r = f32_result(d.out);
-    kern::scaled_mm_w4a4_int8(kt, a.q, a.s, d.m, w.nv(), w.n, r.p, threads);
+    rows_fn(0, d.m, r.p);
     finish_out(r);
     return false;
   }
@@ -172,6 +197,15 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   // the product reads the scales, y in a buffer of our own until it holds,
   // so that a refused call writes nothing.
   const bool signs_here = d.signs_on_the_way && w.path == CpuPath::Kernel && w.format == Q4_FORMAT_NVFP4;
+  if (!signs_here) {
+    const int64_t esize = act.type == kern::FType::F32 ? 4 : 2;
+    if (banded([&](int64_t i0, int64_t rows, float* y) {
+          const kern::ActRows band(static_cast<const uint8_t*>(act.data) + i0 * w.k * esize, act.type);
+          compute_product(w, band, rows, d.ctx.opts.math_mode, threads, y, nullptr);
+        })) {
+      return false;
+    }
+  }
   F32Result r = f32_result(d.out, signs_here);
   kern::ScaleSigns signs;
   const int32_t isa_before = kern::last_isa_used();

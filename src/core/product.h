@@ -100,4 +100,8 @@ void compute_product(const PreparedWeight& w, kern::ActRows act, int64_t m, int3
 // copy; no host path copies them today).
 bool run_host_product(const PreparedWeight& w, const ProductDesc& d);
 
+// The fp32 staging of a product with a 16-bit output, in bytes (64 MiB):
+// above it, y is computed in bands of rows (run_host_product).
+constexpr int64_t kOutStageBytes = int64_t{64} << 20;
+
 }  // namespace q4::core
