@@ -72,11 +72,11 @@ F32Result f32_result(const TensorRef& out, bool staged) {
   return r;
 }
 
-// y = scale * y + bias[j], then conversion to the output dtype.
 namespace {
 
-// scale, bias and (store: y is not out's memory) the copy or conversion of
-// rows [0, rows) of y into out's rows [row0, row0 + rows).
+// y = scale * y + bias[j] for rows [0, rows) of y, then (store: y is not
+// out's memory) the copy or conversion into out's rows [row0, row0 +
+// rows).
 void finish_impl(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRef& out, bool store,
                  float scale, const FloatPtr* bias, int32_t threads) {
   if (rows == 0 || n == 0) return;
