@@ -6,7 +6,8 @@ Runs the bench on a tiny shape, checks that the JSON carries every limit,
 that each result has its limit and fraction, that the integer cases carry
 their fractions of the int8 roof and of the block-scaled int8 roof when the
 CPU has an int8 probe, and that the report script turns it into tables;
-then the same for --only gaps (the worker pool's watch between products).
+then the same for --only gaps (the worker pool's watch between products)
+and --only calls (small products call by call).
 
 Usage: bench_smoke.py NVFP4_BENCH REPO_ROOT
 """
@@ -79,7 +80,18 @@ def main(bench, root):
         assert r["calls_timed"] >= 5, r
     text = report_of(root, out)
     assert "gap between calls" in text and "2000 µs idle" in text, text
-    print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps")
+    # --only calls: small products call by call, against one thread.
+    out = subprocess.run([bench, "--quick", "--threads", "2", "--only", "calls"],
+                         check=True, capture_output=True, text=True).stdout
+    calls = json.loads(out)["results"]
+    assert len(calls) == 5 * 2 * 2 * 2, len(calls)  # shapes x M x mode x API
+    for r in calls:
+        assert r["case"] == "small_call" and r["api"] in ("Q4_linear_forward", "NVFP4_linear"), r
+        assert r["us_per_call"] > 0 and r["reference_us_per_call"] > 0 and r["calls_per_batch"] >= 1, r
+        assert r["limit"] in ("fp32_fma", "int8_dot") and r["fraction_of_limit"] >= 0, r
+    text = report_of(root, out)
+    assert "Small products call by call" in text and "| 1024×1024 | 8 | fast |" in text, text
+    print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps,", len(calls), "small calls")
 
 
 if __name__ == "__main__":

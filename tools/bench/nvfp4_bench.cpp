@@ -131,6 +131,21 @@ DLTensor tensor(void* data, int64_t* shape, int32_t ndim, uint8_t code, uint8_t 
   return t;
 }
 
+// A packed NVFP4 weight bundle (linear scales) for Q4_linear_create.
+Q4_weight_bundle nvfp4_bundle(const DLTensor* q, const DLTensor* s, float g, int64_t n, int64_t k) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_NVFP4;
+  b.source = Q4_WEIGHT_PACKED;
+  b.scale_layout = Q4_SCALE_LINEAR;
+  b.weight = q;
+  b.scale = s;
+  b.global_scale = g;
+  b.out_features = n;
+  b.in_features = k;
+  return b;
+}
+
 // The statistics of the benchmark's NF4 weights: blocks of 64, fp32 absmax.
 NF4_state nf4_state(const DLTensor* absmax) {
   NF4_state st{};
@@ -1008,16 +1023,7 @@ int bench_main(int argc, char** argv) {
         const size_t i = static_cast<size_t>(c);
         DLTensor tq = tensor(nv[i].q.data(), qs, 2, kDLUInt, 8),
                  ts = tensor(nv[i].s.data(), ss, 2, kDLUInt, 8);
-        Q4_weight_bundle b{};
-        Q4_weight_bundle_init(&b);
-        b.format = Q4_FORMAT_NVFP4;
-        b.source = Q4_WEIGHT_PACKED;
-        b.scale_layout = Q4_SCALE_LINEAR;
-        b.weight = &tq;
-        b.scale = &ts;
-        b.global_scale = nv[i].g;
-        b.out_features = n;
-        b.in_features = k;
+        const Q4_weight_bundle b = nvfp4_bundle(&tq, &ts, nv[i].g, n, k);
         Q4_linear* l = nullptr;
         if (Q4_linear_create(fast_session, &b, &l) != Q4_OK) std::abort();
         nv_lin.push_back(l);
@@ -1477,15 +1483,7 @@ int bench_main(int argc, char** argv) {
       Q4_linear* lin[2][2] = {};
       for (int one = 0; one < 2; ++one) {
         for (int f = 0; f < 2; ++f) {
-          Q4_weight_bundle b{};
-          Q4_weight_bundle_init(&b);
-          b.format = Q4_FORMAT_NVFP4;
-          b.source = Q4_WEIGHT_PACKED;
-          b.weight = &tq;
-          b.scale = &ts;
-          b.global_scale = w.g;
-          b.out_features = n;
-          b.in_features = k;
+          const Q4_weight_bundle b = nvfp4_bundle(&tq, &ts, w.g, n, k);
           if (Q4_linear_create(sessions[one][f], &b, &lin[one][f]) != Q4_OK) std::abort();
         }
       }
