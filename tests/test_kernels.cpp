@@ -1510,6 +1510,50 @@ TEST_CASE("kernel tables compiled in that this CPU cannot run", "[.][isa-skipped
   SUCCEED();
 }
 
+TEST_CASE("NF4 double-quantized absmax resolved by ranges has absmax_of_block's bits", "[kernels]") {
+  // nf4_absmax_range walks nested blocks without a division per block;
+  // ranges start and end inside nested blocks of several sizes, and the
+  // threaded form covers every block once.
+  std::mt19937 rng(77);
+  const int64_t nblocks = 70000;
+  std::vector<uint8_t> codes(static_cast<size_t>(nblocks));
+  for (auto& c : codes) c = static_cast<uint8_t>(rng() & 0xff);
+  std::vector<float> map(256), nested(static_cast<size_t>(nblocks));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& v : map) v = u(rng);
+  for (auto& v : nested) v = 0.01f + std::fabs(u(rng));
+  for (const int64_t nbs : {int64_t{1}, int64_t{3}, int64_t{256}, int64_t{1000}}) {
+    kern::Nf4Stats st;
+    st.blocksize = 64;
+    st.qabsmax = codes.data();
+    st.nested_absmax = nested.data();
+    st.nested_map = map.data();
+    st.nested_offset = 0.0371f;
+    st.nested_blocksize = nbs;
+    std::vector<float> expect(static_cast<size_t>(nblocks));
+    for (int64_t b = 0; b < nblocks; ++b) expect[static_cast<size_t>(b)] = st.absmax_of_block(b);
+    for (const auto& [b0, b1] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, nblocks}, {1, 2}, {255, 257}, {999, 2001}, {12345, 54321}, {nblocks - 5, nblocks}, {7, 7}}) {
+      std::vector<float> got(static_cast<size_t>(b1 - b0) + 1, -1.0f);
+      kern::nf4_absmax_range(st, b0, b1, got.data());
+      INFO("nested blocksize " << nbs << " blocks [" << b0 << ", " << b1 << ")");
+      CHECK(std::memcmp(got.data(), expect.data() + b0, static_cast<size_t>(b1 - b0) * 4) == 0);
+      CHECK(got.back() == -1.0f);  // nothing written past b1 - b0
+    }
+    for (int32_t threads : {1, 3}) {
+      std::vector<float> all(static_cast<size_t>(nblocks));
+      kern::nf4_absmax_all(st, nblocks, all.data(), threads);
+      CHECK(std::memcmp(all.data(), expect.data(), static_cast<size_t>(nblocks) * 4) == 0);
+    }
+  }
+  // Plain fp32 absmax: a copy.
+  kern::Nf4Stats plain;
+  plain.absmax = nested.data();
+  std::vector<float> got(100);
+  kern::nf4_absmax_range(plain, 500, 600, got.data());
+  CHECK(std::memcmp(got.data(), nested.data() + 500, 400) == 0);
+}
+
 TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the reference's bytes and absmax",
           "[kernels][nf4]") {
   // fmt::nf4_quantize_block (the CUDA kernel's coding) is the reference.

@@ -217,7 +217,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
                                s.nested ? &s.nested_absmax : nullptr, s.nested ? &s.nested_map : nullptr}) {
       if (t != nullptr) require_host(*t);
     }
-    prepare_nf4(p, op, n, k, true, c);
+    prepare_nf4(p, op, n, k, true, c, st.ops.num_threads);
   }
 }
 

@@ -59,7 +59,7 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
 }
 
 void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
-                 const std::shared_ptr<SessionCounters>& counters) {
+                 const std::shared_ptr<SessionCounters>& counters, int32_t threads) {
   w.format = Q4_FORMAT_NF4;
   w.n = n;
   w.k = k;
@@ -74,7 +74,7 @@ void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, 
     w.absmax = st.absmax;
   } else {
     auto* a = reinterpret_cast<float*>(allocate(w, counters, nblocks * 4));
-    for (int64_t b = 0; b < nblocks; ++b) a[b] = st.absmax_of_block(b);
+    kern::nf4_absmax_all(st, nblocks, a, threads);
     w.absmax = a;
   }
   for (uint32_t c = 0; c < 16; ++c) w.lut[c] = st.code_value(c);
@@ -104,7 +104,7 @@ void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
   if (d.format == Q4_FORMAT_NVFP4) {
     prepare_nvfp4(w, d.nv, false, nullptr, d.ctx.opts.num_threads);
   } else {
-    prepare_nf4(w, d.nf, d.n, d.k, false, nullptr);
+    prepare_nf4(w, d.nf, d.n, d.k, false, nullptr, d.ctx.opts.num_threads);
   }
   if (d.path == CpuPath::DequantMatmul && d.k > 0 && d.m > 0) {
     prepare_dequant(w, d.ctx.opts.num_threads, nullptr);

@@ -80,8 +80,9 @@ uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& cou
 // scales are made linear on `threads` threads.
 void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
                    const std::shared_ptr<SessionCounters>& counters, int32_t threads);
+// (double-quantized absmax resolved into fp32 on `threads` threads)
 void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
-                 const std::shared_ptr<SessionCounters>& counters);
+                 const std::shared_ptr<SessionCounters>& counters, int32_t threads);
 // The dequant-matmul ready form: the fp32 weight; the packed form is dropped.
 void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<SessionCounters>& counters);
 // The borrowing weight of a validated stateless product.

@@ -1121,6 +1121,32 @@ int64_t quantize_mxfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   return r.ok ? -1 : first_non_finite(x, r.first_bad_row * k, rows * k);
 }
 
+void nf4_absmax_range(const Nf4Stats& st, int64_t b0, int64_t b1, float* out) {
+  if (b1 <= b0) return;
+  if (st.qabsmax == nullptr) {
+    std::memcpy(out, st.absmax + b0, static_cast<size_t>(b1 - b0) * sizeof(float));
+    return;
+  }
+  // (absmax_of_block divided b by the nested block size for every block: a
+  // stateless NF4 GEMV of 4096x4096 with double-quantized statistics spent
+  // two thirds of its time here, 1.39 against 0.45 ms, on one thread.)
+  const int64_t nbs = std::max<int64_t>(1, st.nested_blocksize);
+  const float offset = st.nested_offset;
+  for (int64_t b = b0; b < b1;) {
+    const int64_t j = b / nbs, e = std::min(b1, (j + 1) * nbs);
+    const float scale = st.nested_absmax[j];
+    for (; b < e; ++b) out[b - b0] = st.nested_map[st.qabsmax[b]] * scale + offset;
+  }
+}
+
+void nf4_absmax_all(const Nf4Stats& st, int64_t nblocks, float* out, int32_t threads) {
+  constexpr int64_t kPer = int64_t{64} << 10;
+  parallel_for((nblocks + kPer - 1) / kPer, threads, [&](int64_t t) {
+    const int64_t b0 = t * kPer;
+    nf4_absmax_range(st, b0, std::min(nblocks, b0 + kPer), out + b0);
+  });
+}
+
 void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out,
                     int32_t threads) {
   if (n <= 0) return;
@@ -1131,7 +1157,7 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
   parallel_for((nblocks + per_task - 1) / per_task, threads, [&](int64_t t) {
     const int64_t b0 = t * per_task, b1 = std::min(nblocks, b0 + per_task);
     std::vector<float> am(static_cast<size_t>(b1 - b0));
-    for (int64_t b = b0; b < b1; ++b) am[static_cast<size_t>(b - b0)] = st.absmax_of_block(b);
+    nf4_absmax_range(st, b0, b1, am.data());
     const int64_t e0 = b0 * bs, len = std::min(n, b1 * bs) - e0, whole = len / 16 * 16;
     AlignedFloats buf;
     float* dst = nullptr;

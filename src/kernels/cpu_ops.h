@@ -157,6 +157,13 @@ float amax(const KernelTable& kt, const float* x, int64_t n, int32_t threads);
 int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t blocksize, uint8_t* q,
                      float* absmax, int32_t threads);
 
+// The fp32 absmax of NF4 blocks [b0, b1) into out[0, b1 - b0): a copy, or
+// for double-quantized statistics nested_map[code] * nested_absmax[j] +
+// offset (Nf4Stats::absmax_of_block's bits) with no division per block.
+void nf4_absmax_range(const Nf4Stats& st, int64_t b0, int64_t b1, float* out);
+// All nblocks of them over `threads` (tasks of 64 Ki blocks).
+void nf4_absmax_all(const Nf4Stats& st, int64_t nblocks, float* out, int32_t threads);
+
 // NF4 dequantization of n elements into fp32, fp16 or bf16 `out` over
 // `threads`: tasks of whole blocks resolve their absmax (nested or not)
 // once per block and run the table's nf4_dequantize (16-bit outputs through
