@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
 #include "common/error.h"
 #include "core/tuner.h"
@@ -149,12 +148,15 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   // bits), not a fp32 copy of all of it (prefill logits of a large
   // vocabulary: M x N x 4 bytes more than the output itself).
   // rows_fn(i0, rows, y) computes y of rows [i0, i0 + rows). False when
-  // the product is not banded.
-  const int64_t band_rows =
-      std::max<int64_t>({int64_t{256}, kern::small_batch_max_m(kt, kern::small_batch_config()) + 1,
-                         kOutStageBytes / std::max<int64_t>(1, w.n * 4)});
-  auto banded = [&](const std::function<void(int64_t, int64_t, float*)>& rows_fn) {
-    if (d.out.type == ElemType::F32 || d.m < 2 * band_rows) return false;
+  // the product is not banded (fp32 out or too few rows: decided before
+  // anything else, so that other calls pay no more than two compares).
+  auto banded = [&](const auto& rows_fn) {
+    constexpr int64_t kMinBandRows = 256;
+    if (d.out.type == ElemType::F32 || d.m < 2 * kMinBandRows) return false;
+    const int64_t band_rows =
+        std::max<int64_t>({kMinBandRows, kern::small_batch_max_m(kt, kern::small_batch_config()) + 1,
+                           kOutStageBytes / std::max<int64_t>(1, w.n * 4)});
+    if (d.m < 2 * band_rows) return false;
     kern::AlignedFloats y = kern::aligned_floats((2 * band_rows - 1) * w.n);
     for (int64_t i0 = 0; i0 < d.m;) {
       const int64_t rows = d.m - i0 < 2 * band_rows ? d.m - i0 : band_rows;  // (the last band: the rest)
