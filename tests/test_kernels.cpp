@@ -1393,7 +1393,10 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
       Nf4Matrix nf(n, kf, 6, 6);
       // Row groups of 4 and 2, odd, the most; with K % 128 == 0 also the
       // wider M the table's GEMV takes there (AVX-512: two groups of x rows).
-      for (int32_t m : {2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
+      // (M = 1: the AVX-512 GEMVs reduce the lanes of a row alone by
+      // _mm512_reduce_add_ps and those of a group four at a time by
+      // reduce_add4, which must pair them the same way.)
+      for (int32_t m : {1, 2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
         // (K % 128 == 64: M <= 2 run the AVX-512 chunk GEMV, M = 3-8 the
         // even/odd one; each keeps its own bits.)
         if (m > (kmul == 1                                                              ? t.gemv_max_m_k128

@@ -98,6 +98,25 @@ constexpr int64_t gemv_kblock() {
   return std::max<int64_t>(256, kGemvL1Bytes / (int64_t{4} * M) / 256 * 256);
 }
 
+// The sums of the 16 lanes of a, b, c and d (lanes 0-3 of the result),
+// each paired as _mm512_reduce_add_ps pairs them (lanes l + 8 and l, then
+// l + 4 and l, then l and l ^ 2, then 0 and 1; the same operand order),
+// so each is bit for bit that function's value: two accumulators' halves
+// per vector while they are halved, all four in one vector from 4 lanes on.
+inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)));
+  // 128-bit lanes: a's, b's, c's, d's 4-lane sums
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)));
+  const __m512 h = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 s = _mm512_add_ps(h, _mm512_permute_ps(h, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
 // The lane accumulators of one row group over one K block: `mem` (R x M x
 // 16 floats, row-major by (r, i)) holds them between blocks (read only when
 // not first, written only when not last: null when one block covers K);
@@ -116,14 +135,38 @@ struct GemvAcc {
     }
   }
   void end(float* mem, bool last, float post, float* y, int64_t ldy) const {
+    if (!last) {
 #pragma GCC unroll 16
-    for (int i = 0; i < M; ++i) {
+      for (int i = 0; i < M; ++i) {
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        if (last) {
-          y[i * ldy + r] = _mm512_reduce_add_ps(a[i][r]) * post;
-        } else {
-          _mm512_store_ps(mem + (int64_t{r} * M + i) * 16, a[i][r]);
+        for (int r = 0; r < R; ++r) _mm512_store_ps(mem + (int64_t{r} * M + i) * 16, a[i][r]);
+      }
+      return;
+    }
+    // Four accumulators (t = i R + r) reduced together, each by
+    // _mm512_reduce_add_ps's pairing (reduce_add4): its bits, in 13 vector
+    // operations instead of 4 x 9. Measured on an Emerald Rapids-class
+    // Xeon, 2 threads, 1024 x 128 in cache, one-process A/B against the
+    // sums one by one: M = 1 1.05x, M = 2 1.11x, M = 8 1.20x (at K = 4096
+    // within the noise).
+    constexpr int T = M * R;
+    if constexpr (T == 1) {
+      y[0] = _mm512_reduce_add_ps(a[0][0]) * post;
+      return;
+    }
+    const __m128 pv = _mm_set1_ps(post);
+#pragma GCC unroll 8
+    for (int g = 0; g < T; g += 4) {
+      auto at = [&](int t) { return t < T ? a[t / R][t % R] : _mm512_setzero_ps(); };
+      const __m128 s = _mm_mul_ps(reduce_add4(at(g), at(g + 1), at(g + 2), at(g + 3)), pv);
+      if constexpr (R == 4) {
+        _mm_storeu_ps(y + (g / 4) * ldy, s);
+      } else {
+        alignas(16) float f[4];
+        _mm_store_ps(f, s);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          if (g + u < T) y[(g + u) / R * ldy + (g + u) % R] = f[u];
         }
       }
     }
@@ -523,7 +566,7 @@ struct Gemv128NvScale {
   mutable int sign_bits = 0;  // the top bits of every code read
   __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   __m512i hi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  __m512 pair(int64_t j, int64_t c, int blocks) const {
+  __attribute__((always_inline)) __m512 pair(int64_t j, int64_t c, int blocks) const {
     // (one chunk: the row's last 8 codes may end its allocation)
     const __m128i b = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1u), s + j * kb + c * 8);
     const __m512i cw = _mm512_cvtepu8_epi32(b);
