@@ -1258,11 +1258,37 @@ void check_small(const kern::KernelTable& t, Coverage& cov) {
 
 // Fast-mode activation quantization: every byte, scale and correction
 // equal to the portable function's, on blocks that exercise each branch
-// (zero, NaN/Inf, subnormal, huge, exact .5 quotients, clamps).
+// (zero, NaN/Inf, subnormal, huge, exact .5 quotients, clamps), blocks of
+// every magnitude, and quotients at and a few ulps around every k + 1/2
+// (the AVX-512 quantizer multiplies by 1 / scale where that cannot change
+// a code and divides near those points).
 void check_i8_quantize_act(const kern::KernelTable& t, Coverage& cov) {
-  const int64_t m = 3, k = 16 * 41, ldx = k + 7, ldxq = k + 5, ldxs = k / 16 + 3;
+  const int64_t m = 64, k = 16 * 41, ldx = k + 7, ldxq = k + 5, ldxs = k / 16 + 3;
   std::vector<float> x = randoms(static_cast<size_t>(m * ldx), 77, 5.0f);
   auto block = [&](int64_t i, int64_t b) { return x.data() + i * ldx + b * 16; };
+  std::mt19937 gen(78);
+  for (int64_t i = 3; i < m; ++i) {
+    for (int64_t b = 0; b < k / 16; ++b) {
+      float* xb = block(i, b);
+      if (i < 20) {  // every magnitude: amax 2^-140 .. 2^120
+        const float e = std::ldexp(1.0f, static_cast<int>(gen() % 261) - 140);
+        for (int j = 0; j < 16; ++j) xb[j] *= e;
+        continue;
+      }
+      // amax A in element 0; the others at (k' + 1/2) scale and up to 3
+      // ulps either side, scale = A / 127 as the quantizer computes it
+      const float a =
+          std::ldexp(1.0f + static_cast<float>(gen() % 1000000) / 1e6f, static_cast<int>(gen() % 40) - 20);
+      const float scale = a / 127.0f;
+      xb[0] = gen() % 2 ? a : -a;
+      for (int j = 1; j < 16; ++j) {
+        float v = (static_cast<float>(gen() % 127) + 0.5f) * scale;
+        for (int step = static_cast<int>(gen() % 7) - 3; step != 0; step += step > 0 ? -1 : 1)
+          v = std::nextafter(v, step > 0 ? 1e30f : 0.0f);
+        xb[j] = gen() % 2 ? v : -v;
+      }
+    }
+  }
   std::fill(block(0, 1), block(0, 1) + 16, 0.0f);  // all zero
   std::fill(block(1, 1), block(1, 1) + 16, -0.0f);
   block(0, 2)[3] = std::numeric_limits<float>::quiet_NaN();
