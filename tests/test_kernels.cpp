@@ -609,17 +609,20 @@ TEST_CASE("the task split (rows per task from the work per row) does not change 
   // thread count where the size limits it: (600, 128) is one task at M =
   // 1 and 3-8 at M = 4 and 12 depending on the threads, (70, 320) one
   // task, (300, 2048) the thread count's split (integer: 1-2 tasks at M =
-  // 1). Every thread
+  // 1); (40, 256) at M = 200 runs fast mode's integer panels, three
+  // panels in two groups, with the rows of X split into 1-3 ranges by the
+  // thread count. Every thread
   // count, exact and fast, NVFP4 and NF4, gives the bits of one thread, and
   // the GEMV rows of M = 1 are those of the same rows computed alone.
   struct Shape {
     int64_t n, k;
   };
-  for (const Shape sh : {Shape{600, 128}, Shape{70, 320}, Shape{300, 2048}}) {
+  for (const Shape sh : {Shape{600, 128}, Shape{70, 320}, Shape{300, 2048}, Shape{40, 256}}) {
     const int64_t n = sh.n, k = sh.k;
     Tensor w = t::random_float({n, k}, t::f32(), static_cast<uint32_t>(n + k));
     FastOperands op(w, n, k, 64);
-    for (int64_t m : {1, 4, 12, 50}) {
+    for (int64_t m : {1, 4, 12, 50, 200}) {
+      if (m == 200 && n != 40) continue;
       Tensor x = t::random_float({m, k}, t::f32(), static_cast<uint32_t>(7 * m + k));
       for (int mode = 0; mode < 2; ++mode) {
         for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {
@@ -643,8 +646,8 @@ TEST_CASE("the task split (rows per task from the work per row) does not change 
             }
           }
           if (m != 1 || fmt_i != 0) continue;
-          // Rows 16..47 alone (a weight of their own): the same bits.
-          const int64_t r0 = 16, rn = 32;
+          // Rows 16..47 (16..39 of 40) alone (a weight of their own): the same bits.
+          const int64_t r0 = 16, rn = std::min<int64_t>(32, n - r0);
           Tensor wq2({rn, k / 2}, t::u8()), ws2({rn, k / 16}, t::u8()), y2({1, rn}, t::f32());
           std::memcpy(wq2.data(), op.wq.data() + r0 * (k / 2), static_cast<size_t>(rn * (k / 2)));
           std::memcpy(ws2.data(), op.ws.data() + r0 * (k / 16), static_cast<size_t>(rn * (k / 16)));
