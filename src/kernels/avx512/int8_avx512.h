@@ -1182,12 +1182,15 @@ inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64
       // a non-finite lane makes it >= inf_bits)
       const __m512i amax = reduce16_epi32(t, [](__m512i a, __m512i b) { return _mm512_max_epu32(a, b); });
       const __mmask16 finite = _mm512_cmplt_epu32_mask(amax, inf_bits);
-      const __m512 scale = _mm512_div_ps(_mm512_castsi512_ps(amax), hi);
-      _mm512_store_ps(scale_of, scale);
-      _mm512_store_ps(recip_of, _mm512_div_ps(hi, _mm512_castsi512_ps(amax)));
       // blocks the product may take: finite, amax >= 2^-119 (scale normal,
       // 127 / amax finite and within the error above)
-      const uint32_t direct = finite & _mm512_cmpge_epu32_mask(amax, min_direct);
+      const __mmask16 direct = finite & _mm512_cmpge_epu32_mask(amax, min_direct);
+      // (masked divisions: no lane of a non-finite block is divided, and
+      // no 127 / 0 is, so no exception flag is raised that the old code
+      // did not raise)
+      const __m512 scale = _mm512_maskz_div_ps(finite, _mm512_castsi512_ps(amax), hi);
+      _mm512_store_ps(scale_of, scale);
+      _mm512_store_ps(recip_of, _mm512_maskz_div_ps(direct, hi, _mm512_castsi512_ps(amax)));
       // Block j by itself: the product where it decides, else the division
       // (zero codes for a zero scale or a non-finite block).
       auto one = [&](int j) {
