@@ -646,8 +646,13 @@ TEST_CASE("the task split (rows per task from the work per row) does not change 
             }
           }
           if (m != 1 || fmt_i != 0) continue;
-          // Rows 16..47 (16..39 of 40) alone (a weight of their own): the same bits.
+          // Rows 16..47 (16..39 of 40) alone (a weight of their own): the same bits
+          // (where fast mode takes the same math for both: its shape rule).
           const int64_t r0 = 16, rn = std::min<int64_t>(32, n - r0);
+          const q4::kern::KernelTable& kt = q4::kern::table_for(q4::active_isa());
+          if (mode == 1 && (q4::kern::fast_math_fallback_shape(kt, n, k) == nullptr) !=
+                               (q4::kern::fast_math_fallback_shape(kt, rn, k) == nullptr))
+            continue;
           Tensor wq2({rn, k / 2}, t::u8()), ws2({rn, k / 16}, t::u8()), y2({1, rn}, t::f32());
           std::memcpy(wq2.data(), op.wq.data() + r0 * (k / 2), static_cast<size_t>(rn * (k / 2)));
           std::memcpy(ws2.data(), op.ws.data() + r0 * (k / 16), static_cast<size_t>(rn * (k / 16)));
@@ -766,7 +771,9 @@ TEST_CASE("fast math mode stays within its documented int8-activation bound", "[
 
 TEST_CASE("fast mode: a NaN activation gives NaN outputs, never undefined behaviour", "[kernels][fast]") {
   // Found by fuzz_api: the int8 activation quantizer converted NaN to int.
-  const int64_t n = 4, k = 32;
+  // (64 x 64: a shape fast mode runs on the integer kernels, not the exact
+  // ones, where Inf x w is Inf.)
+  const int64_t n = 64, k = 64;
   Tensor w = t::random_float({n, k}, t::f32(), 3);
   Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
   float g = 0;
@@ -2119,7 +2126,9 @@ TEST_CASE("integer kernels: the W4A4 integer result equals the exact fp32 path w
 
 TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-identical across ISAs",
           "[kernels][int8]") {
-  const int64_t m = 12, n = 40, k = 160;
+  // (N = 64: enough weight rows for fast mode's integer kernels at M = 12,
+  // fast_math_fallback_shape)
+  const int64_t m = 12, n = 64, k = 160;
   Tensor a = t::random_float({m, k}, t::f32(), 61), b = t::random_float({n, k}, t::f32(), 62);
   Tensor aq({m, k / 2}, t::u8()), as({m, k / 16}, t::u8()), bq({n, k / 2}, t::u8()), bs({n, k / 16}, t::u8());
   REQUIRE(NVFP4_quantize(a.t(), aq.t(), as.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
@@ -2138,9 +2147,11 @@ TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-i
     CHECK(Q4_last_isa_used() == isa);
     REQUIRE(NVFP4_linear(a.t(), bq.t(), bs.t(), 0, 0.5f, nullptr, yf.t(), &fast) == Q4_OK);
     // Fast mode reports the integer level that ran, or the table's exact
-    // level where it fell back (no integer kernels, or M above i8_fast_max_m).
+    // level where it fell back (no integer kernels, M above i8_fast_max_m,
+    // or a shape too small).
     const kern::KernelTable& kt = kern::table_for(isa);
-    const bool fast_int = native && kern::fast_math_fallback_rows(kt, m) == nullptr;
+    const bool fast_int = native && kern::fast_math_fallback_rows(kt, m) == nullptr &&
+                          kern::fast_math_fallback_shape(kt, n, k) == nullptr;
     CHECK(Q4_last_isa_used() == (fast_int ? isa : kt.exact_isa));
     if (!native) continue;
     if (!fast_int) {
@@ -2165,38 +2176,46 @@ TEST_CASE("linear diagnostics tell which math ran (mathModeUsed, mathFallbackRea
   c.math_mode = Q4_MATH_FAST;
   Q4_session* s = nullptr;
   REQUIRE(Q4_session_create(&c, &s) == Q4_OK);
-  Tensor w = t::random_float({24, 64}, t::f32(), 71);
-  for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
-    Q4_weight_bundle bnd{};
-    Q4_weight_bundle_init(&bnd);
-    bnd.format = format;
-    bnd.source = Q4_WEIGHT_FLOAT;
-    bnd.weight = w.t();
-    Q4_linear* l = nullptr;
-    REQUIRE(Q4_linear_create(s, &bnd, &l) == Q4_OK);
-    Q4_linear_info info{};
-    info.struct_size = sizeof info;
-    REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
-    size_t needed = 0;
-    Q4_linear_diagnostics(l, nullptr, 0, &needed);
-    std::string j(needed, '\0');
-    REQUIRE(Q4_linear_diagnostics(l, j.data(), j.size(), &needed) == Q4_OK);
-    INFO(j);
-    CHECK(info.math_mode == Q4_MATH_FAST);
-    const bool native = kern::table_for(q4::active_isa()).i8_native;
-    const kern::KernelTable& kt = kern::table_for(q4::active_isa());
-    const bool partial = kt.i8_fast_max_m > 0 || (format == Q4_FORMAT_NF4 && kt.isa != Q4_ISA_SCALAR &&
-                                                  (kt.i8_gemv_nf4 == nullptr || !kt.i8_nf4_panel_native));
-    if (native) {
-      // Fast runs; where this ISA runs the exact kernels for some M the
-      // reason says so.
-      CHECK(j.find("\"mathModeUsed\":\"fast\"") != std::string::npos);
-      CHECK((j.find("\"mathFallbackReason\":\"\"") != std::string::npos) == !partial);
-    } else {
-      CHECK(j.find("\"mathModeUsed\":\"exact\"") != std::string::npos);
-      CHECK(j.find("\"mathFallbackReason\":\"\"") == std::string::npos);
+  // 64 x 64: fast mode runs its integer kernels; 24 x 64: too few weight
+  // rows (fast_math_fallback_shape), exact at every M, and the reason says so.
+  for (int64_t rows : {64, 24}) {
+    for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4}) {
+      Tensor w = t::random_float({rows, 64}, t::f32(), 71);
+      Q4_weight_bundle bnd{};
+      Q4_weight_bundle_init(&bnd);
+      bnd.format = format;
+      bnd.source = Q4_WEIGHT_FLOAT;
+      bnd.weight = w.t();
+      Q4_linear* l = nullptr;
+      REQUIRE(Q4_linear_create(s, &bnd, &l) == Q4_OK);
+      Q4_linear_info info{};
+      info.struct_size = sizeof info;
+      REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+      size_t needed = 0;
+      Q4_linear_diagnostics(l, nullptr, 0, &needed);
+      std::string j(needed, '\0');
+      REQUIRE(Q4_linear_diagnostics(l, j.data(), j.size(), &needed) == Q4_OK);
+      INFO(j);
+      CHECK(info.math_mode == Q4_MATH_FAST);
+      const bool native = kern::table_for(q4::active_isa()).i8_native;
+      const kern::KernelTable& kt = kern::table_for(q4::active_isa());
+      const bool partial = kt.i8_fast_max_m > 0 || (format == Q4_FORMAT_NF4 && kt.isa != Q4_ISA_SCALAR &&
+                                                    (kt.i8_gemv_nf4 == nullptr || !kt.i8_nf4_panel_native));
+      if (native && rows < 64) {
+        CHECK(kern::fast_math_fallback_shape(kt, rows, 64) != nullptr);
+        CHECK(j.find("\"mathModeUsed\":\"exact\"") != std::string::npos);
+        CHECK(j.find("fewer than 64 weight rows") != std::string::npos);
+      } else if (native) {
+        // Fast runs; where this ISA runs the exact kernels for some M the
+        // reason says so.
+        CHECK(j.find("\"mathModeUsed\":\"fast\"") != std::string::npos);
+        CHECK((j.find("\"mathFallbackReason\":\"\"") != std::string::npos) == !partial);
+      } else {
+        CHECK(j.find("\"mathModeUsed\":\"exact\"") != std::string::npos);
+        CHECK(j.find("\"mathFallbackReason\":\"\"") == std::string::npos);
+      }
+      Q4_linear_destroy(l);
     }
-    Q4_linear_destroy(l);
   }
   Q4_session_destroy(s);
 }
@@ -2573,7 +2592,9 @@ TEST_CASE("AVX-512 VNNI integer GEMVs: the vpermb and the vpshufb nibble decode 
 
 TEST_CASE("fast-mode session linears keep tiled codes where the table reads them: same bits, counted bytes",
           "[kernels][int8][session]") {
-  const int64_t n = 40, k = 256;
+  // (72 rows: four full groups of 16 and a last of 8; at least the 64 rows
+  // for which fast mode runs its integer kernels, fast_math_fallback_shape)
+  const int64_t n = 72, k = 256;
   Tensor w = t::random_float({n, k}, t::f32(), 91);
   FastOperands op(w, n, k, 64);
   Tensor mq({n, k / 2}, t::u8()), msc({n, k / 32}, t::u8());
@@ -2597,7 +2618,7 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
         bytes[mode == Q4_MATH_FAST ? 1 : 0] = info.weight_bytes;
         if (mode == Q4_MATH_FAST) {
-          for (int64_t m : {1, 2, 8, 40}) {
+          for (int64_t m : {1, 2, 8, 72}) {
             INFO("m " << m);
             Tensor x = t::random_float({m, k}, t::f32(), 92), y({m, n}, t::f32()), ref({m, n}, t::f32());
             REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
@@ -2616,14 +2637,14 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         Q4_linear_destroy(l);
         Q4_session_destroy(s);
       }
-      // The tiles: the 32 rows of the two full groups of 16, K/2 bytes each
+      // The tiles: the 64 rows of the four full groups of 16, K/2 bytes each
       // (where the table reads them, i8_reads_tile_scales: NF4's K/64 fp32
       // absmax; NVFP4's and MXFP4's E4M3 scales in spans of 64 blocks, and a
       // flag byte per group).
       const int64_t tiles =
-          32 * k / 2 + (!kt.i8_reads_tile_scales  ? 0
-                        : format == Q4_FORMAT_NF4 ? 32 * (k / 64) * 4
-                                                  : 2 * kern::i8_tile_scale_group_bytes(k) + 2);
+          64 * k / 2 + (!kt.i8_reads_tile_scales  ? 0
+                        : format == Q4_FORMAT_NF4 ? 64 * (k / 64) * 4
+                                                  : 4 * kern::i8_tile_scale_group_bytes(k) + 4);
       CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? tiles : 0));
     }
   }

@@ -295,16 +295,18 @@ TEST_CASE("products over weights of more than 2^32 elements", "[.][big]") {
   for (size_t i = 0; i < absmax.size(); ++i) absmax[i] = 0.5f + static_cast<float>(i % 97) / 64.0f;
   const int64_t picks[] = {
       0, 1, (int64_t{1} << 31) / k, (int64_t{1} << 32) / k - 1, (int64_t{1} << 32) / k, n - 1};
-  const int64_t np = 6;
-  // The picked rows alone.
+  // The picked rows alone, then copies of the first up to 64 rows (fast
+  // mode runs its integer kernels only on enough weight rows: the product
+  // of the picks alone must take the same math as the big one).
+  const int64_t picked = 6, np = 64;
   std::vector<uint8_t> qp(static_cast<size_t>(np * k / 2)), sp(static_cast<size_t>(np * k / 16));
   std::vector<float> ap(static_cast<size_t>(np * k / 64));
   for (int64_t i = 0; i < np; ++i) {
-    std::memcpy(&qp[static_cast<size_t>(i * k / 2)], q.p.get() + picks[i] * (k / 2),
-                static_cast<size_t>(k / 2));
-    std::memcpy(&sp[static_cast<size_t>(i * k / 16)], s.p.get() + picks[i] * (k / 16),
+    const int64_t row = picks[i < picked ? i : 0];
+    std::memcpy(&qp[static_cast<size_t>(i * k / 2)], q.p.get() + row * (k / 2), static_cast<size_t>(k / 2));
+    std::memcpy(&sp[static_cast<size_t>(i * k / 16)], s.p.get() + row * (k / 16),
                 static_cast<size_t>(k / 16));
-    std::memcpy(&ap[static_cast<size_t>(i * k / 64)], &absmax[static_cast<size_t>(picks[i] * (k / 64))],
+    std::memcpy(&ap[static_cast<size_t>(i * k / 64)], &absmax[static_cast<size_t>(row * (k / 64))],
                 static_cast<size_t>(k / 64) * 4);
   }
   int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16}, as[1] = {n * k / 64}, nq[1] = {n * k / 2};
@@ -341,7 +343,7 @@ TEST_CASE("products over weights of more than 2^32 elements", "[.][big]") {
         }
         int64_t differ = 0;
         for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < np; ++j) {
+          for (int64_t j = 0; j < picked; ++j) {
             const float big = y[static_cast<size_t>(i * n + picks[j])],
                         alone = yp[static_cast<size_t>(i * np + j)];
             if (std::memcmp(&big, &alone, 4) != 0 || !std::isfinite(big)) ++differ;

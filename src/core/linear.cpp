@@ -233,8 +233,8 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
   const kern::KernelTable& kt = kern::table_for(active_isa());
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
       p.q == nullptr || p.dequant != nullptr || p.k < 128 || p.k % 128 != 0 || p.n < 16 ||
-      !kt.i8_reads_tiles) {
-    return;
+      !kt.i8_reads_tiles || kern::fast_math_fallback_shape(kt, p.n, p.k) != nullptr) {
+    return;  // (the last: fast mode runs the exact kernels on this weight)
   }
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
   kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads);
@@ -596,6 +596,7 @@ int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
   const kern::KernelTable& kt = kern::table_for(active_isa());
   const char* why =
       l.format == Q4_FORMAT_NF4 ? kern::fast_math_fallback_nf4(kt) : kern::fast_math_fallback_nvfp4(kt);
+  if (why == nullptr) why = kern::fast_math_fallback_shape(kt, l.n, l.k);  // (exact at every M)
   if (why == nullptr) {
     // Fast mode runs, but the exact kernels take the M where this ISA's
     // integer kernels lose to them (the reason says which).
@@ -605,6 +606,7 @@ int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
       rows = kern::fast_math_fallback_nf4_rows(kt, 1);  // small M, else large M
       if (rows == nullptr) rows = kern::fast_math_fallback_nf4_rows(kt, int64_t{1} << 20);
     }
+
     if (reason != nullptr && rows != nullptr) *reason = rows;
     return Q4_MATH_FAST;
   }

@@ -434,6 +434,26 @@ const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m) {
   return nullptr;
 }
 
+const char* fast_math_fallback_shape(const KernelTable& kt, int64_t n, int64_t k) {
+  if (!kt.i8_native) return nullptr;  // (fast_math_fallback_nvfp4 says why)
+  // Quantizing x costs about 0.3 ns a value with AVX-512, an exact GEMV
+  // about 0.025 ns a multiply-add, the integer one about half that: below
+  // N ~ 24 weight rows the quantization alone costs more than the whole
+  // exact product, and the exact kernels gain on the integer ones as M
+  // grows (a decoded weight serves M rows). Measured on an Emerald
+  // Rapids-class Xeon (AVX-512 VNNI, 2 threads, session linears, N =
+  // 8-1024, K = 64-4096, M = 1-512: docs/performance.md, forty-fourth
+  // session), fast mode lost to exact at N < 64 for some M at every K, and
+  // at K < 64 everywhere. The rule takes N and K only, not M: a linear's
+  // fast-mode results then do not depend on the batch (a sequence decoded
+  // row by row matches its prefill, as everywhere the integer kernels run).
+  if (k < 64 || n < 64) {
+    return "fast mode's activation quantization is not paid back on fewer than 64 weight rows (or K < 64): "
+           "fast mode runs the exact kernels for this shape";
+  }
+  return nullptr;
+}
+
 const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m) {
   if (kt.isa == Q4_ISA_SCALAR) return nullptr;
   if (kt.i8_gemv_nf4 == nullptr) {
@@ -483,7 +503,8 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
 
 MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
                            float* y, int32_t threads, ScaleSigns* signs) {
-  if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr) {
+  if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
+      fast_math_fallback_shape(kt, n, w.k) != nullptr) {
     linear_nvfp4(kt, x, m, w, n, y, threads, signs);
     note_isa_used(kt.exact_isa);
     return MathUsed::Exact;
@@ -496,7 +517,8 @@ MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nv
 MathUsed linear_nf4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads) {
   if (fast_math_fallback_nf4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
-      fast_math_fallback_nf4_rows(kt, m) != nullptr || fast_math_fallback_nf4_weights(w) != nullptr) {
+      fast_math_fallback_shape(kt, n, w.k) != nullptr || fast_math_fallback_nf4_rows(kt, m) != nullptr ||
+      fast_math_fallback_nf4_weights(w) != nullptr) {
     linear_nf4(kt, x, m, w, n, y, threads);
     note_isa_used(kt.exact_isa);
     return MathUsed::Exact;

@@ -88,6 +88,12 @@ const char* fast_math_fallback_nf4(const KernelTable& kt);
 // Why fast mode runs the exact kernels for this M on table kt (M above the
 // table's i8_fast_max_m), or nullptr.
 const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m);
+// Why fast mode runs the exact kernels for an N x K weight on table kt:
+// the activations' quantization (M x K values on every call) is not paid
+// back by the integer product over so few weight rows (or so short a K),
+// or nullptr. Independent of M, so a linear's results do not depend on
+// the batch.
+const char* fast_math_fallback_shape(const KernelTable& kt, int64_t n, int64_t k);
 // Why NF4 fast mode runs the exact kernels for this M on table kt (no NF4
 // integer GEMV on the table, or M above it), or nullptr.
 const char* fast_math_fallback_nf4_rows(const KernelTable& kt, int64_t m);
