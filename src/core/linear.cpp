@@ -606,7 +606,6 @@ int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
       rows = kern::fast_math_fallback_nf4_rows(kt, 1);  // small M, else large M
       if (rows == nullptr) rows = kern::fast_math_fallback_nf4_rows(kt, int64_t{1} << 20);
     }
-
     if (reason != nullptr && rows != nullptr) *reason = rows;
     return Q4_MATH_FAST;
   }
