@@ -226,18 +226,26 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
   });
 }
 
-// Activation operands of the integer kernels (KernelTable::i8_micro).
+// Activation operands of the integer kernels (KernelTable::i8_micro): M
+// rows of K bytes and K / 16 scales and corrections each, rows adjacent.
+// Left uninitialized (the quantizer writes every element; zeroing them
+// was 5 % of a fast-mode call at N = K = 64, M = 256).
 struct I8Activations {
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  std::vector<int32_t> c;
+  template <class T>
+  struct Buf {
+    std::unique_ptr<T[]> p;
+    T* data() const { return p.get(); }
+  };
+  Buf<int8_t> q;
+  Buf<float> s;
+  Buf<int32_t> c;
   int64_t ldq = 0, lds = 0;
   void resize(int64_t m, int64_t k) {
     ldq = k;
     lds = k / 16;
-    q.resize(static_cast<size_t>(m * ldq));
-    s.resize(static_cast<size_t>(m * lds));
-    c.resize(static_cast<size_t>(m * lds));
+    q.p.reset(new int8_t[static_cast<size_t>(m * ldq)]);
+    s.p.reset(new float[static_cast<size_t>(m * lds)]);
+    c.p.reset(new int32_t[static_cast<size_t>(m * lds)]);
   }
 };
 
@@ -387,8 +395,9 @@ void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, 
       });
 }
 
-// fp16/bf16 rows are converted one row at a time into a buffer in cache
-// (KernelTable::act_to_f32) right before that row is quantized.
+// fp16/bf16 rows are converted a task's rows at a time (about 4096
+// elements, or one row where K is longer) into a buffer in cache
+// (KernelTable::act_to_f32) right before they are quantized.
 void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k, int32_t bias,
                           I8Activations& a, int32_t threads) {
   a.resize(m, k);
@@ -396,20 +405,24 @@ void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k
   // per task at K >= 4096; M = 16 rows of K = 256 were 16 hand-offs).
   constexpr int64_t kMinQuantizeTask = 4096;
   const int64_t per = std::max<int64_t>(1, kMinQuantizeTask / std::max<int64_t>(1, k));
+  // A task's rows are adjacent in x and in `a`, and a 16-element block
+  // never spans two rows (K % 16 == 0): the quantizer takes them as one
+  // row of (i1 - i0) K elements, so at small K its groups of 16 blocks
+  // span rows (at K = 64 one row is 4 blocks; row by row, the AVX-512
+  // quantizer's reductions over 16 blocks served 4).
   parallel_for((m + per - 1) / per, threads, [&](int64_t t) {
-    std::vector<float> row;
-    for (int64_t i = t * per; i < std::min(m, (t + 1) * per); ++i) {
-      const float* xi = nullptr;
-      if (x.type == FType::F32) {
-        xi = static_cast<const float*>(x.data) + i * k;
-      } else {
-        row.resize(static_cast<size_t>(k));
-        kt.act_to_f32(x.data, x.type, i * k, k, row.data());
-        xi = row.data();
-      }
-      kt.i8_quantize_act(xi, k, 1, k, a.q.data() + i * a.ldq, a.ldq, a.s.data() + i * a.lds,
-                         a.c.data() + i * a.lds, a.lds, bias);
+    const int64_t i0 = t * per, i1 = std::min(m, i0 + per), len = (i1 - i0) * k;
+    std::vector<float> rows;
+    const float* xi = nullptr;
+    if (x.type == FType::F32) {
+      xi = static_cast<const float*>(x.data) + i0 * k;
+    } else {
+      rows.resize(static_cast<size_t>(len));
+      kt.act_to_f32(x.data, x.type, i0 * k, len, rows.data());
+      xi = rows.data();
     }
+    kt.i8_quantize_act(xi, len, 1, len, a.q.data() + i0 * a.ldq, len, a.s.data() + i0 * a.lds,
+                       a.c.data() + i0 * a.lds, len / 16, bias);
   });
 }
 
