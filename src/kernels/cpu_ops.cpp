@@ -47,6 +47,25 @@ int64_t panel_group(int64_t panels, int64_t panel_bytes, int32_t threads) {
   return std::min(by_size, by_tasks);
 }
 
+// Whether the integer panel product's `tasks` (groups of panels, each
+// over all rows of X) run instead as row ranges, each over all the
+// panels: where every packed panel fits one group (panels x panel_bytes
+// within kPanelGroupBytes) and X has a micro-kernel's rows for each range.
+// Each range packs the whole weight again (N K bytes, next to the range's
+// M N K / tasks multiply-adds), reads only its own rows of X, and writes
+// whole rows of the output: tasks over the columns of one output row
+// write the cache line their borders share whenever the output is not
+// aligned to 64 bytes (malloc's 16 mod 64), which the threads then take
+// from each other at every micro-kernel call. Measured on a Zen 4, 2
+// threads, one-process A/B, M = 80-512: N, K = 64-256 1.07-1.72x with the
+// output aligned, 1.2-1.77x at 16 mod 64; N K up to 512 x 512 and N =
+// 2048, K = 128 1.0x. (The exact panel GEMM keeps its groups: its fp32
+// panels, 4 bytes a weight, then no longer fit L1, and row ranges measured
+// 0.87-0.90x at N = 128-256, K = 128-256.)
+bool panel_rows_instead(int64_t panels, int64_t panel_bytes, int64_t tasks, int64_t m, int32_t mr) {
+  return tasks > 1 && panels * panel_bytes <= kPanelGroupBytes && m / std::max(1, mr) >= tasks;
+}
+
 std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 
 // A task's least work, in multiply-adds (or bytes for the scale passes):
@@ -303,14 +322,22 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
   // least kMinTaskWorkInt8 each. Measured on an Emerald Rapids-class Xeon,
   // 2 threads: N = 64, K = 256, M = 128 had been 1.5x slower than on one
   // thread (four tasks of one panel each).
-  const int64_t group =
+  int64_t group =
       std::max(std::min<int64_t>(2, panels), panel_group(panels, wq_bytes + 4 * ws_floats, threads));
-  const int64_t groups = (panels + group - 1) / group;
+  int64_t groups = (panels + group - 1) / group;
   const int64_t want = int64_t{2} * threads_or_default(threads);
   int64_t ranges = 1;
   if (groups < want) {
     const int64_t by_work = m * n * k / std::max<int64_t>(1, groups * kMinTaskWorkInt8);
     ranges = std::max<int64_t>(1, std::min({(want + groups - 1) / groups, by_work, m / kt.i8_micro_mr}));
+  }
+  // Small weights: the same number of tasks as row ranges of all the
+  // panels (panel_rows_instead).
+  if (groups > 1 &&
+      panel_rows_instead(panels, wq_bytes + 4 * ws_floats, groups * ranges, m, kt.i8_micro_mr)) {
+    ranges *= groups;
+    group = panels;
+    groups = 1;
   }
   // (whole micro-kernel row blocks per range)
   const int64_t range_rows = (m + ranges - 1) / ranges;
