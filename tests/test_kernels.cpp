@@ -9,15 +9,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -2719,4 +2722,85 @@ TEST_CASE("swizzle_scales and unswizzle_scales move every byte to its swizzle_of
       CHECK(sw2[sw.size()] == 0xEE);
     }
   }
+}
+
+// kern::aligned_floats keeps freed blocks of 16 KiB and more in a cache of
+// the freeing thread (at most 8 blocks and 64 MiB) and hands them out
+// again on that thread: a product's scratch is the same from call to
+// call, and a block malloc returned to the system is faulted in again on
+// every call.
+TEST_CASE("scratch blocks: a freed block is handed out again on its thread, never on another", "[kernels]") {
+  using q4::kern::AlignedFloats;
+  auto aligned64 = [](const AlignedFloats& p) { return reinterpret_cast<uintptr_t>(p.get()) % 64 == 0; };
+  AlignedFloats a = q4::kern::aligned_floats(int64_t{1} << 16);  // 256 KiB
+  REQUIRE(aligned64(a));
+  float* const first = a.get();
+  a.reset();
+  // A smaller request takes the kept block (the smallest that holds it);
+  // all of the request is usable.
+  AlignedFloats b = q4::kern::aligned_floats(int64_t{1} << 15);
+  CHECK(b.get() == first);
+  std::fill(b.get(), b.get() + (int64_t{1} << 15), 1.0f);
+  // A larger one cannot: a new block, the kept one untouched.
+  b.reset();
+  AlignedFloats c = q4::kern::aligned_floats(int64_t{1} << 17);
+  REQUIRE(aligned64(c));
+  CHECK(c.get() != first);
+  std::fill(c.get(), c.get() + (int64_t{1} << 17), 2.0f);
+  AlignedFloats d = q4::kern::aligned_floats(int64_t{1} << 16);
+  CHECK(d.get() == first);
+  d.reset();
+  c.reset();
+  // Both kept now: each request gets the smallest block that holds it.
+  AlignedFloats e = q4::kern::aligned_floats(int64_t{1} << 14);
+  CHECK(e.get() == first);
+  e.reset();
+
+  // A block freed on another thread goes to that thread's cache: while
+  // that thread lives, this thread's requests do not get it.
+  float* other = nullptr;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool freed = false, done = false;
+  std::thread t([&] {
+    AlignedFloats mine = q4::kern::aligned_floats(int64_t{1} << 18);  // 1 MiB, larger than any kept here
+    std::unique_lock<std::mutex> lock(mu);
+    other = mine.get();
+    mine.reset();
+    freed = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return freed; });
+  }
+  AlignedFloats f = q4::kern::aligned_floats(int64_t{1} << 18);
+  CHECK(f.get() != other);
+  CHECK(f.get() != first);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  t.join();
+  f.reset();
+
+  // Nine blocks freed: the cache holds eight; nine requests get eight of
+  // them back and one new block, all distinct and writable.
+  std::vector<AlignedFloats> many;
+  std::set<float*> kept;
+  for (int i = 0; i < 9; ++i) many.push_back(q4::kern::aligned_floats(int64_t{1} << 13));
+  for (AlignedFloats& p : many) kept.insert(p.get());
+  many.clear();
+  std::set<float*> again;
+  int reused = 0;
+  for (int i = 0; i < 9; ++i) {
+    many.push_back(q4::kern::aligned_floats(int64_t{1} << 13));
+    std::fill(many.back().get(), many.back().get() + (int64_t{1} << 13), 3.0f);
+    again.insert(many.back().get());
+    reused += kept.count(many.back().get()) > 0 ? 1 : 0;
+  }
+  CHECK(again.size() == 9);
+  CHECK(reused >= 8);
 }

@@ -25,6 +25,25 @@
 #include "kernels/portable.h"
 #include "nvfp4/q4_base.h"
 
+// Under AddressSanitizer a kept scratch block (aligned_floats) is
+// poisoned until it is handed out again, so a use after its AlignedFloats
+// is gone still shows.
+#if defined(__SANITIZE_ADDRESS__)
+#define Q4_SCRATCH_POISON 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define Q4_SCRATCH_POISON 1
+#endif
+#endif
+#ifdef Q4_SCRATCH_POISON
+#include <sanitizer/asan_interface.h>
+#define Q4_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define Q4_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define Q4_POISON(p, n) ((void)(p), (void)(n))
+#define Q4_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace q4::kern {
 namespace {
 
@@ -201,15 +220,14 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
   // Rows of X a power-of-two size apart map to the same L1 sets (4K
   // aliasing) and evict each other inside the micro-kernel; copy X once with
   // its rows padded by a cache line.
-  std::vector<float> padded;
+  AlignedFloats padded;
   int64_t ldx = k;
   if (m == 0 || n == 0 || k == 0) return;
   if (m > kt.micro_mr && (k * 4) % 4096 == 0) {
     ldx = k + 16;
-    padded.resize(static_cast<size_t>(m * ldx));
-    parallel_for(m, threads,
-                 [&](int64_t i) { std::copy(x + i * k, x + i * k + k, padded.data() + i * ldx); });
-    x = padded.data();
+    padded = aligned_floats(m * ldx);
+    parallel_for(m, threads, [&](int64_t i) { std::copy(x + i * k, x + i * k + k, padded.get() + i * ldx); });
+    x = padded.get();
   }
   // Tasks of `group` panels: each kc slice of the group's panels is decoded
   // once (up to kPanelGroupBytes, in L2) and runs every row of X (in passes of mc
@@ -246,25 +264,30 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
 }
 
 // Activation operands of the integer kernels (KernelTable::i8_micro): M
-// rows of K bytes and K / 16 scales and corrections each, rows adjacent.
-// Left uninitialized (the quantizer writes every element; zeroing them
-// was 5 % of a fast-mode call at N = K = 64, M = 256).
+// rows of K bytes and K / 16 scales and corrections each, rows adjacent,
+// in one block (aligned_floats: kept by the thread from call to call).
+// Not initialized (the quantizer writes every element; zeroing them was
+// 5 % of a fast-mode call at N = K = 64, M = 256).
 struct I8Activations {
   template <class T>
-  struct Buf {
-    std::unique_ptr<T[]> p;
-    T* data() const { return p.get(); }
+  struct Part {
+    T* p = nullptr;
+    T* data() const { return p; }
   };
-  Buf<int8_t> q;
-  Buf<float> s;
-  Buf<int32_t> c;
+  AlignedFloats buf;
+  Part<int8_t> q;
+  Part<float> s;
+  Part<int32_t> c;
   int64_t ldq = 0, lds = 0;
   void resize(int64_t m, int64_t k) {
     ldq = k;
     lds = k / 16;
-    q.p.reset(new int8_t[static_cast<size_t>(m * ldq)]);
-    s.p.reset(new float[static_cast<size_t>(m * lds)]);
-    c.p.reset(new int32_t[static_cast<size_t>(m * lds)]);
+    const int64_t qbytes = (m * ldq + 63) / 64 * 64, sbytes = (m * lds * 4 + 63) / 64 * 64;
+    buf = aligned_floats((qbytes + sbytes) / 4 + m * lds);
+    auto* base = reinterpret_cast<unsigned char*>(buf.get());
+    q.p = reinterpret_cast<int8_t*>(base);
+    s.p = reinterpret_cast<float*>(base + qbytes);
+    c.p = reinterpret_cast<int32_t*>(base + qbytes + sbytes);
   }
 };
 
@@ -353,13 +376,14 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
     if (ri == 0) {
       for (int64_t p = p0; p < p1; ++p) seen(p * kI8PanelNr, p * kI8PanelNr + rows_of(p));
     }
-    std::vector<uint8_t> wq(static_cast<size_t>((p1 - p0) * wq_bytes));
-    std::vector<float> ws(static_cast<size_t>((p1 - p0) * ws_floats));
+    // (one block: the group's codes, then its scales)
+    AlignedFloats wbuf = aligned_floats((p1 - p0) * (wq_bytes / 4 + ws_floats));
+    uint8_t* const wq = reinterpret_cast<uint8_t*>(wbuf.get());
+    float* const ws = wbuf.get() + (p1 - p0) * wq_bytes / 4;
     for (int64_t b0 = 0; b0 < kb; b0 += chunk) {
       const int64_t nb = std::min(chunk, kb - b0);
       for (int64_t p = p0; p < p1; ++p) {
-        pack(p * kI8PanelNr, rows_of(p), b0, nb, wq.data() + (p - p0) * wq_bytes,
-             ws.data() + (p - p0) * ws_floats);
+        pack(p * kI8PanelNr, rows_of(p), b0, nb, wq + (p - p0) * wq_bytes, ws + (p - p0) * ws_floats);
       }
       for (int64_t i0 = r0; i0 < r1; i0 += kI8RowBlock) {
         const int64_t i1 = std::min(r1, i0 + kI8RowBlock);
@@ -369,8 +393,8 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
           const float* xs = a.s.data() + i * a.lds + b0;
           const int32_t* xc = a.c.data() + i * a.lds + b0;
           for (int64_t p = p0; p < p1;) {
-            const uint8_t* pq = wq.data() + (p - p0) * wq_bytes;
-            const float* ps = ws.data() + (p - p0) * ws_floats;
+            const uint8_t* pq = wq + (p - p0) * wq_bytes;
+            const float* ps = ws + (p - p0) * ws_floats;
             float* yp = y + i * n + p * kI8PanelNr;
             if (micro2 != nullptr && p + 1 < p1 && rows_of(p) == kI8PanelNr) {
               micro2(xq, a.ldq, xs, xc, a.lds, mr, pq, wq_bytes, ps, ws_floats, nb, yp, n, rows_of(p + 1),
@@ -439,14 +463,14 @@ void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k
   // quantizer's reductions over 16 blocks served 4).
   parallel_for((m + per - 1) / per, threads, [&](int64_t t) {
     const int64_t i0 = t * per, i1 = std::min(m, i0 + per), len = (i1 - i0) * k;
-    std::vector<float> rows;
+    AlignedFloats rows;
     const float* xi = nullptr;
     if (x.type == FType::F32) {
       xi = static_cast<const float*>(x.data) + i0 * k;
     } else {
-      rows.resize(static_cast<size_t>(len));
-      kt.act_to_f32(x.data, x.type, i0 * k, len, rows.data());
-      xi = rows.data();
+      rows = aligned_floats(len);
+      kt.act_to_f32(x.data, x.type, i0 * k, len, rows.get());
+      xi = rows.get();
     }
     kt.i8_quantize_act(xi, len, 1, len, a.q.data() + i0 * a.ldq, len, a.s.data() + i0 * a.lds,
                        a.c.data() + i0 * a.lds, len / 16, bias);
@@ -1299,25 +1323,123 @@ int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t block
   return -1;
 }
 
-// malloc's pointer sits in the 8 bytes below the aligned one (malloc
-// aligns to 16, so the aligned pointer is 16 to 64 bytes above it).
-// glibc's aligned allocation (memalign) splits a larger chunk and frees
-// its ends on every call: 150-200 ns for a free of a few hundred bytes,
-// as much as a whole 16-row GEMV task of K = 128 (Emerald Rapids).
-void AlignedDelete::operator()(float* p) const {
-  if (p == nullptr) return;
+// The 64-byte aligned pointer p sits 16 to 64 bytes above malloc's
+// (malloc aligns to 16): malloc's pointer is kept at p - 8, the block's
+// usable bytes at p - 16. glibc's aligned allocation (memalign) splits a
+// larger chunk and frees its ends on every call: 150-200 ns for a free of
+// a few hundred bytes, as much as a whole 16-row GEMV task of K = 128
+// (Emerald Rapids).
+//
+// Blocks of kCacheMinBytes and more are kept, once freed, in a cache of
+// the freeing thread (at most kCacheSlots blocks and kCacheMaxBytes), and
+// handed out again by aligned_floats on that thread: a product's scratch
+// (activations quantized to int8, x staged for the GEMV, X padded, packed
+// panels) is the same from call to call, and malloc returns such blocks
+// to the system and takes them back at its whim (blocks above its mmap
+// threshold, and the top of a heap past its trim threshold, both moved by
+// the process's history): every call then faulted its pages in again and
+// unmapped them with a TLB shootdown. Measured on a Zen 4, 2 threads, fast
+// mode N = 64, K = 512, M = 512 (768 KiB of scratch a call): 0.11 ms in
+// a process with one session, 0.26-0.35 ms with two (the same calls),
+// where a quarter of the time was page faults. A thread's cache is freed
+// when the thread ends.
+namespace {
+
+constexpr size_t kCacheMinBytes = size_t{16} << 10;
+constexpr size_t kCacheMaxBytes = size_t{64} << 20;
+constexpr int kCacheSlots = 8;
+
+size_t block_bytes(const float* p) {
+  size_t bytes = 0;
+  std::memcpy(&bytes, reinterpret_cast<const unsigned char*>(p) - 2 * sizeof(void*), sizeof bytes);
+  return bytes;
+}
+
+void free_block(float* p) {
+  Q4_UNPOISON(p, block_bytes(p));
   void* base = nullptr;
   std::memcpy(&base, reinterpret_cast<unsigned char*>(p) - sizeof(void*), sizeof(void*));
   std::free(base);
 }
 
+// Set when this thread's cache is gone (its thread_local destructor has
+// run: a block freed later, by another thread_local's or a static's
+// destructor, goes back to malloc).
+thread_local bool t_cache_gone = false;
+
+struct BlockCache {
+  float* block[kCacheSlots] = {};
+  int count = 0;
+  size_t bytes = 0;
+  BlockCache() = default;
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+  ~BlockCache() {
+    t_cache_gone = true;
+    for (int i = 0; i < count; ++i) free_block(block[i]);
+  }
+  // The smallest kept block of at least `want` bytes (removed), or null.
+  float* take(size_t want) {
+    int best = -1;
+    for (int i = 0; i < count; ++i) {
+      if (block_bytes(block[i]) >= want && (best < 0 || block_bytes(block[i]) < block_bytes(block[best])))
+        best = i;
+    }
+    if (best < 0) return nullptr;
+    float* p = block[best];
+    bytes -= block_bytes(p);
+    block[best] = block[--count];
+    Q4_UNPOISON(p, block_bytes(p));
+    return p;
+  }
+  // Keeps p, making room by freeing smaller kept blocks; false (p not
+  // kept) when it does not fit.
+  bool keep(float* p) {
+    const size_t b = block_bytes(p);
+    if (b < kCacheMinBytes || b > kCacheMaxBytes) return false;
+    while (count == kCacheSlots || bytes + b > kCacheMaxBytes) {
+      int smallest = 0;
+      for (int i = 1; i < count; ++i) {
+        if (block_bytes(block[i]) < block_bytes(block[smallest])) smallest = i;
+      }
+      if (block_bytes(block[smallest]) > b) return false;
+      bytes -= block_bytes(block[smallest]);
+      free_block(block[smallest]);
+      block[smallest] = block[--count];
+    }
+    block[count++] = p;
+    bytes += b;
+    Q4_POISON(p, b);
+    return true;
+  }
+};
+
+// This thread's cache, or null once it is gone.
+BlockCache* block_cache() {
+  if (t_cache_gone) return nullptr;
+  thread_local BlockCache cache;
+  return &cache;
+}
+
+}  // namespace
+
+void AlignedDelete::operator()(float* p) const {
+  if (p == nullptr) return;
+  BlockCache* cache = block_cache();
+  if (cache == nullptr || !cache->keep(p)) free_block(p);
+}
+
 AlignedFloats aligned_floats(int64_t floats) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(floats, 16)) * sizeof(float);
+  if (BlockCache* cache = bytes >= kCacheMinBytes ? block_cache() : nullptr) {
+    if (float* kept = cache->take(bytes)) return AlignedFloats(kept);
+  }
   void* base = std::malloc(bytes + 64);
   if (base == nullptr) throw std::bad_alloc();
   const uintptr_t at = (reinterpret_cast<uintptr_t>(base) + 64) & ~uintptr_t{63};
   auto* p = reinterpret_cast<unsigned char*>(at);
   std::memcpy(p - sizeof(void*), &base, sizeof(void*));
+  std::memcpy(p - 2 * sizeof(void*), &bytes, sizeof bytes);
   return AlignedFloats(reinterpret_cast<float*>(p));
 }
 

@@ -268,17 +268,27 @@ double fma_probe(int64_t iters) {
 // Integer activations of rows [g0, g0 + gm) of x, staged for the integer
 // GEMV kernels that decode W once for several rows of x. Block-major: block
 // b of row i at q[(b * gm + i) * 16], s[b * gm + i], c[b * gm + i].
+// One block (aligned_floats, kept by the thread from call to call), not
+// initialized: stage() writes all of it.
 struct I8Staged {
-  std::vector<int8_t> q;
-  std::vector<float> s;
-  std::vector<int32_t> c;
+  template <class T>
+  struct Part {
+    T* p = nullptr;
+    T* data() const { return p; }
+  };
+  AlignedFloats buf;
+  Part<int8_t> q;
+  Part<float> s;
+  Part<int32_t> c;
   int32_t gm = 0;
   void stage(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t g0,
              int32_t rows, int64_t nb) {
     gm = rows;
-    q.resize(static_cast<size_t>(nb * rows * 16));
-    s.resize(static_cast<size_t>(nb * rows));
-    c.resize(static_cast<size_t>(nb * rows));
+    const int64_t qbytes = nb * rows * 16;  // (a multiple of 16)
+    buf = aligned_floats(qbytes / 4 + 2 * nb * rows);
+    q.p = reinterpret_cast<int8_t*>(buf.get());
+    s.p = buf.get() + qbytes / 4;
+    c.p = reinterpret_cast<int32_t*>(s.p + nb * rows);
     // Written in order (block by block, the rows of a block in turn)
     // through local pointers: the former row-by-row loop reloaded the
     // vectors' data pointers after every store (an int8 store may alias
