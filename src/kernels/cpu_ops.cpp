@@ -269,15 +269,10 @@ void panel_gemm(const KernelTable& kt, ActRows xa, int64_t m, int64_t k, int64_t
 // Not initialized (the quantizer writes every element; zeroing them was
 // 5 % of a fast-mode call at N = K = 64, M = 256).
 struct I8Activations {
-  template <class T>
-  struct Part {
-    T* p = nullptr;
-    T* data() const { return p; }
-  };
   AlignedFloats buf;
-  Part<int8_t> q;
-  Part<float> s;
-  Part<int32_t> c;
+  BlockPart<int8_t> q;
+  BlockPart<float> s;
+  BlockPart<int32_t> c;
   int64_t ldq = 0, lds = 0;
   void resize(int64_t m, int64_t k) {
     ldq = k;

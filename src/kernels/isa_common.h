@@ -271,15 +271,10 @@ double fma_probe(int64_t iters) {
 // One block (aligned_floats, kept by the thread from call to call), not
 // initialized: stage() writes all of it.
 struct I8Staged {
-  template <class T>
-  struct Part {
-    T* p = nullptr;
-    T* data() const { return p; }
-  };
   AlignedFloats buf;
-  Part<int8_t> q;
-  Part<float> s;
-  Part<int32_t> c;
+  BlockPart<int8_t> q;
+  BlockPart<float> s;
+  BlockPart<int32_t> c;
   int32_t gm = 0;
   void stage(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc, int64_t ldxs, int32_t g0,
              int32_t rows, int64_t nb) {

@@ -24,6 +24,14 @@ struct AlignedDelete {
 using AlignedFloats = std::unique_ptr<float[], AlignedDelete>;
 AlignedFloats aligned_floats(int64_t floats);
 
+// A typed part of one aligned_floats block (data(), as a std::vector's):
+// the int8 activations, their scales and corrections in one block.
+template <class T>
+struct BlockPart {
+  T* p = nullptr;
+  T* data() const { return p; }
+};
+
 // A float vector/matrix of type `type` at `data` (compact row-major).
 struct FloatPtr {
   const void* data = nullptr;
