@@ -286,10 +286,54 @@ struct I8Activations {
   }
 };
 
+// Activations an integer product quantizes itself (I8Activations sized,
+// not filled): rows [i0, i1) of x into a by quantize_rows, inside the
+// product's own tasks where they take rows of x (the GEMV's split of x),
+// else in a pass of their own before it.
+struct ActSource {
+  ActRows x;
+  int32_t bias = 0;
+};
+
 constexpr int64_t kI8GemvRowGroup = 8;  // rows of x the integer GEMVs take per register group
 constexpr int64_t kI8GemvSplitRowsMaxN = 512;
 constexpr int64_t kI8ChunkBlocks = 64;  // K blocks per packed panel (16 KiB of int8)
 constexpr int64_t kI8RowBlock = 128;    // rows of X per pass over a packed panel
+
+// Rows [i0, i1) of x quantized into a (sized). A task's rows are adjacent
+// in x and in `a`, and a 16-element block never spans two rows (K % 16 ==
+// 0): the quantizer takes them as one row of (i1 - i0) K elements, so at
+// small K its groups of 16 blocks span rows (at K = 64 one row is 4
+// blocks; row by row, the AVX-512 quantizer's reductions over 16 blocks
+// served 4). fp16/bf16 rows are converted the task's rows at a time into
+// a buffer in cache (KernelTable::act_to_f32) right before.
+void quantize_rows(const KernelTable& kt, const ActSource& src, int64_t k, I8Activations& a, int64_t i0,
+                   int64_t i1) {
+  const int64_t len = (i1 - i0) * k;
+  if (len == 0) return;
+  AlignedFloats rows;
+  const float* xi = nullptr;
+  if (src.x.type == FType::F32) {
+    xi = static_cast<const float*>(src.x.data) + i0 * k;
+  } else {
+    rows = aligned_floats(len);
+    kt.act_to_f32(src.x.data, src.x.type, i0 * k, len, rows.get());
+    xi = rows.get();
+  }
+  kt.i8_quantize_act(xi, len, 1, len, a.q.data() + i0 * a.ldq, len, a.s.data() + i0 * a.lds,
+                     a.c.data() + i0 * a.lds, len / 16, src.bias);
+}
+
+// All m rows, in tasks of whole rows of at least kMinQuantizeTask elements
+// each (one row per task at K >= 4096; M = 16 rows of K = 256 were 16
+// hand-offs).
+void quantize_pass(const KernelTable& kt, const ActSource& src, int64_t m, int64_t k, I8Activations& a,
+                   int32_t threads) {
+  constexpr int64_t kMinQuantizeTask = 4096;
+  const int64_t per = std::max<int64_t>(1, kMinQuantizeTask / std::max<int64_t>(1, k));
+  parallel_for((m + per - 1) / per, threads,
+               [&](int64_t t) { quantize_rows(kt, src, k, a, t * per, std::min(m, (t + 1) * per)); });
+}
 
 // y = (fixed-order integer block product) * post, split over panels of 16
 // rows of W; every output is one thread's sequence, so the result does not
@@ -310,10 +354,14 @@ bool i8_runs_gemv(const KernelTable& kt, int64_t m, int64_t k, bool use_gemv) {
 // weight rows (the GEMV entries check their own: NvWeights::signs).
 // small: the packer's biased weights are at most kI8MaxBiasedNvfp4 (the
 // table's i8_micro_small / i8_micro2_small then run, where it has them).
+// src (null: `a` is filled already): the activations to quantize into
+// `a` first (sized by the caller), or, where the GEMV's tasks take rows
+// of x, inside each task for its rows: one hand-off to the pool fewer
+// per call, and the rows quantized on the core that reads them.
 template <class Gemv, class Pack, class Seen>
-void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_t k, int64_t n, float post,
-                float* y, int32_t threads, bool use_gemv, bool small, const Gemv& gemv, const Pack& pack,
-                const Seen& seen) {
+void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, int64_t m, int64_t k,
+                int64_t n, float post, float* y, int32_t threads, bool use_gemv, bool small, const Gemv& gemv,
+                const Pack& pack, const Seen& seen) {
   const int64_t kb = k / 16;
   const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
   const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
@@ -336,16 +384,19 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
           (xgroups + std::min(tasks, xgroups) - 1) / std::min(tasks, xgroups) * kI8GemvRowGroup;
       parallel_for((m + rows_per - 1) / rows_per, threads, [&](int64_t t) {
         const int64_t i0 = t * rows_per, i1 = std::min(m, i0 + rows_per);
+        if (src != nullptr) quantize_rows(kt, *src, k, a, i0, i1);
         gemv(i0, static_cast<int32_t>(i1 - i0), 0, n, y + i0 * n);
       });
       return;
     }
+    if (src != nullptr) quantize_pass(kt, *src, m, k, a, threads);
     parallel_for(tasks, threads, [&](int64_t t) {
       const int64_t n0 = t * chunk, n1 = std::min(n, n0 + chunk);
       gemv(0, static_cast<int32_t>(m), n0, n1, y + n0);
     });
     return;
   }
+  if (src != nullptr) quantize_pass(kt, *src, m, k, a, threads);
   // Tasks of `group` panels, as panel_gemm: each chunk of the group's
   // panels is packed once and runs every row of X (in passes of
   // kI8RowBlock rows), each micro-kernel's rows of X serving the whole
@@ -440,15 +491,16 @@ void i8_product(const KernelTable& kt, const I8Activations& a, int64_t m, int64_
 }
 
 // (MXFP4's E8M0 scales: as linear_packed.)
-void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, const NvWeights& w_in,
-                      int64_t n, float post, float* y, int32_t threads, ScaleSigns* signs) {
+void i8_product_nvfp4(const KernelTable& kt, I8Activations& a, const ActSource* src, int64_t m,
+                      const NvWeights& w_in, int64_t n, float post, float* y, int32_t threads,
+                      ScaleSigns* signs) {
   const bool use_gemv = kt.i8_gemv_nvfp4 != nullptr;
   std::vector<uint8_t> made;
   const NvWeights w = i8_runs_gemv(kt, m, w_in.k, use_gemv) ? w_in : with_e4m3_scales(w_in, n, threads, made);
   NvWeights wg = w;
   wg.signs = signs;
   i8_product(
-      kt, a, m, w.k, n, post, y, threads, use_gemv, true,
+      kt, a, src, m, w.k, n, post, y, threads, use_gemv, true,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
         // (the integer GEMV reads E8M0 at any K it takes)
         gemv_rows(kt.reads_e8m0, wg, n0, n1, [&](const NvWeights& wl, int64_t j0, int64_t j1, int64_t r0) {
@@ -462,37 +514,6 @@ void i8_product_nvfp4(const KernelTable& kt, const I8Activations& a, int64_t m, 
       [&](int64_t n0, int64_t n1) {
         if (signs != nullptr) signs->scan(w, n0, n1);
       });
-}
-
-// fp16/bf16 rows are converted a task's rows at a time (about 4096
-// elements, or one row where K is longer) into a buffer in cache
-// (KernelTable::act_to_f32) right before they are quantized.
-void quantize_activations(const KernelTable& kt, ActRows x, int64_t m, int64_t k, int32_t bias,
-                          I8Activations& a, int32_t threads) {
-  a.resize(m, k);
-  // Tasks of whole rows, at least kMinQuantizeTask elements each (one row
-  // per task at K >= 4096; M = 16 rows of K = 256 were 16 hand-offs).
-  constexpr int64_t kMinQuantizeTask = 4096;
-  const int64_t per = std::max<int64_t>(1, kMinQuantizeTask / std::max<int64_t>(1, k));
-  // A task's rows are adjacent in x and in `a`, and a 16-element block
-  // never spans two rows (K % 16 == 0): the quantizer takes them as one
-  // row of (i1 - i0) K elements, so at small K its groups of 16 blocks
-  // span rows (at K = 64 one row is 4 blocks; row by row, the AVX-512
-  // quantizer's reductions over 16 blocks served 4).
-  parallel_for((m + per - 1) / per, threads, [&](int64_t t) {
-    const int64_t i0 = t * per, i1 = std::min(m, i0 + per), len = (i1 - i0) * k;
-    AlignedFloats rows;
-    const float* xi = nullptr;
-    if (x.type == FType::F32) {
-      xi = static_cast<const float*>(x.data) + i0 * k;
-    } else {
-      rows = aligned_floats(len);
-      kt.act_to_f32(x.data, x.type, i0 * k, len, rows.get());
-      xi = rows.get();
-    }
-    kt.i8_quantize_act(xi, len, 1, len, a.q.data() + i0 * a.ldq, len, a.s.data() + i0 * a.lds,
-                       a.c.data() + i0 * a.lds, len / 16, bias);
-  });
 }
 
 }  // namespace
@@ -561,8 +582,9 @@ void linear_nvfp4_int8(const KernelTable& kt, ActRows x, int64_t m, const NvWeig
                        int32_t threads, ScaleSigns* signs) {
   if (m == 0 || n == 0) return;
   I8Activations a;
-  quantize_activations(kt, x, m, w.k, kI8WeightBias, a, threads);
-  i8_product_nvfp4(kt, a, m, w, n, 0.5f * w.g, y, threads, signs);  // e2m1 x2 -> e2m1
+  a.resize(m, w.k);
+  const ActSource src{x, kI8WeightBias};
+  i8_product_nvfp4(kt, a, &src, m, w, n, 0.5f * w.g, y, threads, signs);  // e2m1 x2 -> e2m1
 }
 
 void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n, float* y,
@@ -570,9 +592,10 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
   if (m == 0 || n == 0) return;
   const I8Nf4Code code = i8_nf4_codebook(w.lut);
   I8Activations a;
-  quantize_activations(kt, x, m, w.k, kI8Nf4Bias, a, threads);
+  a.resize(m, w.k);
+  const ActSource src{x, kI8Nf4Bias};
   i8_product(
-      kt, a, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr, false,
+      kt, a, &src, m, w.k, n, code.post, y, threads, kt.i8_gemv_nf4 != nullptr, false,
       [&](int64_t i0, int32_t mm, int64_t n0, int64_t n1, float* yy) {
         kt.i8_gemv_nf4(a.q.data() + i0 * a.ldq, a.ldq, a.s.data() + i0 * a.lds, a.c.data() + i0 * a.lds,
                        a.lds, mm, w, code.biased, n0, n1, code.post, yy, n);
@@ -620,7 +643,7 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
     i8_activations_nvfp4(aq + i * (k / 2), as + i * (k / 16), 1, k, a.q.data() + i * a.ldq, a.ldq,
                          a.s.data() + i * a.lds, a.c.data() + i * a.lds, a.lds);
   });
-  i8_product_nvfp4(kt, a, m, w, n, 0.25f * w.g, y, threads, nullptr);  // (e2m1 x2)^2 -> e2m1^2
+  i8_product_nvfp4(kt, a, nullptr, m, w, n, 0.25f * w.g, y, threads, nullptr);  // (e2m1 x2)^2 -> e2m1^2
   note_isa_used(kt.isa);
 }
 
