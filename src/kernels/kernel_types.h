@@ -17,7 +17,10 @@ enum class FType : uint8_t { F32, F16, BF16 };
 // two cache lines. (A std::vector's 16-byte alignment made a GEMV's time
 // bimodal, 4.7 or 6.2 ms from call to call, depending on where malloc
 // placed it.) Defined in cpu_ops.cpp, which is compiled with the generic
-// flags, so no ISA unit's copy can be merged into the others.
+// flags, so no ISA unit's copy can be merged into the others. Freed blocks
+// of 16 KiB and more are kept by the freeing thread and handed out again
+// to its next requests (per-call scratch then stops reaching malloc;
+// limits and reasons beside the definition).
 struct AlignedDelete {
   void operator()(float* p) const;
 };
