@@ -1397,9 +1397,9 @@ size_t block_bytes(const float* p) {
 }
 
 void free_block(float* p) {
-  Q4_UNPOISON(p, block_bytes(p));
   void* base = nullptr;
   std::memcpy(&base, reinterpret_cast<unsigned char*>(p) - sizeof(void*), sizeof(void*));
+  Q4_UNPOISON(base, block_bytes(p) + 64);  // the block and the slack around it
   std::free(base);
 }
 
@@ -1430,7 +1430,9 @@ struct BlockCache {
     float* p = block[best];
     bytes -= block_bytes(p);
     block[best] = block[--count];
-    Q4_UNPOISON(p, block_bytes(p));
+    // (under ASan only the bytes asked for: the rest of a larger block
+    // stays poisoned, so a kernel that writes past its request is caught)
+    Q4_UNPOISON(p, want);
     return p;
   }
   // Keeps p, making room by freeing smaller kept blocks; false (p not
@@ -1481,6 +1483,14 @@ AlignedFloats aligned_floats(int64_t floats) {
   auto* p = reinterpret_cast<unsigned char*>(at);
   std::memcpy(p - sizeof(void*), &base, sizeof(void*));
   std::memcpy(p - 2 * sizeof(void*), &bytes, sizeof bytes);
+  // Under ASan the alignment slack before the header and after the block
+  // is poisoned: malloc's own redzones lie beyond it, so a kernel writing
+  // a few bytes past its buffer would otherwise go unseen there and
+  // corrupt the heap in a build without ASan whenever malloc returned a
+  // 64-byte aligned base (no slack after the block then).
+  auto* b = static_cast<unsigned char*>(base);
+  Q4_POISON(b, static_cast<size_t>(p - 2 * sizeof(void*) - b));
+  Q4_POISON(p + bytes, static_cast<size_t>(b + bytes + 64 - (p + bytes)));
   return AlignedFloats(reinterpret_cast<float*>(p));
 }
 
