@@ -16,7 +16,9 @@
 // thresholds pick for M, with the table's kernels; threads as the driver
 // splits them); prod8-nvfp4 (fast mode's integer product,
 // linear_nvfp4_int8: activations quantized in the call, the integer GEMV
-// or the packed panels as M picks).
+// or the packed panels as M picks); actq (fast mode's activation
+// quantizer, i8_quantize_act, on the M x K activations, rows split over the
+// threads; N is ignored).
 // MXFP4 reads its E8M0 scales in place on both sides. hot: one copy of the
 // operands; dram: copies rotated through the larger of 150 MB and twice the
 // L3 the OS reports (a 260 MiB L3 is not DRAM). Environment:
@@ -129,7 +131,7 @@ int main(int argc, char** argv) {
 
   // Operands.
   const int64_t wbytes = n * k / 2 + n * k / 16;
-  const int64_t in_bytes = quant ? n * k * 4 : wbytes;
+  const int64_t in_bytes = op == "actq" ? int64_t{m} * k * 4 : quant ? n * k * 4 : wbytes;
   int64_t rotate_bytes = int64_t{150} << 20;
 #ifdef _SC_LEVEL3_CACHE_SIZE
   rotate_bytes = std::max<int64_t>(rotate_bytes, 2 * int64_t{sysconf(_SC_LEVEL3_CACHE_SIZE)});
@@ -199,7 +201,16 @@ int main(int argc, char** argv) {
   std::vector<float> y[2];
   std::vector<uint8_t> qo[2], so[2];
   std::vector<float> ao[2];
+  const bool actq = op == "actq";
+  std::vector<int8_t> aq[2];
+  std::vector<float> as[2];
+  std::vector<int32_t> ac[2];
   for (int t = 0; t < 2; ++t) {
+    if (actq) {
+      aq[t].assign(static_cast<size_t>(m * k), 0);
+      as[t].assign(static_cast<size_t>(m * k / 16), 0.0f);
+      ac[t].assign(as[t].size(), 0);
+    }
     y[t].assign(static_cast<size_t>(m * n), 0.0f);
     qo[t].assign(static_cast<size_t>(n * k / 2), 0);
     so[t].assign(static_cast<size_t>(n * k / 16), 0);
@@ -252,6 +263,11 @@ int main(int argc, char** argv) {
         kt.i8_gemv_nf4(xq.data(), k, xs.data(), xc.data(), k / 16, m, f, code.biased, a, b, code.post, yt + a,
                        n);
       });
+    } else if (actq) {
+      split_rows(threads, m, [&](int64_t a, int64_t b) {
+        kt.i8_quantize_act(x.data() + a * k, k, b - a, k, aq[t].data() + a * k, k,
+                           as[t].data() + a * (k / 16), ac[t].data() + a * (k / 16), k / 16, kI8WeightBias);
+      });
     } else if (op == "quant-nvfp4") {
       split_rows(threads, n, [&](int64_t a, int64_t b) {
         kt.nvfp4_quantize_checked(c.x.data() + a * k, b - a, k, 0.5f, qo[t].data() + a * k / 2,
@@ -301,9 +317,11 @@ int main(int argc, char** argv) {
   for (int t = 0; t < 2; ++t) call(t, cp[0]);
   for (auto& v : ts) std::sort(v.begin(), v.end());
   const double old_ms = ts[0][ts[0].size() / 2] * 1e3, new_ms = ts[1][ts[1].size() / 2] * 1e3;
-  const bool same = quant ? qo[0] == qo[1] && so[0] == so[1] &&
-                                std::memcmp(ao[0].data(), ao[1].data(), ao[0].size() * 4) == 0
-                          : std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4) == 0;
+  const bool same = actq ? aq[0] == aq[1] && ac[0] == ac[1] &&
+                               std::memcmp(as[0].data(), as[1].data(), as[0].size() * 4) == 0
+                    : quant ? qo[0] == qo[1] && so[0] == so[1] &&
+                                  std::memcmp(ao[0].data(), ao[1].data(), ao[0].size() * 4) == 0
+                            : std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4) == 0;
   std::printf(
       "{\"op\": \"%s\", \"m\": %d, \"n\": %lld, \"k\": %lld, \"data\": \"%s\", \"threads\": %d, \"reps\": "
       "%d, "

@@ -207,65 +207,132 @@ void i8_micro_avx2(const int8_t* xq, int64_t ldxq, const float* xs, const int32_
   });
 }
 
+// The 8 lane reductions of 8 vectors at once (lane j of the result: the
+// reduction of v[j]'s lanes) by an exact, associative and commutative
+// integer op (max, add): 7 ops and 10 shuffles instead of 8 x 3 dependent
+// steps and their extracts.
+template <class Op>
+inline __m256i reduce8_epi32(const __m256i (&v)[8], Op op) {
+  __m256i h[4], q[2];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {  // lanes 0-3: v[2j]'s 4 partials, 4-7: v[2j + 1]'s
+    const int e = j + j;
+    h[j] =
+        op(_mm256_permute2x128_si256(v[e], v[e + 1], 0x20), _mm256_permute2x128_si256(v[e], v[e + 1], 0x31));
+  }
+#pragma GCC unroll 2
+  for (int j = 0; j < 2; ++j) {  // 128-bit lane l: 2 partials of v[4j + l], 2 of v[4j + 2 + l]
+    const int e = j + j;
+    const __m256 a = _mm256_castsi256_ps(h[e]), b = _mm256_castsi256_ps(h[e + 1]);
+    q[j] = op(_mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0))),
+              _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2))));
+  }
+  const __m256 a = _mm256_castsi256_ps(q[0]), b = _mm256_castsi256_ps(q[1]);
+  // 128-bit lane l: v[l], v[2 + l], v[4 + l], v[6 + l]
+  const __m256i r = op(_mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+                       _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))));
+  return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // KernelTable::i8_quantize_act: the operations of i8_activations_quantize
-// (portable_int8.cpp) on 8 lanes, two vectors a block in the kI8Perm order
-// (its first 8 entries permute elements 0..7, the last 8 elements 8..15):
-// IEEE division by the block scale, the same clamps, float add of +-0.5
-// and truncation, so every byte, scale and correction is the same.
+// (portable_int8.cpp) on 8 blocks at a time: the blocks' maxima by one
+// reduce8_epi32 (as integer maxima of the |x| bits, which also finds NaN
+// and Inf), their scales amax / 127 by one vector division (IEEE, as the
+// scalar one), then per block the IEEE division by its scale, the same
+// clamps, the add of +-0.5 (the sign of q copied onto 0.5: -0.0 gives -0.5,
+// code 0 as the reference's +0.5) and truncation, so every byte, scale and
+// correction is the same. The codes are packed to bytes two blocks at a
+// time and put in the kI8Perm order by one vpshufb; a block's code sum is
+// taken from its bytes by vpsadbw (codes + 128 as unsigned bytes). No
+// division of a non-finite block or by a zero scale (no exception flag the
+// reference does not raise). Measured against one block at a time (two
+// in-lane permutes, scalar maxima and sums, a 16-byte memset per block):
+// see docs/performance.md.
 inline void i8_quantize_act_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, int8_t* xq, int64_t ldxq,
                                  float* xs, int32_t* xc, int64_t ldxs, int32_t bias) {
-  const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf_bits = _mm256_set1_epi32(0x7f800000);
-  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-  const __m256 half = _mm256_set1_ps(0.5f), neg_half = _mm256_set1_ps(-0.5f);
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(0x80000000u)));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f), half = _mm256_set1_ps(0.5f);
+  // Within each 128-bit lane after the packs and the qword permute: a
+  // block's elements 0-3, 8-11, 4-7, 12-15; to the kI8Perm order.
+  const __m256i order = _mm256_setr_epi8(0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15, 0, 2, 8, 10, 1,
+                                         3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const int64_t nb = k / 16;
+  // The codes of quotients q: clamped, plus 0.5 with q's sign, truncated.
+  auto codes = [&](__m256 q) {
+    q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+    return _mm256_cvttps_epi32(_mm256_add_ps(q, _mm256_or_ps(_mm256_and_ps(q, sign_mask), half)));
+  };
+  alignas(32) float scale_of[8];
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = x + i * ldx + b * 16;
-      const __m256 v0 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xb), perm);
-      const __m256 v1 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(xb + 8), perm);
-      const __m256i m0 = _mm256_and_si256(_mm256_castps_si256(v0), abs_mask);
-      const __m256i m1 = _mm256_and_si256(_mm256_castps_si256(v1), abs_mask);
-      int8_t* qb = xq + i * ldxq + b * 16;
-      float scale = std::numeric_limits<float>::quiet_NaN();
-      int32_t sum = 0;
-      // Finite: every magnitude below the Inf bits (signed compare of
-      // non-negative ints).
-      const __m256i nonfinite =
-          _mm256_or_si256(_mm256_cmpgt_epi32(m0, _mm256_sub_epi32(inf_bits, _mm256_set1_epi32(1))),
-                          _mm256_cmpgt_epi32(m1, _mm256_sub_epi32(inf_bits, _mm256_set1_epi32(1))));
-      std::memset(qb, 0, 16);
-      if (_mm256_testz_si256(nonfinite, nonfinite) != 0) {
-        // max |x| of the 16 (finite, so the integer max of the bits is the
-        // float max).
-        __m256i mx = _mm256_max_epi32(m0, m1);
-        __m128i h = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
-        h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        scale = _mm_cvtss_f32(_mm_castsi128_ps(h)) / 127.0f;
-        if (scale > 0.0f) {
-          const __m256 sv = _mm256_set1_ps(scale);
-          __m256i code[2];
-          const __m256 vv[2] = {v0, v1};
-          for (int g = 0; g < 2; ++g) {
-            const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(vv[g], sv), lo), hi);
-            const __m256 r = _mm256_add_ps(
-                q, _mm256_blendv_ps(half, neg_half, _mm256_cmp_ps(q, _mm256_setzero_ps(), _CMP_LT_OQ)));
-            code[g] = _mm256_cvttps_epi32(r);
-          }
-          // int32 in [-127, 127] -> int8, in order.
-          const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(code[0], code[1]), 0xd8);
-          const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), bytes);
-          __m256i s8 = _mm256_add_epi32(code[0], code[1]);
-          __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-          s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-          sum = _mm_cvtsi128_si32(s4);
-        }
+    const float* xi = x + i * ldx;
+    int8_t* qi = xq + i * ldxq;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      const int g = static_cast<int>(std::min<int64_t>(8, nb - b0));
+      __m256 v[8][2];
+      __m256i t[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        v[j][0] = j < g ? _mm256_loadu_ps(xi + (b0 + j) * 16) : _mm256_setzero_ps();
+        v[j][1] = j < g ? _mm256_loadu_ps(xi + (b0 + j) * 16 + 8) : _mm256_setzero_ps();
+        t[j] = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(v[j][0]), abs_mask),
+                                _mm256_and_si256(_mm256_castps_si256(v[j][1]), abs_mask));
       }
-      xs[i * ldxs + b] = scale;
-      xc[i * ldxs + b] = -bias * sum;
+      // amax of each block as bits (non-negative ints order as the floats;
+      // a NaN or Inf lane makes it >= inf_bits)
+      const __m256i amax = reduce8_epi32(t, [](__m256i a, __m256i b) { return _mm256_max_epi32(a, b); });
+      const __m256i finite = _mm256_cmpgt_epi32(inf_bits, amax);
+      // non-finite blocks divide 0 (no flag), their scale is NaN below
+      const __m256 scale = _mm256_div_ps(_mm256_castsi256_ps(_mm256_and_si256(amax, finite)), hi);
+      _mm256_store_ps(scale_of, scale);
+      const int ok = _mm256_movemask_ps(
+          _mm256_and_ps(_mm256_castsi256_ps(finite), _mm256_cmp_ps(scale, _mm256_setzero_ps(), _CMP_GT_OQ)));
+      __m256i sad[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 8; j += 2) {
+        __m256i c[2][2];
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; ++u) {
+          if (((ok >> (j + u)) & 1) != 0) {
+            const __m256 sv = _mm256_broadcast_ss(scale_of + j + u);
+            c[u][0] = codes(_mm256_div_ps(v[j + u][0], sv));
+            c[u][1] = codes(_mm256_div_ps(v[j + u][1], sv));
+          } else {
+            c[u][0] = c[u][1] = _mm256_setzero_si256();
+          }
+        }
+        // lane l of the packs: elements 4l..4l+3 and 8+4l..8+4l+3 of block
+        // j (qword 0 of the lane) and of block j + 1 (qword 1)
+        const __m256i packed =
+            _mm256_packs_epi16(_mm256_packs_epi32(c[0][0], c[0][1]), _mm256_packs_epi32(c[1][0], c[1][1]));
+        const __m256i bytes = _mm256_shuffle_epi8(_mm256_permute4x64_epi64(packed, 0xd8), order);
+        if (j + 1 < g) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(qi + (b0 + j) * 16), bytes);
+        } else if (j < g) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(qi + (b0 + j) * 16), _mm256_castsi256_si128(bytes));
+        }
+        // qwords: the byte sums (+ 8 x 128) of each half of blocks j, j + 1
+        sad[j / 2] = _mm256_sad_epu8(_mm256_xor_si256(bytes, flip), _mm256_setzero_si256());
+      }
+      // Each block's sum in dword 0 of its 128-bit lane, then blocks j, j + 2
+      // in dwords 0, 1 of the lane of j % 2 ... and in order.
+      __m256i s2[4];
+#pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) s2[h] = _mm256_add_epi64(sad[h], _mm256_shuffle_epi32(sad[h], 0x4e));
+      const __m256i u01 = _mm256_or_si256(s2[0], _mm256_slli_epi64(s2[1], 32));
+      const __m256i u23 = _mm256_or_si256(s2[2], _mm256_slli_epi64(s2[3], 32));
+      const __m256i sums =
+          _mm256_sub_epi32(_mm256_permutevar8x32_epi32(_mm256_unpacklo_epi64(u01, u23),
+                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+                           _mm256_set1_epi32(16 * 128));
+      const __m256i keep =
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      // A NaN/Inf activation: a NaN scale and zero codes (sum 0).
+      _mm256_maskstore_ps(xs + i * ldxs + b0, keep,
+                          _mm256_blendv_ps(_mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), scale,
+                                           _mm256_castsi256_ps(finite)));
+      _mm256_maskstore_epi32(xc + i * ldxs + b0, keep, _mm256_mullo_epi32(_mm256_set1_epi32(-bias), sums));
     }
   }
 }
