@@ -396,7 +396,6 @@ void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, i
     });
     return;
   }
-  if (src != nullptr) quantize_pass(kt, *src, m, k, a, threads);
   // Tasks of `group` panels, as panel_gemm: each chunk of the group's
   // panels is packed once and runs every row of X (in passes of
   // kI8RowBlock rows), each micro-kernel's rows of X serving the whole
@@ -434,11 +433,17 @@ void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, i
   // (whole micro-kernel row blocks per range)
   const int64_t range_rows = (m + ranges - 1) / ranges;
   const int64_t rows_per = (range_rows + kt.i8_micro_mr - 1) / kt.i8_micro_mr * kt.i8_micro_mr;
+  // One group (the tasks are row ranges over all the panels): each task
+  // quantizes its own rows of x first, as the GEMV's split of x does; else
+  // a pass of its own before (several tasks read each row).
+  const bool rows_in_task = src != nullptr && groups == 1;
+  if (src != nullptr && !rows_in_task) quantize_pass(kt, *src, m, k, a, threads);
   parallel_for(groups * ranges, threads, [&](int64_t t) {
     const int64_t gi = t / ranges, ri = t % ranges;
     const int64_t p0 = gi * group, p1 = std::min(panels, p0 + group);
     const int64_t r0 = std::min(m, ri * rows_per), r1 = std::min(m, r0 + rows_per);
     if (r0 >= r1) return;
+    if (rows_in_task) quantize_rows(kt, *src, k, a, r0, r1);
     auto rows_of = [&](int64_t p) {
       return static_cast<int32_t>(std::min<int64_t>(kI8PanelNr, n - p * kI8PanelNr));
     };
