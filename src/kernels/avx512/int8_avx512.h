@@ -1141,7 +1141,6 @@ inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf_bits = _mm512_set1_epi32(0x7f800000);
   const __m512i sign_mask = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f), half = _mm512_set1_ps(0.5f);
-  const __m512 margin = _mm512_set1_ps(0x1p-12f);
   const __m512i min_direct = _mm512_set1_epi32(0x04000000);  // 2^-119
   // Four blocks' codes (natural order, int32) packed to bytes: lane L of
   // the packs holds elements 4L..4L+3 of each block; vpermd gathers each
@@ -1159,12 +1158,13 @@ inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64
         _mm512_ternarylogic_epi32(_mm512_castps_si512(q), sign_mask, _mm512_castps_si512(half), 0xea));
     return _mm512_cvttps_epi32(_mm512_add_ps(q, h));
   };
-  // |frac(|q|) - 1/2|: how far q lies from the nearest k + 1/2
-  auto from_half = [&](__m512 q) {
-    const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(q), abs_mask));
-    const __m512 d = _mm512_sub_ps(_mm512_reduce_ps(a, _MM_FROUND_TO_NEG_INF), half);
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(d), abs_mask));
-  };
+  // q - RNE(q), in [-1/2, 1/2] and exact (vreduceps): q lies within
+  // 2^-12 of a k + 1/2 exactly when its magnitude is >= 1/2 - 2^-12 (both
+  // sides exact).
+  auto off_int = [&](__m512 q) { return _mm512_reduce_ps(q, _MM_FROUND_TO_NEAREST_INT); };
+  // max(|a|, |b|) in one vrangeps (absolute maximum, sign cleared)
+  auto abs_max = [&](__m512 a, __m512 b) { return _mm512_range_ps(a, b, 0x0b); };
+  const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-12f);
   alignas(64) float scale_of[16], recip_of[16];
   for (int64_t i = 0; i < m; ++i) {
     const float* xi = x + i * ldx;
@@ -1196,7 +1196,8 @@ inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64
       auto one = [&](int j) {
         if ((direct >> j) & 1u) {
           const __m512 q = _mm512_mul_ps(v[j], _mm512_set1_ps(recip_of[j]));
-          if (_mm512_cmp_ps_mask(from_half(q), margin, _CMP_LE_OQ) == 0) return codes(q);
+          if (_mm512_cmp_ps_mask(abs_max(off_int(q), off_int(q)), near_half, _CMP_GE_OQ) == 0)
+            return codes(q);
         }
         if (((finite >> j) & 1u) && scale_of[j] > 0.0f)
           return codes(_mm512_div_ps(v[j], _mm512_set1_ps(scale_of[j])));
@@ -1213,9 +1214,9 @@ inline void i8_quantize_act_avx512(const float* x, int64_t ldx, int64_t m, int64
           __m512 q[4];
 #pragma GCC unroll 4
           for (int u = 0; u < 4; ++u) q[u] = _mm512_mul_ps(v[j0 + u], _mm512_set1_ps(recip_of[j0 + u]));
-          const __m512 near = _mm512_min_ps(_mm512_min_ps(from_half(q[0]), from_half(q[1])),
-                                            _mm512_min_ps(from_half(q[2]), from_half(q[3])));
-          if (_mm512_cmp_ps_mask(near, margin, _CMP_LE_OQ) == 0) {
+          const __m512 far =
+              abs_max(abs_max(off_int(q[0]), off_int(q[1])), abs_max(off_int(q[2]), off_int(q[3])));
+          if (_mm512_cmp_ps_mask(far, near_half, _CMP_GE_OQ) == 0) {
 #pragma GCC unroll 4
             for (int u = 0; u < 4; ++u) t[j0 + u] = codes(q[u]);
             done = true;
