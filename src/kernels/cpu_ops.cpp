@@ -100,6 +100,7 @@ std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 // fast; now never slower, and 1024x1024 keeps 1.4-1.8x.
 constexpr int64_t kMinTaskWork = int64_t{64} << 10;
 constexpr int64_t kMinTaskWorkInt8 = int64_t{512} << 10;
+std::atomic<int64_t> g_i8_gemv_min_task_work{kMinTaskWorkInt8};  // (set_i8_gemv_min_task_work)
 
 // Tasks of `chunk` rows of N: tasks_per_thread per thread, fewer where the
 // whole product (row_work: the work of one row) holds less than min_work
@@ -366,7 +367,8 @@ void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, i
   const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
   const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
   if (i8_runs_gemv(kt, m, k, use_gemv)) {
-    const int64_t chunk = (gemv_chunk(n, threads, m * k, kMinTaskWorkInt8) + 15) / 16 * 16;
+    const int64_t min_work = g_i8_gemv_min_task_work.load(std::memory_order_relaxed);
+    const int64_t chunk = (gemv_chunk(n, threads, m * k, min_work) + 15) / 16 * 16;
     const int64_t tasks = (n + chunk - 1) / chunk, xgroups = (m + kI8GemvRowGroup - 1) / kI8GemvRowGroup;
     // A small weight (N <= kI8GemvSplitRowsMaxN, its codes within
     // kPanelGroupBytes) and several groups of rows of x: the same number
@@ -380,8 +382,12 @@ void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, i
     // 1.03-1.49x (NF4 1.31-1.77x), N = 512, K = 128, M = 64 0.93-1.0x; at
     // N = 1024-2048 (K = 64-256, M = 64) 0.64-0.97x, hence the bound.
     if (tasks > 1 && xgroups > 1 && n <= kI8GemvSplitRowsMaxN && n * k / 2 <= kPanelGroupBytes) {
-      const int64_t rows_per =
-          (xgroups + std::min(tasks, xgroups) - 1) / std::min(tasks, xgroups) * kI8GemvRowGroup;
+      // (at most one task per thread: each sets up every weight group, so
+      // more tasks than threads only repeat that; equal tasks finish
+      // together. Zen 4, 2 threads, tools/ab prod8-nvfp4 both orders, M =
+      // 32-64, N = 256-512, K = 128-1024, 4 tasks before: 1.15-1.54x.)
+      const int64_t xtasks = std::min({tasks, xgroups, int64_t{threads_or_default(threads)}});
+      const int64_t rows_per = (xgroups + xtasks - 1) / xtasks * kI8GemvRowGroup;
       parallel_for((m + rows_per - 1) / rows_per, threads, [&](int64_t t) {
         const int64_t i0 = t * rows_per, i1 = std::min(m, i0 + rows_per);
         if (src != nullptr) quantize_rows(kt, *src, k, a, i0, i1);
@@ -782,6 +788,10 @@ int64_t e8m0_piece_bytes() {
 
 void set_gemv_tasks_per_thread(int32_t tasks) {
   g_gemv_tasks_per_thread.store(std::max<int32_t>(1, tasks), std::memory_order_relaxed);
+}
+
+void set_i8_gemv_min_task_work(int64_t work) {
+  g_i8_gemv_min_task_work.store(std::max<int64_t>(1, work), std::memory_order_relaxed);
 }
 
 void set_e8m0_piece_bytes(int64_t bytes) {

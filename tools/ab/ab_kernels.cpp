@@ -33,7 +33,9 @@
 // sides, the cost of a misaligned weight measured in one process; unset,
 // both read the std::vector's own, 16 mod 64 for large ones under glibc),
 // AB_GEMV_TASKS=a[,b] (the prod-* drivers split a GEMV's rows into a tasks
-// per thread on the old side, b on the new; default the library's 4).
+// per thread on the old side, b on the new; default the library's 4),
+// AB_I8_MIN_WORK=a,b (the integer GEMV's least work per task in Ki
+// multiply-adds per side; default the library's 512).
 // Prints one JSON object per run.
 #include <algorithm>
 #include <array>
@@ -122,7 +124,8 @@ int main(int argc, char** argv) {
   // allocated); AB_GEMV_TASKS=a,b: the drivers' GEMV tasks per thread per
   // side (0: the library's default).
   const std::array<int32_t, 2> q_align = side_pair("AB_Q_ALIGN", -1),
-                               gemv_tasks = side_pair("AB_GEMV_TASKS", 0);
+                               gemv_tasks = side_pair("AB_GEMV_TASKS", 0),
+                               i8_min_work = side_pair("AB_I8_MIN_WORK", 0);
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
     std::fprintf(stderr, "need M >= 1, N >= 16, K >= 128 with K %% 64 == 0, reps and threads >= 1\n");
@@ -220,6 +223,7 @@ int main(int argc, char** argv) {
   auto call = [&](int t, const Copy& c) {
     const KernelTable& kt = *tb[t];
     if (gemv_tasks[t] > 0) set_gemv_tasks_per_thread(gemv_tasks[t]);
+    if (i8_min_work[t] > 0) set_i8_gemv_min_task_work(int64_t{i8_min_work[t]} << 10);
     ScaleSigns sg;
     NvWeights w;
     w.q = c.qp[t];
