@@ -100,7 +100,7 @@ std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 // fast; now never slower, and 1024x1024 keeps 1.4-1.8x.
 constexpr int64_t kMinTaskWork = int64_t{64} << 10;
 constexpr int64_t kMinTaskWorkInt8 = int64_t{512} << 10;
-std::atomic<int64_t> g_i8_gemv_min_task_work{kMinTaskWorkInt8};  // (set_i8_gemv_min_task_work)
+std::atomic<int64_t> g_i8_xsplit_min_task_work{kMinTaskWorkInt8 / 2};  // (set_i8_xsplit_min_task_work)
 
 // Tasks of `chunk` rows of N: tasks_per_thread per thread, fewer where the
 // whole product (row_work: the work of one row) holds less than min_work
@@ -367,26 +367,38 @@ void i8_product(const KernelTable& kt, I8Activations& a, const ActSource* src, i
   const auto micro = small && kt.i8_micro_small != nullptr ? kt.i8_micro_small : kt.i8_micro;
   const auto micro2 = small && kt.i8_micro2_small != nullptr ? kt.i8_micro2_small : kt.i8_micro2;
   if (i8_runs_gemv(kt, m, k, use_gemv)) {
-    const int64_t min_work = g_i8_gemv_min_task_work.load(std::memory_order_relaxed);
-    const int64_t chunk = (gemv_chunk(n, threads, m * k, min_work) + 15) / 16 * 16;
+    const int64_t chunk = (gemv_chunk(n, threads, m * k, kMinTaskWorkInt8) + 15) / 16 * 16;
     const int64_t tasks = (n + chunk - 1) / chunk, xgroups = (m + kI8GemvRowGroup - 1) / kI8GemvRowGroup;
     // A small weight (N <= kI8GemvSplitRowsMaxN, its codes within
-    // kPanelGroupBytes) and several groups of rows of x: the same number
-    // of tasks split the rows of x instead, each over all of N. A GEMV
-    // task stages its rows of x (I8Staged) and sets up each group of 16
-    // weight rows once for them: split over N, every task staged all of
-    // x; split over x, every task sets up all of the (few) weight groups,
-    // and writes whole output rows. The bits are those of any M (the
-    // integer kernels' fixed sequence). Measured on a Zen 4, 2 threads,
-    // one-process A/B, fast mode M = 16-64: N = 64-512, K = 128-4096
-    // 1.03-1.49x (NF4 1.31-1.77x), N = 512, K = 128, M = 64 0.93-1.0x; at
-    // N = 1024-2048 (K = 64-256, M = 64) 0.64-0.97x, hence the bound.
-    if (tasks > 1 && xgroups > 1 && n <= kI8GemvSplitRowsMaxN && n * k / 2 <= kPanelGroupBytes) {
-      // (at most one task per thread: each sets up every weight group, so
-      // more tasks than threads only repeat that; equal tasks finish
-      // together. Zen 4, 2 threads, tools/ab prod8-nvfp4 both orders, M =
-      // 32-64, N = 256-512, K = 128-1024, 4 tasks before: 1.15-1.54x.)
-      const int64_t xtasks = std::min({tasks, xgroups, int64_t{threads_or_default(threads)}});
+    // kPanelGroupBytes) and several groups of rows of x: tasks split the
+    // rows of x instead, each over all of N. A GEMV task stages its rows of
+    // x (I8Staged) and sets up each group of 16 weight rows once for them:
+    // split over N, every task staged all of x; split over x, every task
+    // sets up all of the (few) weight groups, and writes whole output
+    // rows. The bits are those of any M (the integer kernels' fixed
+    // sequence). Measured on a Zen 4, 2 threads, one-process A/B, fast
+    // mode M = 16-64: N = 64-512, K = 128-4096 1.03-1.49x (NF4
+    // 1.31-1.77x), N = 512, K = 128, M = 64 0.93-1.0x; at N = 1024-2048
+    // (K = 64-256, M = 64) 0.64-0.97x, hence the bounds (with one task per
+    // thread, below, N = 1024-2048 measured 0.81-1.12x: kept).
+    // At most one task per thread: each sets up every weight group, so
+    // more tasks than threads only repeat that (Zen 4, 2 threads, M =
+    // 32-64, N = 256-512, K = 128-1024, 4 tasks before: 1.15-1.54x). Where
+    // each task gets at least two groups of rows of x, the split's own least
+    // work per task (g_i8_xsplit_min_task_work, 256 Ki multiply-adds: its
+    // tasks quantize their own rows and need no N-split set-up) decides
+    // the count; otherwise the N split's. Zen 4, tools/ab prod8-nvfp4 both
+    // orders: N = 64-128, K = 128-256, M = 32-64, single tasks before:
+    // 1.42-1.57x; M <= 24 unchanged (the lower least work for every
+    // integer GEMV task lost 0.70-0.82x at M = 8-16, N = 128-256).
+    int64_t xtasks = 0;
+    if (n <= kI8GemvSplitRowsMaxN && n * k / 2 <= kPanelGroupBytes && xgroups > 1) {
+      const int64_t nthreads = threads_or_default(threads);
+      const int64_t by_work = m * n * k / g_i8_xsplit_min_task_work.load(std::memory_order_relaxed);
+      xtasks = std::min({by_work, xgroups / 2, nthreads});
+      if (xtasks < 2) xtasks = std::min({tasks, xgroups, nthreads});
+    }
+    if (xtasks > 1) {
       const int64_t rows_per = (xgroups + xtasks - 1) / xtasks * kI8GemvRowGroup;
       parallel_for((m + rows_per - 1) / rows_per, threads, [&](int64_t t) {
         const int64_t i0 = t * rows_per, i1 = std::min(m, i0 + rows_per);
@@ -790,8 +802,8 @@ void set_gemv_tasks_per_thread(int32_t tasks) {
   g_gemv_tasks_per_thread.store(std::max<int32_t>(1, tasks), std::memory_order_relaxed);
 }
 
-void set_i8_gemv_min_task_work(int64_t work) {
-  g_i8_gemv_min_task_work.store(std::max<int64_t>(1, work), std::memory_order_relaxed);
+void set_i8_xsplit_min_task_work(int64_t work) {
+  g_i8_xsplit_min_task_work.store(std::max<int64_t>(1, work), std::memory_order_relaxed);
 }
 
 void set_e8m0_piece_bytes(int64_t bytes) {

@@ -34,8 +34,8 @@
 // both read the std::vector's own, 16 mod 64 for large ones under glibc),
 // AB_GEMV_TASKS=a[,b] (the prod-* drivers split a GEMV's rows into a tasks
 // per thread on the old side, b on the new; default the library's 4),
-// AB_I8_MIN_WORK=a,b (the integer GEMV's least work per task in Ki
-// multiply-adds per side; default the library's 512).
+// AB_I8_MIN_WORK=a,b (the least work of an integer GEMV task that splits
+// the rows of x, in Ki multiply-adds per side; default the library's 256).
 // Prints one JSON object per run.
 #include <algorithm>
 #include <array>
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
   auto call = [&](int t, const Copy& c) {
     const KernelTable& kt = *tb[t];
     if (gemv_tasks[t] > 0) set_gemv_tasks_per_thread(gemv_tasks[t]);
-    if (i8_min_work[t] > 0) set_i8_gemv_min_task_work(int64_t{i8_min_work[t]} << 10);
+    if (i8_min_work[t] > 0) set_i8_xsplit_min_task_work(int64_t{i8_min_work[t]} << 10);
     ScaleSigns sg;
     NvWeights w;
     w.q = c.qp[t];
