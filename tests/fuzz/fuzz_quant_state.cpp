@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nvfp4/nvfp4.h"
@@ -22,6 +24,15 @@ DLTensor host(const void* data, int64_t* shape, int32_t ndim, DLDataType dt) {
   t.shape = shape;
   return t;
 }
+
+// A file path removed (if it exists) when the object is destroyed.
+struct TempFile {
+  explicit TempFile(std::string p) : path(std::move(p)) {}
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() { std::remove(path.c_str()); }
+  std::string path;
+};
 
 }  // namespace
 
@@ -52,8 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Q4_checkpoint_writer_add(w, "p.weight.nested_quant_map", Q4_DTYPE_F32, &tnm);
   }
   Q4_checkpoint_writer_add(w, "p.weight.quant_state.bitsandbytes__nf4", Q4_DTYPE_U8, &tj);
-  // The atomic writer needs a real directory for its temporary file.
-  static const std::string path = "/tmp/nvfp4-fuzz-quant-state-" + std::to_string(getpid()) + ".safetensors";
+  // The atomic writer needs a real directory for its temporary file; the
+  // checkpoint is removed when the process exits.
+  static const TempFile file("/tmp/nvfp4-fuzz-quant-state-" + std::to_string(getpid()) + ".safetensors");
+  const std::string& path = file.path;
   const bool written = Q4_checkpoint_writer_commit(w, path.c_str()) == Q4_OK;
   Q4_checkpoint_writer_destroy(w);
   if (!written) return 0;
