@@ -630,13 +630,9 @@ json result(const std::string& name, const std::string& format, const std::strin
   return r;
 }
 
-// The L3 size the OS reports (bytes; 0 when it reports none, e.g. under
-// qemu-user): sysconf, else the sysfs cache description of CPU 0.
-int64_t l3_bytes() {
-#ifdef _SC_LEVEL3_CACHE_SIZE
-  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (v > 0) return v;
-#endif
+// The L3 size in the sysfs cache description of CPU 0 (bytes; 0 when
+// there is none, e.g. under qemu-user).
+int64_t l3_bytes_sysfs() {
   for (int i = 0; i < 8; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
     std::FILE* lf = std::fopen((dir + "level").c_str(), "r");
@@ -655,6 +651,23 @@ int64_t l3_bytes() {
     return size * (unit == 'K' ? 1024LL : unit == 'M' ? 1048576LL : 1LL);
   }
   return 0;
+}
+
+// The L3 size glibc's sysconf reports (bytes; 0 when none).
+int64_t l3_bytes_sysconf() {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (v > 0) return v;
+#endif
+  return 0;
+}
+
+// The L3 size the working sets are sized from: the larger of the two
+// reports (they disagree on some VMs: an AMD EPYC Zen 4 VM's sysfs says 32
+// MiB, sysconf 320 MiB; a working set sized from the larger is larger than
+// the cache either way).
+int64_t l3_bytes() {
+  return std::max(l3_bytes_sysconf(), l3_bytes_sysfs());
 }
 
 int run_tuner(const Options& o) {
@@ -902,6 +915,8 @@ int bench_main(int argc, char** argv) {
                     {"threads", threads},
                     {"cpus", caps.num_cpus},
                     {"l3_mib", l3 / 1048576.0},
+                    {"l3_mib_sysfs", static_cast<double>(l3_bytes_sysfs()) / 1048576.0},
+                    {"l3_mib_sysconf", static_cast<double>(l3_bytes_sysconf()) / 1048576.0},
                     {"gemv_working_set_mib", o.working_set_mb},
                     {"cpu_vendor", q4::cpu_info().vendor},
                     {"cpu_family", q4::cpu_info().family},
