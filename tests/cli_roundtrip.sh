@@ -118,5 +118,5 @@ set +e
 "$tool" quantize 2>/dev/null; [ $? -eq 2 ] || { echo "usage error must exit 2"; exit 1; }
 out=$("$tool" inspect "$tmp/missing.safetensors" 2>&1); rc=$?
 set -e
-[ $rc -eq 1 ] && echo "$out" | grep -q "missing.safetensors" || { echo "runtime error must exit 1 naming the file"; exit 1; }
+[ $rc -eq 1 ] && grep -q "missing.safetensors" <<<"$out" || { echo "runtime error must exit 1 naming the file"; exit 1; }
 echo "cli round trip ok"

@@ -6,6 +6,9 @@
 # named in the load state). Every run must report a clear state and
 # NOT_AVAILABLE from the CUDA entry points.
 # Usage: cuda_absent.sh PROBE CORE_LIBRARY
+# (Checks read the output from here-strings, not `echo | grep -q`: under
+# pipefail grep -q's early exit can kill echo with SIGPIPE and fail the
+# check although it matched — a CI run under load did.)
 set -euo pipefail
 probe=$1 core=$2
 tmp=$(mktemp -d)
@@ -14,9 +17,9 @@ echo "== as built"; "$probe"
 cp -L "$core" "$tmp/$(basename "$(readlink -f "$core")")"
 for link in libNVFP4.so libNVFP4.so.1; do ln -sf "$(basename "$(readlink -f "$core")")" "$tmp/$link"; done
 echo "== plugin hidden"; out=$(LD_LIBRARY_PATH="$tmp" "$probe"); echo "$out"
-echo "$out" | grep -q "not found\|not built" || { echo "expected the load state to say the plugin is missing"; exit 1; }
+grep -q "not found\|not built" <<<"$out" || { echo "expected the load state to say the plugin is missing"; exit 1; }
 echo "== NVFP4_CUDA_PLUGIN=off"; out=$(NVFP4_CUDA_PLUGIN=off "$probe"); echo "$out"
-echo "$out" | grep -q "disabled" || exit 1
+grep -q "disabled" <<<"$out" || exit 1
 # The plugin next to the real core file is found when the core is loaded
 # through a symlink in another directory.
 real=$(readlink -f "$core")
@@ -24,7 +27,7 @@ if [ -e "$(dirname "$real")/libNVFP4_cuda.so" ]; then
   mkdir "$tmp/linked"
   for link in libNVFP4.so libNVFP4.so.1; do ln -sf "$real" "$tmp/linked/$link"; done
   echo "== core through a symlink"; out=$(LD_LIBRARY_PATH="$tmp/linked" "$probe"); echo "$out"
-  echo "$out" | grep -q "loaded $(dirname "$real")/libNVFP4_cuda.so" || {
+  grep -q "loaded $(dirname "$real")/libNVFP4_cuda.so" <<<"$out" || {
     echo "expected the plugin next to the resolved core to be loaded"; exit 1; }
 fi
 # NVFP4_CUDA_PLUGIN=<file> overrides the search: that file is the only one
@@ -35,11 +38,11 @@ cp -L "$core" "$tmp/elf_without_entry.so"   # a real library without the plugin 
 for bogus in "$tmp/not_a_plugin.so" "$tmp/elf_without_entry.so"; do
   echo "== NVFP4_CUDA_PLUGIN=$bogus"; out=$(NVFP4_CUDA_PLUGIN="$bogus" "$probe"); echo "$out"
   state=$(echo "$out" | sed -n 's/^cuda_state=.*native_load_state: //p')
-  echo "$state" | grep -q "not found or not loadable: \[$bogus: " || {
+  grep -q "not found or not loadable: \[$bogus: " <<<"$state" || {
     echo "expected the load state to name $bogus"; exit 1; }
   tried=$(echo "$state" | grep -o '\[[^]:]*:' | sort -u)
   [ "$tried" = "[$bogus:" ] || { echo "expected $bogus to be the only file tried, got: $tried"; exit 1; }
-  echo "$out" | grep -q "^cuda_state=[01] " || { echo "expected Q4_CUDA_NOT_LOADED (or NOT_BUILT)"; exit 1; }
+  grep -q "^cuda_state=[01] " <<<"$out" || { echo "expected Q4_CUDA_NOT_LOADED (or NOT_BUILT)"; exit 1; }
 done
 # The same state through a session's JSON diagnostics (Python binding, when
 # /usr/bin/python3 with numpy is there, and the library is not built with a
