@@ -127,8 +127,12 @@ int main(int argc, char** argv) {
                                gemv_tasks = side_pair("AB_GEMV_TASKS", 0),
                                i8_min_work = side_pair("AB_I8_MIN_WORK", 0);
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
-  if (m < 1 || n < 16 || k < 128 || k % 64 != 0 || reps < 1 || threads < 1) {
-    std::fprintf(stderr, "need M >= 1, N >= 16, K >= 128 with K %% 64 == 0, reps and threads >= 1\n");
+  // (the drivers, prod*, and the quantizer take K = 64 as well)
+  const int64_t min_k = op.rfind("prod", 0) == 0 || op == "actq" ? 64 : 128;
+  if (m < 1 || n < 16 || k < min_k || k % 64 != 0 || reps < 1 || threads < 1) {
+    std::fprintf(
+        stderr,
+        "need M >= 1, N >= 16, K >= 128 (prod*, actq: 64) with K %% 64 == 0, reps and threads >= 1\n");
     return 2;
   }
 
