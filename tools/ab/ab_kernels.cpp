@@ -34,6 +34,8 @@
 // both read the std::vector's own, 16 mod 64 for large ones under glibc),
 // AB_GEMV_TASKS=a[,b] (the prod-* drivers split a GEMV's rows into a tasks
 // per thread on the old side, b on the new; default the library's 4),
+// AB_SB_MAX_M=a,b (the largest M of the exact small-batch kernels per
+// side, SmallBatchConfig::max_m; default the table's),
 // AB_I8_MIN_WORK=a,b (the least work of an integer GEMV task that splits
 // the rows of x, in Ki multiply-adds per side; default the library's 256).
 // Prints one JSON object per run.
@@ -125,7 +127,8 @@ int main(int argc, char** argv) {
   // side (0: the library's default).
   const std::array<int32_t, 2> q_align = side_pair("AB_Q_ALIGN", -1),
                                gemv_tasks = side_pair("AB_GEMV_TASKS", 0),
-                               i8_min_work = side_pair("AB_I8_MIN_WORK", 0);
+                               i8_min_work = side_pair("AB_I8_MIN_WORK", 0),
+                               sb_max_m = side_pair("AB_SB_MAX_M", 0);
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   // (the drivers, prod*, and the quantizer take K = 64 as well)
   const int64_t min_k = op.rfind("prod", 0) == 0 || op == "actq" ? 64 : 128;
@@ -227,6 +230,11 @@ int main(int argc, char** argv) {
   auto call = [&](int t, const Copy& c) {
     const KernelTable& kt = *tb[t];
     if (gemv_tasks[t] > 0) set_gemv_tasks_per_thread(gemv_tasks[t]);
+    if (sb_max_m[t] > 0) {
+      SmallBatchConfig sbc = small_batch_config();
+      sbc.max_m = sb_max_m[t];
+      set_small_batch_config(sbc);
+    }
     if (i8_min_work[t] > 0) set_i8_xsplit_min_task_work(int64_t{i8_min_work[t]} << 10);
     ScaleSigns sg;
     NvWeights w;
