@@ -100,7 +100,8 @@ std::atomic<int32_t> g_gemv_tasks_per_thread{4};
 // fast; now never slower, and 1024x1024 keeps 1.4-1.8x.
 constexpr int64_t kMinTaskWork = int64_t{64} << 10;
 constexpr int64_t kMinTaskWorkInt8 = int64_t{512} << 10;
-std::atomic<int64_t> g_i8_xsplit_min_task_work{kMinTaskWorkInt8 / 2};  // (set_i8_xsplit_min_task_work)
+constexpr int64_t kI8XSplitMinTaskWork = kMinTaskWorkInt8 / 2;         // (i8_product's split of x)
+std::atomic<int64_t> g_i8_xsplit_min_task_work{kI8XSplitMinTaskWork};  // (set_i8_xsplit_min_task_work)
 
 // Tasks of `chunk` rows of N: tasks_per_thread per thread, fewer where the
 // whole product (row_work: the work of one row) holds less than min_work
@@ -803,7 +804,7 @@ void set_gemv_tasks_per_thread(int32_t tasks) {
 }
 
 void set_i8_xsplit_min_task_work(int64_t work) {
-  g_i8_xsplit_min_task_work.store(std::max<int64_t>(1, work), std::memory_order_relaxed);
+  g_i8_xsplit_min_task_work.store(work > 0 ? work : kI8XSplitMinTaskWork, std::memory_order_relaxed);
 }
 
 void set_e8m0_piece_bytes(int64_t bytes) {

@@ -57,8 +57,8 @@ void set_e8m0_piece_bytes(int64_t bytes);
 void set_gemv_tasks_per_thread(int32_t tasks);
 
 // Sets the least work (multiply-adds) of an integer GEMV task that splits
-// the rows of x (default 256 Ki; at least 1), for measurements (tools/ab,
-// AB_I8_MIN_WORK).
+// the rows of x (default 256 Ki, which work <= 0 restores), for
+// measurements (tools/ab, AB_I8_MIN_WORK).
 void set_i8_xsplit_min_task_work(int64_t work);
 
 // y[m, n] = x[m, k] . W^T (fp32 accumulation). m < min_m uses the fused

@@ -35,9 +35,9 @@
 // AB_GEMV_TASKS=a[,b] (the prod-* drivers split a GEMV's rows into a tasks
 // per thread on the old side, b on the new; default the library's 4),
 // AB_SB_MAX_M=a,b (the largest M of the exact small-batch kernels per
-// side, SmallBatchConfig::max_m; default the table's),
+// side, SmallBatchConfig::max_m; 0: the table's),
 // AB_I8_MIN_WORK=a,b (the least work of an integer GEMV task that splits
-// the rows of x, in Ki multiply-adds per side; default the library's 256).
+// the rows of x, in Ki multiply-adds per side; 0: the library's 256).
 // Prints one JSON object per run.
 #include <algorithm>
 #include <array>
@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 6 ? std::atoi(argv[6]) : 40;
   const int32_t threads = argc > 7 ? std::atoi(argv[7]) : 2;
   const bool quant = op.rfind("quant-", 0) == 0;
+  const bool actq = op == "actq";
   const bool mx = op.find("mxfp4") != std::string::npos;
   const int signs = std::getenv("AB_SIGNS") != nullptr ? std::atoi(std::getenv("AB_SIGNS")) : 0;
   const bool any_scale = std::getenv("AB_ANY_SCALE") != nullptr;
@@ -129,9 +130,13 @@ int main(int argc, char** argv) {
                                gemv_tasks = side_pair("AB_GEMV_TASKS", 0),
                                i8_min_work = side_pair("AB_I8_MIN_WORK", 0),
                                sb_max_m = side_pair("AB_SB_MAX_M", 0);
+  // (set on both sides when given: a 0 there is the default, not the other
+  // side's value left in place)
+  const bool sb_given = std::getenv("AB_SB_MAX_M") != nullptr,
+             min_work_given = std::getenv("AB_I8_MIN_WORK") != nullptr;
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   // (the drivers, prod*, and the quantizer take K = 64 as well)
-  const int64_t min_k = op.rfind("prod", 0) == 0 || op == "actq" ? 64 : 128;
+  const int64_t min_k = op.rfind("prod", 0) == 0 || actq ? 64 : 128;
   if (m < 1 || n < 16 || k < min_k || k % 64 != 0 || reps < 1 || threads < 1) {
     std::fprintf(
         stderr,
@@ -141,7 +146,7 @@ int main(int argc, char** argv) {
 
   // Operands.
   const int64_t wbytes = n * k / 2 + n * k / 16;
-  const int64_t in_bytes = op == "actq" ? int64_t{m} * k * 4 : quant ? n * k * 4 : wbytes;
+  const int64_t in_bytes = actq ? int64_t{m} * k * 4 : quant ? n * k * 4 : wbytes;
   int64_t rotate_bytes = int64_t{150} << 20;
 #ifdef _SC_LEVEL3_CACHE_SIZE
   rotate_bytes = std::max<int64_t>(rotate_bytes, 2 * int64_t{sysconf(_SC_LEVEL3_CACHE_SIZE)});
@@ -211,7 +216,6 @@ int main(int argc, char** argv) {
   std::vector<float> y[2];
   std::vector<uint8_t> qo[2], so[2];
   std::vector<float> ao[2];
-  const bool actq = op == "actq";
   std::vector<int8_t> aq[2];
   std::vector<float> as[2];
   std::vector<int32_t> ac[2];
@@ -230,12 +234,12 @@ int main(int argc, char** argv) {
   auto call = [&](int t, const Copy& c) {
     const KernelTable& kt = *tb[t];
     if (gemv_tasks[t] > 0) set_gemv_tasks_per_thread(gemv_tasks[t]);
-    if (sb_max_m[t] > 0) {
+    if (sb_given) {
       SmallBatchConfig sbc = small_batch_config();
       sbc.max_m = sb_max_m[t];
       set_small_batch_config(sbc);
     }
-    if (i8_min_work[t] > 0) set_i8_xsplit_min_task_work(int64_t{i8_min_work[t]} << 10);
+    if (min_work_given) set_i8_xsplit_min_task_work(int64_t{i8_min_work[t]} << 10);
     ScaleSigns sg;
     NvWeights w;
     w.q = c.qp[t];
