@@ -1486,6 +1486,57 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
   }
 }
 
+TEST_CASE("exact products: weights of few rows take the panel GEMM above the table's short-weight M",
+          "[kernels]") {
+  // KernelTable::small_batch_short_n (AVX2: 256 rows): at M in
+  // (small_batch_short_max_m, small_batch_max_m] such weights get the
+  // panel GEMM's bits (those of a product whose small-batch range ends at
+  // that M), one row group more gets the small-batch entry's; the two
+  // kernels' bits differ, so each check tells which one ran.
+  int tested = 0;
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& t = kern::table_for(isa);
+    if (t.small_batch_short_n <= 0) continue;
+    ++tested;
+    const kern::SmallBatchConfig saved = kern::small_batch_config();
+    const int64_t k = 1024;  // (at K = 256 and 512 NF4's panels and small-batch kernels gave the same bits)
+    for (const int64_t n : {t.small_batch_short_n, t.small_batch_short_n + 16}) {
+      const bool short_w = n <= t.small_batch_short_n;
+      NvMatrix nv(n, k, 91);
+      Nf4Matrix nf(n, k, 6, 92);
+      for (int32_t m : {t.small_batch_short_max_m + 1, 40, t.small_batch_max_m}) {
+        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(93 + m));
+        for (int fmt = 0; fmt < 2; ++fmt) {
+          INFO(Q4_isa_name(isa) << (fmt == 0 ? " nvfp4" : " nf4") << " n=" << n << " m=" << m);
+          auto product = [&](float* y) {
+            if (fmt == 0) {
+              kern::linear_nvfp4(t, x.data(), m, nv.w, n, y, 2);
+            } else {
+              kern::linear_nf4(t, x.data(), m, nf.w, n, y, 2);
+            }
+          };
+          const size_t size = static_cast<size_t>(m * n);
+          std::vector<float> y(size), panel(size), small(size);
+          product(y.data());
+          kern::SmallBatchConfig c = saved;
+          c.max_m = m - 1;  // the panel GEMM at this M
+          kern::set_small_batch_config(c);
+          product(panel.data());
+          kern::set_small_batch_config(saved);
+          if (fmt == 0) {
+            t.nvfp4_small(x.data(), k, m, nv.w, 0, n, 0, k, small.data(), n, 512);
+          } else {
+            t.nf4_small(x.data(), k, m, nf.w, 0, n, 0, k, small.data(), n, 512);
+          }
+          REQUIRE_FALSE(same_floats(panel.data(), small.data(), size));
+          CHECK(same_floats(y.data(), (short_w ? panel : small).data(), size));
+        }
+      }
+    }
+  }
+  if (tested == 0) std::printf("SKIPPED: no table this CPU runs has a short-weight small-batch range\n");
+}
+
 TEST_CASE("kernel tables: every entry of every table this CPU runs matches the scalar reference",
           "[kernels][tables]") {
   warn_skipped_tables();

@@ -747,7 +747,7 @@ void linear_packed(const KernelTable& kt, ActRows x, int64_t m, const Weights& w
                    int32_t threads, Gemv gemv, Small small, Panel panel, bool small_ok, ScaleSigns* signs) {
   if (m == 0 || n == 0) return;
   const SmallBatchConfig sb = small_batch_config();
-  const int32_t sb_max = small_batch_max_m(kt, sb);
+  const int32_t sb_max = small_batch_max_m(kt, sb, n);
   const int64_t gemv_max =
       w_in.k % 128 == 0 ? std::max<int64_t>(kGemvMaxRows, kt.gemv_max_m_k128) : kGemvMaxRows;
   const bool use_small =

@@ -2,6 +2,7 @@
 // for the caches, call the table's kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -42,6 +43,12 @@ SmallBatchConfig small_batch_config();
 // default when c.max_m is 0.
 inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& c) {
   return c.max_m != 0 ? c.max_m : kt.small_batch_max_m;
+}
+// The same for a weight of n rows: at most kt.small_batch_short_max_m when
+// n is at most kt.small_batch_short_n.
+inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& c, int64_t n) {
+  const int32_t m = small_batch_max_m(kt, c);
+  return n <= kt.small_batch_short_n ? std::min(m, kt.small_batch_short_max_m) : m;
 }
 void set_small_batch_config(const SmallBatchConfig& c);
 

@@ -400,6 +400,16 @@ struct KernelTable {
   // at M = 17-40 on a Cascade Lake-class Xeon; the AVX2 table measured the
   // opposite at M = 48).
   int32_t small_batch_max_m = 64;
+  // Weights of at most small_batch_short_n rows (0: none) take the
+  // small-batch kernels only up to M = small_batch_short_max_m, the panel
+  // GEMM above it (the tuner's max_m still caps both). AVX2: 256 rows, M =
+  // 16. Measured on a Zen 4 forced to the AVX2 table, 2 threads, one
+  // process (tools/ab prod-nvfp4 / prod-nf4 with AB_SB_MAX_M=64,16): at N
+  // = 64-256, K = 256-11008, M = 17-64 the panels 1.1-2.4x, except N = 64
+  // with K = 4096, bimodal there (0.82-0.98x in some runs, 1.45-1.70x in
+  // others); N = 512 0.88-1.35x, N = 1024-2048 0.78-1.04x from M = 24.
+  int64_t small_batch_short_n = 0;
+  int32_t small_batch_short_max_m = 16;
   // True when the integer entries are this ISA's own (or the table is the
   // scalar one): the drivers use the integer path only then; otherwise fast
   // mode falls back to the exact kernels (never slower than exact).

@@ -1545,6 +1545,7 @@ const KernelTable& avx2_table() {
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;
+    f.small_batch_short_n = 256;  // (kernel_table.h)
     f.i8_pack_nvfp4 = i8_pack_nvfp4_avx2;
     f.i8_micro = i8_micro_avx2<>;
     f.i8_micro_small = i8_micro_avx2<kI8MaxBiasedNvfp4>;
