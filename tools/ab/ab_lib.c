@@ -20,6 +20,13 @@
  * each slice shares the cores with the other side's spinning workers, the
  * same for both sides. Do not time anything while other work (a build, a
  * CI run) uses the machine.
+ *
+ * Fast against exact in one library (the maps in docs/performance.md since
+ * the forty-sixth session): ONE_LIB=1 loads it once with dlopen (one pool,
+ * so task counts are compared fairly) and MODE_B sets the second side's
+ * math mode, e.g. exact (old) against fast (new) on the AVX2 kernels:
+ *   Q4_FORCE_ISA=avx2 ONE_LIB=1 MODE_B=1 SLICE=0.005 ROUNDS=12 \
+ *     /tmp/ab_lib build/release/libNVFP4.so build/release/libNVFP4.so 64 512 24 0
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -75,7 +82,9 @@ static void* sym(void* lib, const char* name) {
 }
 
 static Side load_side(const char* path, int64_t n, int64_t k, int mode, int format, float* w) {
-  void* lib = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
+  const char* one = getenv("ONE_LIB");
+  void* lib = one != NULL && atoi(one) != 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL)
+                                            : dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     fprintf(stderr, "ab_lib: %s\n", dlerror());
     exit(2);
@@ -127,6 +136,7 @@ int main(int argc, char** argv) {
   }
   const int64_t n = atoll(argv[3]), k = atoll(argv[4]), m = atoll(argv[5]);
   const int mode = atoi(argv[6]);
+  const int mode_b = getenv("MODE_B") != NULL ? atoi(getenv("MODE_B")) : mode;
   const int format = argc > 7 && strcmp(argv[7], "nf4") == 0 ? Q4_FORMAT_NF4 : Q4_FORMAT_NVFP4;
   const int off = (int)env_or("OFF", 0);
   const double slice = env_or("SLICE", 0.003);
@@ -143,7 +153,7 @@ int main(int argc, char** argv) {
   srand(1);
   for (int64_t i = 0; i < n * k; ++i) w[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
   for (int64_t i = 0; i < m * k; ++i) x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
-  Side side[2] = {load_side(argv[1], n, k, mode, format, w), load_side(argv[2], n, k, mode, format, w)};
+  Side side[2] = {load_side(argv[1], n, k, mode, format, w), load_side(argv[2], n, k, mode_b, format, w)};
   int64_t sx[2] = {m, k}, sy[2] = {m, n};
   DLTensor xt = f32_2d(x, sx), yt[2];
   for (int i = 0; i < 2; ++i) {
@@ -171,9 +181,9 @@ int main(int argc, char** argv) {
   qsort(t[0], (size_t)rounds, sizeof(double), by_value);
   qsort(t[1], (size_t)rounds, sizeof(double), by_value);
   printf(
-      "N %lld K %lld M %lld mode %d off %d: old best %.2f median %.2f | new best %.2f median %.2f us"
+      "N %lld K %lld M %lld mode %d/%d off %d: old best %.2f median %.2f | new best %.2f median %.2f us"
       " | old/new best %.3f median %.3f | bits %s\n",
-      (long long)n, (long long)k, (long long)m, mode, off, t[0][0] * 1e6, t[0][rounds / 2] * 1e6,
+      (long long)n, (long long)k, (long long)m, mode, mode_b, off, t[0][0] * 1e6, t[0][rounds / 2] * 1e6,
       t[1][0] * 1e6, t[1][rounds / 2] * 1e6, t[0][0] / t[1][0], t[0][rounds / 2] / t[1][rounds / 2],
       same ? "same" : "DIFFER");
   return same ? 0 : 1;
