@@ -89,9 +89,9 @@ int wait_child(pid_t pid, double seconds) {
 // (GCC 12's libsanitizer) takes none of its locks at fork, so a pool
 // worker of the parent still dropping its reference to the job it helped
 // with (a free) when the parent forks leaves that lock held in the child
-// for good, and the child's own workers hang at their start (seen under
-// load: 1 child in 10, stacks in the allocator's lock). glibc's malloc
-// takes its locks across fork().
+// for good, and the child's own workers hang at their start (seen beside
+// a CPU hog: 27 of 300 runs of the first case, stacks in the allocator's
+// lock). glibc's malloc takes its locks across fork().
 pid_t fork_when_others_sleep() {
   const auto self = static_cast<long>(::syscall(SYS_gettid));
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
