@@ -96,7 +96,8 @@ double product_ms(const kern::KernelTable& kt, Nvfp4Problem& p, int64_t m, int32
 // The small-batch settings for this CPU: the K chunk (at M = 16) and the
 // largest M (the table's default, or one of 24, 32, 40, 48, 64, 96, 128
 // above it) up to which the small-batch kernels beat the panel GEMM, on a
-// random NVFP4 weight of dim x dim (at least 256 x 256), or dim x (dim + 16)
+// random NVFP4 weight of dim x dim (at least 256 x 256; N above the
+// table's short weights: small_batch_tuning_rows), or dim x (dim + 16)
 // where the table's GEMV takes M <= 16 for K % 128 == 0 (so that the
 // small-batch kernels, which serve only the other K there, are what is
 // timed). A K chunk of K or more cuts nothing, so only chunks below K are
@@ -107,7 +108,7 @@ double product_ms(const kern::KernelTable& kt, Nvfp4Problem& p, int64_t m, int32
 kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
   const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
   const int64_t k = kt.gemv_max_m_k128 > kern::kGemvMaxRows ? d + 16 : d;
-  Nvfp4Problem p(128, d, k, 2);
+  Nvfp4Problem p(128, kern::small_batch_tuning_rows(kt, dim), k, 2);
   kern::SmallBatchConfig best{};
   double best_ms = product_ms(kt, p, 16, runs, best);
   for (int64_t kc : {256, 1024, 2048}) {

@@ -51,6 +51,14 @@ inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& 
   return n <= kt.small_batch_short_n ? std::min(m, kt.small_batch_short_max_m) : m;
 }
 void set_small_batch_config(const SmallBatchConfig& c);
+// The rows (N) of the weight the tuner times the small-batch settings on
+// for a tuning of `dim`: dim rounded down to 16, at least 256, and above
+// kt.small_batch_short_n (such weights keep the table's fixed range, so
+// timing one would compare the panel GEMM with itself).
+inline int64_t small_batch_tuning_rows(const KernelTable& kt, int32_t dim) {
+  const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
+  return std::max<int64_t>(d, (kt.small_batch_short_n / 16 + 1) * 16);
+}
 
 // MXFP4's E8M0 scales in place (NvWeights::e8m0) under a GEMV that does not
 // read them: E4M3 codes are made per piece of rows of about this many
