@@ -108,7 +108,7 @@ double product_ms(const kern::KernelTable& kt, Nvfp4Problem& p, int64_t m, int32
 kern::SmallBatchConfig tune_small_batch(const kern::KernelTable& kt, int32_t dim, int32_t runs) {
   const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
   const int64_t k = kt.gemv_max_m_k128 > kern::kGemvMaxRows ? d + 16 : d;
-  Nvfp4Problem p(128, kern::small_batch_tuning_rows(kt, dim), k, 2);
+  Nvfp4Problem p(128, kern::small_batch_tuning_rows(kt, d), k, 2);
   kern::SmallBatchConfig best{};
   double best_ms = product_ms(kt, p, 16, runs, best);
   for (int64_t kc : {256, 1024, 2048}) {

@@ -51,12 +51,11 @@ inline int32_t small_batch_max_m(const KernelTable& kt, const SmallBatchConfig& 
   return n <= kt.small_batch_short_n ? std::min(m, kt.small_batch_short_max_m) : m;
 }
 void set_small_batch_config(const SmallBatchConfig& c);
-// The rows (N) of the weight the tuner times the small-batch settings on
-// for a tuning of `dim`: dim rounded down to 16, at least 256, and above
-// kt.small_batch_short_n (such weights keep the table's fixed range, so
-// timing one would compare the panel GEMM with itself).
-inline int64_t small_batch_tuning_rows(const KernelTable& kt, int32_t dim) {
-  const int64_t d = std::max<int64_t>(256, int64_t{dim} / 16 * 16);
+// The rows (N) of the weight the tuner times the small-batch settings on,
+// given its size d (a multiple of 16): d, or the next multiple of 16
+// above kt.small_batch_short_n (such weights keep the table's fixed range,
+// so timing one would compare the panel GEMM with itself).
+inline int64_t small_batch_tuning_rows(const KernelTable& kt, int64_t d) {
   return std::max<int64_t>(d, (kt.small_batch_short_n / 16 + 1) * 16);
 }
 
