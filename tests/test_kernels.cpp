@@ -540,6 +540,89 @@ TEST_CASE("quantize with a given scale: the staging buffer kept between calls ne
   }
 }
 
+TEST_CASE("stream_copy copies every length to every destination alignment, nothing past it", "[kernels]") {
+  // The non-temporal copy has a head up to dst's 16-byte boundary, 64-byte
+  // steps and a tail: lengths around those sizes at each offset.
+  std::vector<uint8_t> src(1024);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (int64_t off = 0; off < 16; ++off) {
+    for (int64_t len : {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 200, 511, 700}) {
+      std::vector<uint8_t> dst(1024 + 64, 0xEE);
+      const int64_t so = (off * 5) % 64;  // the source at other offsets too
+      q4::kern::stream_copy(dst.data() + 32 + off, src.data() + so, len);
+      INFO("dst offset " << off << " src offset " << so << " length " << len);
+      CHECK(std::memcmp(dst.data() + 32 + off, src.data() + so, static_cast<size_t>(len)) == 0);
+      bool outside = true;
+      for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i) {
+        if ((i < 32 + off || i >= 32 + off + len) && dst[static_cast<size_t>(i)] != 0xEE) outside = false;
+      }
+      CHECK(outside);
+    }
+  }
+}
+
+TEST_CASE("quantize of an input whose staged result streams out: the oracle's bytes, or nothing on NaN/Inf",
+          "[kernels]") {
+  // 1920 x 4096 fp32 stages 4.2 MB of codes and scales (NVFP4; MXFP4 4.1,
+  // NF4 4.4): at least kStreamCopyMin, so the result is copied out with
+  // non-temporal stores, after tasks of up to 1 MiB of input. Every row
+  // is checked against the scalar codec, row by row; a NaN in one of the
+  // last tasks is reported at its own index and nothing is written.
+  const int64_t rows = 1920, k = 4096, n = rows * k;
+  Tensor x = t::random_float({rows, k}, t::f32(), 77);
+  const Q4_op_options o = two_threads();
+  const float g = 1e-3f;
+  {
+    PrefilledQuantOut out(rows, k);
+    REQUIRE(NVFP4_quantize(x.t(), out.q.t(), out.s.t(), 0, g, nullptr, &o) == Q4_OK);
+    std::vector<uint8_t> qr(static_cast<size_t>(k / 2)), sr(static_cast<size_t>(k / 16));
+    bool same = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      q4::ref::nvfp4_quantize(x.f() + r * k, 1, k, g, qr.data(), sr.data());
+      same = same && std::memcmp(out.q.data() + r * (k / 2), qr.data(), qr.size()) == 0 &&
+             std::memcmp(out.s.data() + r * (k / 16), sr.data(), sr.size()) == 0;
+    }
+    CHECK(same);
+    CHECK(out.q.guard_intact());
+    CHECK(out.s.guard_intact());
+  }
+  {
+    Tensor q({rows, k / 2}, t::u8()), e({rows, k / 32}, t::u8());
+    REQUIRE(MXFP4_quantize(x.t(), q.t(), e.t(), 0, &o) == Q4_OK);
+    std::vector<uint8_t> qr(static_cast<size_t>(k / 2)), er(static_cast<size_t>(k / 32));
+    bool same = true;
+    for (int64_t r = 0; r < rows; ++r) {
+      q4::kern::portable::mxfp4_quantize(x.f() + r * k, 1, k, qr.data(), er.data());
+      same = same && std::memcmp(q.data() + r * (k / 2), qr.data(), qr.size()) == 0 &&
+             std::memcmp(e.data() + r * (k / 32), er.data(), er.size()) == 0;
+    }
+    CHECK(same);
+    CHECK(q.guard_intact());
+    CHECK(e.guard_intact());
+  }
+  {
+    Tensor q({n / 2}, t::u8()), am({n / 64}, t::f32());
+    Tensor flat = x;
+    flat.shape = {n};
+    flat.dl.ndim = 1;
+    flat.dl.shape = flat.shape.data();
+    REQUIRE(NF4_quantize(flat.t(), q.t(), am.t(), 64, &o) == Q4_OK);
+    std::vector<uint8_t> qk(static_cast<size_t>(n / 2));
+    std::vector<float> ak(static_cast<size_t>(n / 64));
+    q4::kern::nf4_quantize(q4::kern::FloatPtr{x.f(), q4::kern::FType::F32}, n, 64, qk.data(), ak.data());
+    CHECK(std::memcmp(q.data(), qk.data(), qk.size()) == 0);
+    CHECK(std::memcmp(am.data(), ak.data(), ak.size() * sizeof(float)) == 0);
+    CHECK(q.guard_intact());
+    CHECK(am.guard_intact());
+  }
+  const int64_t bad = n - 3 * k - 5;  // in the last tasks
+  x.set(bad, std::numeric_limits<float>::quiet_NaN());
+  PrefilledQuantOut out(rows, k);
+  CHECK(NVFP4_quantize(x.t(), out.q.t(), out.s.t(), 0, g, nullptr, &o) == Q4_ERR_NON_FINITE);
+  CHECK(std::string(Q4_last_error()).find("flat index " + std::to_string(bad)) != std::string::npos);
+  CHECK(out.untouched());
+}
+
 TEST_CASE("thread count does not change results in exact mode", "[kernels]") {
   // (n = 601: the panel GEMM's tasks take groups of panels, the last partial)
   for (const int64_t n : {70, 601}) {

@@ -204,14 +204,21 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
 // having written nothing. g > 0 is the global scale to use; g == 0 derives
 // it from amax(x) (the codec's rule).
 //
-// g given: ONE pass over x. Tasks of 64 KiB rows check their rows
-// (absmax_bits) and quantize them while they are in L2, into a staging
-// buffer; only when every task found its rows finite is the staging copied
-// into q and s (the copy moves 0.56 bytes per element against the 4 that a
-// separate check pass would re-read). g derived: the global scale needs the
+// g given: ONE pass over x. Tasks of rows (up to 1 MiB of fp32; 64 KiB of
+// 16-bit input, converted in L2) check their rows (absmax_bits) and
+// quantize them into a staging buffer; only when every task found its rows
+// finite is the staging copied into q and s (the copy moves 0.56 bytes per
+// element against the 4 that a separate check pass would re-read; a large
+// one with non-temporal stores, stream_copy). g derived: the global scale needs the
 // amax of all of x before any element can be coded, so two passes: the
 // finite check and the amax in one read, then the quantization straight
 // into q and s (x is known finite by then).
+// memcpy(dst, src, bytes) with non-temporal stores where the ISA has them
+// (x86-64; elsewhere memcpy itself), ending with a store fence: dst's lines
+// are written without being read first or displacing the cache. Used for
+// the large copies of staged quantization results.
+void stream_copy(uint8_t* dst, const uint8_t* src, int64_t bytes);
+
 int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
                                float* g_used, uint8_t* q, uint8_t* s, int32_t threads);
 
