@@ -1621,6 +1621,33 @@ TEST_CASE("exact products: weights of few rows take the panel GEMM above the tab
   if (tested == 0) std::printf("SKIPPED: no table this CPU runs has a short-weight small-batch range\n");
 }
 
+TEST_CASE(
+    "fast mode's fallback by M follows the weight's exact path (short weights leave the small batch sooner)",
+    "[kernels][int8]") {
+  // KernelTable::i8_fast_max_m (no table sets it today): above it fast
+  // mode runs the exact kernels, but only where they are the small-batch
+  // family, whose range ends sooner for weights of at most
+  // small_batch_short_n rows. A copy of each table with the field set.
+  int tested = 0;
+  for (int32_t isa : compiled_tables(true)) {
+    kern::KernelTable t = kern::table_for(isa);
+    t.i8_fast_max_m = 4;
+    const kern::SmallBatchConfig c = kern::small_batch_config();
+    const int64_t long_n = std::max<int64_t>(4096, t.small_batch_short_n + 16);
+    const int32_t top = kern::small_batch_max_m(t, c, long_n);
+    INFO(Q4_isa_name(isa) << " top " << top);
+    CHECK(kern::fast_math_fallback_rows(t, 4, long_n) == nullptr);
+    if (top > 4) CHECK(kern::fast_math_fallback_rows(t, top, long_n) != nullptr);
+    CHECK(kern::fast_math_fallback_rows(t, top + 1, long_n) == nullptr);
+    if (t.small_batch_short_n <= 0 || top <= t.small_batch_short_max_m) continue;
+    ++tested;
+    const int64_t m = t.small_batch_short_max_m + 1;  // the panel GEMM for short weights
+    CHECK(kern::fast_math_fallback_rows(t, m, t.small_batch_short_n) == nullptr);
+    CHECK(kern::fast_math_fallback_rows(t, m, t.small_batch_short_n + 1) != nullptr);
+  }
+  if (tested == 0) std::printf("SKIPPED: no table this CPU runs has a short-weight small-batch range\n");
+}
+
 TEST_CASE("the tuner times the small-batch range on a weight above the table's short weights", "[kernels]") {
   // Short weights keep a fixed small-batch range: timed on one, the
   // tuner would compare the panel GEMM with itself and let noise set max_m.
@@ -2304,7 +2331,7 @@ TEST_CASE("public API: W4A4 and fast mode report the integer ISA that ran, bit-i
     // level where it fell back (no integer kernels, M above i8_fast_max_m,
     // or a shape too small).
     const kern::KernelTable& kt = kern::table_for(isa);
-    const bool fast_int = native && kern::fast_math_fallback_rows(kt, m) == nullptr &&
+    const bool fast_int = native && kern::fast_math_fallback_rows(kt, m, n) == nullptr &&
                           kern::fast_math_fallback_shape(kt, n, k) == nullptr;
     CHECK(Q4_last_isa_used() == (fast_int ? isa : kt.exact_isa));
     if (!native) continue;
@@ -2539,7 +2566,7 @@ TEST_CASE("fast mode reports the level that ran: the integer table, or its exact
       Tensor x = t::random_float({m, k}, t::f32(), 82), y({m, n}, t::f32());
       REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, y.t(), &fast) == Q4_OK);
       const bool int8 =
-          kern::fast_math_fallback_nvfp4(kt) == nullptr && kern::fast_math_fallback_rows(kt, m) == nullptr;
+          kern::fast_math_fallback_nvfp4(kt) == nullptr && kern::fast_math_fallback_rows(kt, m, n) == nullptr;
       CHECK(Q4_last_isa_used() == (int8 ? kt.isa : kt.exact_isa));
     }
   }

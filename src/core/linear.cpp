@@ -601,7 +601,7 @@ int32_t math_mode_used(const Q4_linear& l, std::string* reason) {
     // Fast mode runs, but the exact kernels take the M where this ISA's
     // integer kernels lose to them (the reason says which).
     const char* rows =
-        kt.i8_fast_max_m > 0 ? kern::fast_math_fallback_rows(kt, kt.i8_fast_max_m + 1) : nullptr;
+        kt.i8_fast_max_m > 0 ? kern::fast_math_fallback_rows(kt, kt.i8_fast_max_m + 1, l.n) : nullptr;
     if (rows == nullptr && l.format == Q4_FORMAT_NF4) {
       rows = kern::fast_math_fallback_nf4_rows(kt, 1);  // small M, else large M
       if (rows == nullptr) rows = kern::fast_math_fallback_nf4_rows(kt, int64_t{1} << 20);

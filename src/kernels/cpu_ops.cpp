@@ -570,10 +570,11 @@ const char* fast_math_fallback_nf4(const KernelTable& kt) {
   return fast_math_fallback_nvfp4(kt);
 }
 
-const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m) {
-  // Only where the exact path is the small-batch family: above it the exact
-  // panel GEMM is slower than the integer kernels on every ISA measured.
-  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m && m <= small_batch_max_m(kt, small_batch_config())) {
+const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m, int64_t n) {
+  // Only where the exact path is the small-batch family (for this weight:
+  // short ones take the panel GEMM sooner): above it the exact panel GEMM
+  // is slower than the integer kernels on every ISA measured.
+  if (kt.i8_fast_max_m > 0 && m > kt.i8_fast_max_m && m <= small_batch_max_m(kt, small_batch_config(), n)) {
     return "the integer kernels of this ISA are not faster than the exact small-batch kernels at this M: "
            "fast mode runs the exact kernels there";
   }
@@ -651,7 +652,7 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
 
 MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const NvWeights& w, int64_t n,
                            float* y, int32_t threads, ScaleSigns* signs) {
-  if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
+  if (fast_math_fallback_nvfp4(kt) != nullptr || fast_math_fallback_rows(kt, m, n) != nullptr ||
       fast_math_fallback_shape(kt, n, w.k) != nullptr) {
     linear_nvfp4(kt, x, m, w, n, y, threads, signs);
     note_isa_used(kt.exact_isa);
@@ -664,7 +665,7 @@ MathUsed linear_nvfp4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nv
 
 MathUsed linear_nf4_fast(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weights& w, int64_t n,
                          float* y, int32_t threads) {
-  if (fast_math_fallback_nf4(kt) != nullptr || fast_math_fallback_rows(kt, m) != nullptr ||
+  if (fast_math_fallback_nf4(kt) != nullptr || fast_math_fallback_rows(kt, m, n) != nullptr ||
       fast_math_fallback_shape(kt, n, w.k) != nullptr || fast_math_fallback_nf4_rows(kt, m) != nullptr ||
       fast_math_fallback_nf4_weights(w) != nullptr) {
     linear_nf4(kt, x, m, w, n, y, threads);

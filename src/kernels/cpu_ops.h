@@ -104,9 +104,10 @@ enum class MathUsed : int32_t { Exact = 0, Int8 = 1 };
 // path and error bound: linear_nf4_int8).
 const char* fast_math_fallback_nvfp4(const KernelTable& kt);
 const char* fast_math_fallback_nf4(const KernelTable& kt);
-// Why fast mode runs the exact kernels for this M on table kt (M above the
-// table's i8_fast_max_m), or nullptr.
-const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m);
+// Why fast mode runs the exact kernels for this M on table kt and a weight
+// of n rows (M above the table's i8_fast_max_m, where the exact path for
+// that weight is the small-batch family), or nullptr.
+const char* fast_math_fallback_rows(const KernelTable& kt, int64_t m, int64_t n);
 // Why fast mode runs the exact kernels for an N x K weight on table kt:
 // the activations' quantization (M x K values on every call) is not paid
 // back by the integer product over so few weight rows (or so short a K),
