@@ -563,12 +563,12 @@ TEST_CASE("stream_copy copies every length to every destination alignment, nothi
 
 TEST_CASE("quantize of an input whose staged result streams out: the oracle's bytes, or nothing on NaN/Inf",
           "[kernels]") {
-  // 1920 x 4096 fp32 stages 4.2 MB of codes and scales (NVFP4; MXFP4 4.1,
-  // NF4 4.4): at least kStreamCopyMin, so the result is copied out with
+  // 2048 x 4096 fp32 stages 4.5 MiB of codes and scales (NVFP4 and NF4;
+  // MXFP4 4.25): at least kStreamCopyMin, so the result is copied out with
   // non-temporal stores, after tasks of up to 1 MiB of input. Every row
   // is checked against the scalar codec, row by row; a NaN in one of the
   // last tasks is reported at its own index and nothing is written.
-  const int64_t rows = 1920, k = 4096, n = rows * k;
+  const int64_t rows = 2048, k = 4096, n = rows * k;
   Tensor x = t::random_float({rows, k}, t::f32(), 77);
   const Q4_op_options o = two_threads();
   const float g = 1e-3f;
