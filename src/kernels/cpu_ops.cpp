@@ -60,18 +60,17 @@ int32_t threads_or_default(int32_t threads) {
   return threads > 0 ? threads : default_num_threads();
 }
 
-// Elements of input per task of a quantization pass over n elements: 64
-// KiB of fp32 where the task first converts its 16-bit rows into a buffer
-// (`in_registers` false and not fp32: the buffer stays in L2), else up to
-// 1 MiB of fp32, at least four tasks per thread. Each task starts its own
-// stream from DRAM, and the kernels prefetch only within a task, so a
-// task's first groups wait on memory: on a Zen 4, 2 threads, 11008 x 4096
-// fp32 alternating call by call, 1 MiB against 64 KiB tasks ran NVFP4
-// with the scale given 1.09-1.18x, MXFP4 1.17x, NF4 (its tasks were 256
-// KiB) 1.06-1.07x, the global amax pass of a computed scale 1.03x.
-int64_t quantize_task_elems(FType type, bool in_registers, int64_t n, int32_t threads) {
+// Elements of input per task of a quantization pass over n elements: up
+// to 256 Ki (1 MiB of fp32), at least four tasks per thread. Each task
+// starts its own stream from DRAM, and the kernels prefetch only within a
+// task, so a task's first groups wait on memory: on a Zen 4, 2 threads,
+// 11008 x 4096 fp32 alternating call by call, 1 MiB against 64 KiB tasks
+// ran NVFP4 with the scale given 1.09-1.18x, MXFP4 1.17x, NF4 (its tasks
+// were 256 KiB) 1.06-1.07x, the global amax pass of a computed scale
+// 1.03x. (16-bit input converted into a buffer goes in pieces within a
+// task: for_f32_pieces.)
+int64_t quantize_task_elems(int64_t n, int32_t threads) {
   constexpr int64_t kSmall = 16384, kLarge = 262144;
-  if (type != FType::F32 && !in_registers) return kSmall;
   return std::clamp<int64_t>(n / (4 * int64_t{threads_or_default(threads)}), kSmall, kLarge);
 }
 
@@ -992,8 +991,7 @@ void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t
                     uint8_t* s, int32_t threads) {
   if (rows == 0 || k == 0) return;  // nothing to do (and no empty rows to loop over)
   // Tasks of whole rows (quantize_task_elems).
-  const int64_t rows_per =
-      std::max<int64_t>(1, (quantize_task_elems(FType::F32, true, rows * k, threads) + k - 1) / k);
+  const int64_t rows_per = std::max<int64_t>(1, (quantize_task_elems(rows * k, threads) + k - 1) / k);
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
     kt.nvfp4_quantize(x + r0 * k, r1 - r0, k, g, q + r0 * (k / 2), s + r0 * (k / 16));
@@ -1114,16 +1112,31 @@ uint32_t absmax_bits_of(const KernelTable& kt, ActRows x, int64_t i0, int64_t n)
   return mx;
 }
 
-// fp32 rows [r0, r1) of x (k columns): x itself, or fp16/bf16 converted into
-// buf (one quantization task's rows, sized for L2; not zero-filled first:
-// a std::vector's fill wrote every task's buffer twice, 1.2x the time of a
-// given-scale NVFP4 quantize of fp16 rows against fp32 ones).
-const float* f32_task_rows(const KernelTable& kt, ActRows x, int64_t r0, int64_t r1, int64_t k,
-                           AlignedFloats& buf) {
-  if (x.type == FType::F32) return static_cast<const float*>(x.data) + r0 * k;
-  buf = aligned_floats((r1 - r0) * k);
-  kt.act_to_f32(x.data, x.type, r0 * k, (r1 - r0) * k, buf.get());
-  return buf.get();
+// Rows [r0, r1) of x (k columns) as fp32, to fn(rows, first row, count)
+// (false: stop, and return false): x itself in one call, or fp16/bf16
+// converted in pieces of whole rows, about 64 KiB of fp32 each, through
+// one buffer that stays in L2 (not zero-filled first: a std::vector's fill
+// wrote every task's buffer twice, 1.2x the time of a given-scale NVFP4
+// quantize of fp16 rows against fp32 ones). While a piece is coded, the
+// next one's 16-bit input is prefetched into L2, so that the conversion
+// reads it from cache rather than from DRAM with the coding stopped.
+// Against tasks of one piece each (bf16 input, 11008 x 4096, Zen 4, 2
+// threads, two builds alternating, tools/ab/ab_ops.c): NVFP4 with the
+// scale given 1.05-1.06x, computed 1.03-1.12x, MXFP4 1.05-1.16x.
+template <class Fn>
+bool for_f32_pieces(const KernelTable& kt, ActRows x, int64_t r0, int64_t r1, int64_t k, const Fn& fn) {
+  if (x.type == FType::F32) return fn(static_cast<const float*>(x.data) + r0 * k, r0, r1 - r0);
+  const int64_t piece = std::max<int64_t>(1, (16384 + k - 1) / k);
+  const AlignedFloats buf = aligned_floats(std::min(piece, r1 - r0) * k);
+  const auto* bytes = static_cast<const char*>(x.data);
+  for (int64_t p = r0; p < r1; p += piece) {
+    const int64_t pe = std::min(r1, p + piece);
+    kt.act_to_f32(x.data, x.type, p * k, (pe - p) * k, buf.get());
+    const int64_t next_end = std::min(r1, pe + piece) * k * 2;
+    for (int64_t o = pe * k * 2; o < next_end; o += 64) __builtin_prefetch(bytes + o, 0, 1);
+    if (!fn(static_cast<const float*>(buf.get()), p, pe - p)) return false;
+  }
+  return true;
 }
 
 constexpr size_t kHuge = size_t{2} << 20;
@@ -1284,8 +1297,7 @@ StagedResult quantize_staged(const KernelTable& kt, ActRows x, int64_t rows, int
   Staging st(qbytes + sbytes);
   uint8_t* sq = st.p;
   uint8_t* ss = st.p + qbytes;
-  const int64_t rows_per =
-      std::max<int64_t>(1, (quantize_task_elems(x.type, false, rows * k, threads) + k - 1) / k);
+  const int64_t rows_per = std::max<int64_t>(1, (quantize_task_elems(rows * k, threads) + k - 1) / k);
   const int64_t tasks = (rows + rows_per - 1) / rows_per;
   std::atomic<int64_t> bad_task{std::numeric_limits<int64_t>::max()};
   parallel_for(tasks, threads, [&](int64_t t) {
@@ -1293,8 +1305,10 @@ StagedResult quantize_staged(const KernelTable& kt, ActRows x, int64_t rows, int
     // the smallest failing task (and the first bad index) is always found.
     if (t > bad_task.load(std::memory_order_relaxed)) return;
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-    AlignedFloats buf;
-    if (!code(f32_task_rows(kt, x, r0, r1, k, buf), r1 - r0, sq + r0 * qrow, ss + r0 * srow)) {
+    const bool finite = for_f32_pieces(kt, x, r0, r1, k, [&](const float* xt, int64_t p, int64_t count) {
+      return code(xt, count, sq + p * qrow, ss + p * srow);
+    });
+    if (!finite) {
       lower_to(bad_task, t);
     }
   });
@@ -1317,7 +1331,7 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   }
   if (!(g > 0.0f)) {
     // Pass 1: finite check and amax in one read; pass 2: quantize.
-    const int64_t kChunk = std::max<int64_t>(int64_t{1} << 16, quantize_task_elems(x.type, true, n, threads));
+    const int64_t kChunk = std::max<int64_t>(int64_t{1} << 16, quantize_task_elems(n, threads));
     const int64_t tasks = (n + kChunk - 1) / kChunk;
     std::vector<uint32_t> part(static_cast<size_t>(tasks), 0);
     parallel_for(tasks, threads, [&](int64_t t) {
@@ -1337,13 +1351,13 @@ int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
       quantize_nvfp4(kt, static_cast<const float*>(x.data), rows, k, *g_used, q, s, threads);
       return -1;
     }
-    const int64_t rows_per =
-        std::max<int64_t>(1, (quantize_task_elems(x.type, false, rows * k, threads) + k - 1) / k);
+    const int64_t rows_per = std::max<int64_t>(1, (quantize_task_elems(rows * k, threads) + k - 1) / k);
     parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
       const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-      AlignedFloats buf;
-      kt.nvfp4_quantize(f32_task_rows(kt, x, r0, r1, k, buf), r1 - r0, k, *g_used, q + r0 * (k / 2),
-                        s + r0 * (k / 16));
+      for_f32_pieces(kt, x, r0, r1, k, [&](const float* xt, int64_t p, int64_t count) {
+        kt.nvfp4_quantize(xt, count, k, *g_used, q + p * (k / 2), s + p * (k / 16));
+        return true;
+      });
     });
     return -1;
   }
@@ -1429,7 +1443,7 @@ int64_t nf4_quantize(const KernelTable& kt, FloatPtr x, int64_t n, int64_t block
   if (n <= 0) return -1;
   const int64_t nblocks = (n + blocksize - 1) / blocksize;
   // (nf4_quantize_blocks converts 16-bit input in registers.)
-  const int64_t per_task = std::max<int64_t>(1, quantize_task_elems(x.type, true, n, threads) / blocksize);
+  const int64_t per_task = std::max<int64_t>(1, quantize_task_elems(n, threads) / blocksize);
   const int64_t tasks = (nblocks + per_task - 1) / per_task;
   // One pass over x: each task codes its blocks into staging with the
   // finite check riding on the block maxima; the outputs are written only

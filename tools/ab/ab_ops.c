@@ -14,7 +14,8 @@
  * input, rotated through COPIES copies (default 3: 11008 x 4096 then
  * reads from DRAM); linear-swizzled, linear-linear: NVFP4_linear of M rows
  * (default 1) on a ROWS x K weight with swizzled or linear scales, MODE 0
- * (exact, default) or 1 (fast). Environment: T (threads, default 2),
+ * (exact, default) or 1 (fast). Environment: IN=bf16 (the quantize
+ * input as bf16, rounded to nearest even from the same values), T (threads, default 2),
  * SLICE (seconds per slice, default 0.003: one call per slice for a call
  * longer than that), ROUNDS (default 40). Prints the median time per call
  * of each side and old/new (above 1: the new build is faster). Each pool's
@@ -116,6 +117,7 @@ typedef struct {
   int64_t sw_bytes;
   const float* x;
   float g;
+  int bf16; /* the quantize input stored as bf16 */
 } Work;
 
 /* One call of a side on input copy `copy`; its status. */
@@ -125,7 +127,8 @@ static int32_t call(const Work* w, Side* sd, int copy) {
           s_shape[2] = {w->rows, w->k / 16}, mx_shape[2] = {w->rows, w->k / 32}, nf_q[1] = {n / 2},
           nf_a[1] = {n / 64}, sw_shape[1] = {w->sw_bytes}, x_shape[2] = {w->m, w->k},
           y_shape[2] = {w->m, w->rows};
-  DLTensor tx = tensor(w->in[copy], in_shape, 2, kDLFloat, 32);
+  const uint8_t code = w->bf16 ? kDLBfloat : kDLFloat, bits = w->bf16 ? 16 : 32;
+  DLTensor tx = tensor(w->in[copy], in_shape, 2, code, bits);
   switch (w->op) {
     case kQuantNvfp4:
     case kQuantNvfp4Amax: {
@@ -137,7 +140,7 @@ static int32_t call(const Work* w, Side* sd, int copy) {
                                                          given ? NULL : &used, &sd->opts);
     }
     case kQuantNf4: {
-      DLTensor flat = tensor(w->in[copy], flat_shape, 1, kDLFloat, 32),
+      DLTensor flat = tensor(w->in[copy], flat_shape, 1, code, bits),
                tq = tensor(sd->out[0], nf_q, 1, kDLUInt, 8), ta = tensor(sd->out[1], nf_a, 1, kDLFloat, 32);
       return ((Nf4QuantFn)sym(sd->lib, "NF4_quantize"))(&flat, &tq, &ta, 64, &sd->opts);
     }
@@ -229,6 +232,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ab_ops: the input did not quantize\n");
     return 2;
   }
+  const char* in_type = getenv("IN");
+  w.bf16 = in_type != NULL && strcmp(in_type, "bf16") == 0 && op <= kQuantMxfp4;
+  for (int c = 0; w.bf16 && c < copies; ++c) {  // (in place: bf16 i lies below float i)
+    uint16_t* h = (uint16_t*)w.in[c];
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      memcpy(&u, &w.in[c][i], 4);
+      h[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+  }
   if (op >= kLinearSwizzled) {
     uint8_t* wsw = xalloc((size_t)w.sw_bytes);
     DLTensor tsw = tensor(wsw, sw_shape, 1, kDLUInt, 8);
@@ -265,8 +278,9 @@ int main(int argc, char** argv) {
                    (op >= kLinearSwizzled || memcmp(side[0].out[1], side[1].out[1], out1) == 0);
   qsort(t[0], (size_t)rounds, sizeof(double), by_value);
   qsort(t[1], (size_t)rounds, sizeof(double), by_value);
-  printf("%s %lld x %lld M %lld mode %d: old %.4f ms new %.4f ms (medians) | old/new %.3f | bytes %s\n",
-         argv[3], (long long)rows, (long long)k, (long long)m, side[0].opts.math_mode, t[0][rounds / 2] * 1e3,
-         t[1][rounds / 2] * 1e3, t[0][rounds / 2] / t[1][rounds / 2], same ? "same" : "DIFFER");
+  printf("%s%s %lld x %lld M %lld mode %d: old %.4f ms new %.4f ms (medians) | old/new %.3f | bytes %s\n",
+         argv[3], w.bf16 ? " (bf16 input)" : "", (long long)rows, (long long)k, (long long)m,
+         side[0].opts.math_mode, t[0][rounds / 2] * 1e3, t[1][rounds / 2] * 1e3,
+         t[0][rounds / 2] / t[1][rounds / 2], same ? "same" : "DIFFER");
   return same ? 0 : 1;
 }
