@@ -251,6 +251,12 @@ struct KernelTable {
   // then partly written: the drivers quantize into staging).
   bool (*nvfp4_quantize_checked)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
                                  uint8_t* s) = nullptr;
+  // Optional (null: the drivers convert fp16/bf16 input to fp32 first):
+  // nvfp4_quantize_checked of fp16 (bf16 false) or bf16 input read in
+  // place, each element widened to fp32 in registers (exact), so the
+  // bytes are those of quantizing the fp32 values.
+  bool (*nvfp4_quantize_checked16)(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g, uint8_t* q,
+                                   uint8_t* s) = nullptr;
   // NF4 quantization of blocks [b0, b1) of x (n elements, fp32/fp16/bf16):
   // the bytes and absmax of fmt::nf4_quantize_block (nf4_quantize_impl.h);
   // false when some element is NaN or Inf (every block is still coded).

@@ -1107,6 +1107,29 @@ inline __m128i pack_nibbles1(__m512i c) {
   return _mm512_cvtepi64_epi8(pairs);
 }
 
+// Quantize input formats: the fp32 bits of 16 consecutive elements. fp16
+// and bf16 widen exactly (bf16: the 16 bits are the top of the fp32 ones;
+// fp16: vcvtph2ps), so a block's codes are those of its fp32 values, and
+// the kernels read 16-bit input in place (a conversion pass into a buffer
+// stalled on DRAM with the coding stopped).
+struct QuantInF32 {
+  using T = float;
+  static __m512i bits(const float* p) { return _mm512_loadu_si512(p); }
+};
+struct QuantInBf16 {
+  using T = uint16_t;
+  static __m512i bits(const uint16_t* p) {
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+                             16);
+  }
+};
+struct QuantInF16 {
+  using T = uint16_t;
+  static __m512i bits(const uint16_t* p) {
+    return _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  }
+};
+
 // The element encoder (the constants live in registers for a whole loop).
 // block(), division-free: q0 = |x| y with y = RN(1/d), the exact remainder
 // |x| - q0 d, and one correction q0 + r y, which is the correctly rounded
@@ -1154,14 +1177,16 @@ struct E2m1Encoder {
   }
 
   // One block, division-free.
-  void block(const float* x, __m512 d, __m512 y, uint8_t* dst) const {
-    const __m512i v = _mm512_loadu_si512(x);
+  template <class In = QuantInF32>
+  void block(const typename In::T* x, __m512 d, __m512 y, uint8_t* dst) const {
+    const __m512i v = In::bits(x);
     store(v, quotient(v, d, y), dst);
   }
 
   // One block with the IEEE division (d > 0, any magnitude).
-  void block_div(const float* x, float d, uint8_t* dst) const {
-    const __m512i v = _mm512_loadu_si512(x);
+  template <class In = QuantInF32>
+  void block_div(const typename In::T* x, float d, uint8_t* dst) const {
+    const __m512i v = In::bits(x);
     const __m512 ax = _mm512_castsi512_ps(_mm512_andnot_si512(sign_bit, v));
     store(v, _mm512_div_ps(ax, _mm512_set1_ps(d)), dst);
   }
@@ -1171,11 +1196,12 @@ struct E2m1Encoder {
   // the nibble pairs joined by a multiply-add, then one word permute puts
   // the bytes in order (per block: a quarter of the cross-lane narrowing
   // and of the 8-byte stores of store()).
-  void block4(const float* x, const float* dv, const float* yv, uint8_t* dst) const {
+  template <class In = QuantInF32>
+  void block4(const typename In::T* x, const float* dv, const float* yv, uint8_t* dst) const {
     __m512i c[4];
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
-      const __m512i v = _mm512_loadu_si512(x + int64_t{16} * b);
+      const __m512i v = In::bits(x + int64_t{16} * b);
       c[b] = code(v, quotient(v, _mm512_set1_ps(dv[b]), _mm512_set1_ps(yv[b])));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), pack_nibbles4<true>(c));
@@ -1238,19 +1264,21 @@ inline __m512i max_network_order() {
 // max |x| of each of 16 consecutive 16-element blocks, in block order (a
 // 15-max shuffle network instead of 16 horizontal reductions); a lane whose
 // bits are >= 0x7f800000 has a NaN or Inf in its block.
-inline __m512 block_amax16(const float* x, __m512 abs_mask) {
+template <class In = QuantInF32>
+inline __m512 block_amax16(const typename In::T* x, __m512 abs_mask) {
   static const __m512i order = max_network_order();
   __m512 v[16];
-  for (int64_t i = 0; i < 16; ++i) v[i] = _mm512_and_ps(_mm512_loadu_ps(x + i * 16), abs_mask);
+  for (int64_t i = 0; i < 16; ++i) v[i] = _mm512_and_ps(_mm512_castsi512_ps(In::bits(x + i * 16)), abs_mask);
   return _mm512_permutexvar_ps(order, max_network16(v));
 }
 
 // Scale codes of 16 consecutive blocks at x into s; their divisors d into
 // dv and, when the division-free element path may run for all of them
 // (returns true), y = RN(1/d) into yv.
-inline bool scale_group16(const float* x, __m512 abs_mask, __m512 six_g, __m512 gv, uint8_t* s, float* dv,
-                          float* yv, __mmask16* non_finite) {
-  const __m512 av = block_amax16(x, abs_mask);
+template <class In = QuantInF32>
+inline bool scale_group16(const typename In::T* x, __m512 abs_mask, __m512 six_g, __m512 gv, uint8_t* s,
+                          float* dv, float* yv, __mmask16* non_finite) {
+  const __m512 av = block_amax16<In>(x, abs_mask);
   *non_finite = _mm512_cmpge_epu32_mask(_mm512_castps_si512(av), _mm512_set1_epi32(0x7f800000));
   const __m512 sv = _mm512_div_ps(av, six_g);
   const __mmask16 nonzero = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ);
@@ -1379,10 +1407,13 @@ struct Nf4CodeAvx512 {
   }
 };
 
-// KernelTable::nvfp4_quantize_checked: the finite check rides on the block
-// maxima (integer max of the |x| bits); false as soon as a group of 16
-// blocks holds a NaN or Inf (q and s then partly written).
-bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+// KernelTable::nvfp4_quantize_checked (and, In 16-bit, the 16-bit entry):
+// the finite check rides on the block maxima (integer max of the |x|
+// bits); false as soon as a group of 16 blocks holds a NaN or Inf (q and s
+// then partly written).
+template <class In>
+bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                              uint8_t* s) {
   // 8 groups of 16 blocks: 8 KiB coded from L1 while the next 8 KiB are
   // prefetched (32 groups, the two 32 KiB halves evicted each other from
   // L1: 11008 x 4096 from DRAM, 2 threads, 1.22x with 8 instead of 32).
@@ -1402,7 +1433,7 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t b = b0 + 16 * j;
       __mmask16 bad = 0;
-      rcp[j] = scale_group16(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad);
+      rcp[j] = scale_group16<In>(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad);
       if (bad != 0) return false;
     }
     // While the elements are coded from L1/L2, the next groups' blocks are
@@ -1414,13 +1445,14 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     const int64_t ahead = std::min(groups * 16, nblocks - next0);
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t g0 = 16 * j;
-      for (int64_t i = g0; i < std::min(g0 + 16, ahead); ++i) {
+      // (one line per block: 16-bit blocks are half a line, every other one)
+      for (int64_t i = g0; i < std::min(g0 + 16, ahead); i += sizeof(typename In::T) == 2 ? 2 : 1) {
         _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
       }
       if (rcp[j] && _mm512_cmpeq_ps_mask(_mm512_load_ps(dv + g0), _mm512_setzero_ps()) == 0) {
         // No zero block: no test per block, four blocks packed together.
         for (int64_t i = g0; i < g0 + 16; i += 4)
-          enc.block4(x + (b0 + i) * 16, dv + i, yv + i, q + (b0 + i) * 8);
+          enc.block4<In>(x + (b0 + i) * 16, dv + i, yv + i, q + (b0 + i) * 8);
         continue;
       }
       if (rcp[j]) {
@@ -1429,7 +1461,7 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
           if (dv[i] == 0.0f) {
             std::memset(dst, 0, 8);
           } else {
-            enc.block(x + (b0 + i) * 16, _mm512_set1_ps(dv[i]), _mm512_set1_ps(yv[i]), dst);
+            enc.block<In>(x + (b0 + i) * 16, _mm512_set1_ps(dv[i]), _mm512_set1_ps(yv[i]), dst);
           }
         }
         continue;
@@ -1439,14 +1471,14 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
         if (dv[i] == 0.0f) {
           std::memset(dst, 0, 8);
         } else {
-          enc.block_div(x + (b0 + i) * 16, dv[i], dst);
+          enc.block_div<In>(x + (b0 + i) * 16, dv[i], dst);
         }
       }
     }
     b0 += groups * 16;
   }
   for (int64_t b = b0; b < nblocks; ++b) {  // tail blocks: the scalar codec
-    const __m512i bits = _mm512_and_si512(_mm512_loadu_si512(x + b * 16), _mm512_set1_epi32(0x7fffffff));
+    const __m512i bits = _mm512_and_si512(In::bits(x + b * 16), _mm512_set1_epi32(0x7fffffff));
     if (_mm512_reduce_max_epu32(bits) >= 0x7f800000u) return false;
     const float bmax = _mm512_reduce_max_ps(_mm512_castsi512_ps(bits));
     const uint32_t code = fmt::nvfp4_block_scale_code(bmax, g);
@@ -1455,10 +1487,21 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     if (d == 0.0f) {
       std::memset(q + b * 8, 0, 8);
     } else {
-      enc.block_div(x + b * 16, d, q + b * 8);
+      enc.block_div<In>(x + b * 16, d, q + b * 8);
     }
   }
   return true;
+}
+
+bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  return nvfp4_quantize_checked_t<QuantInF32>(x, rows, k, g, q, s);
+}
+
+// KernelTable::nvfp4_quantize_checked16.
+bool nvfp4_quantize_checked16(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g, uint8_t* q,
+                              uint8_t* s) {
+  return bf16 ? nvfp4_quantize_checked_t<QuantInBf16>(x, rows, k, g, q, s)
+              : nvfp4_quantize_checked_t<QuantInF16>(x, rows, k, g, q, s);
 }
 
 // KernelTable::nvfp4_quantize (finite input).
@@ -1620,6 +1663,7 @@ const KernelTable& avx512_table() {
     f.gemm_micro = gemm_micro;
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
+    f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
     f.mxfp4_dequantize = mxfp4_dequantize;
