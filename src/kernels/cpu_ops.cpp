@@ -1392,6 +1392,10 @@ int64_t quantize_mxfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, i
   const int64_t srow = k / fmt::kMxBlock;
   const StagedResult r = quantize_staged(
       rows, k, k / 2, srow, q, s, threads, [&](int64_t r0, int64_t r1, uint8_t* tq, uint8_t* ts) {
+        if (x.type != FType::F32 && kt.mxfp4_quantize16 != nullptr) {  // (as nvfp4_code_rows)
+          return kt.mxfp4_quantize16(static_cast<const uint16_t*>(x.data) + r0 * k, x.type == FType::BF16,
+                                     r1 - r0, k, tq, ts);
+        }
         return for_f32_pieces(kt, x, r0, r1, k, [&](const float* xt, int64_t p, int64_t count) {
           return kt.mxfp4_quantize(xt, count, k, tq + (p - r0) * (k / 2), ts + (p - r0) * srow);
         });

@@ -245,6 +245,11 @@ struct KernelTable {
   // in the block maxima; q and s are then partly written: the drivers
   // quantize into staging, quantize_mxfp4_checked).
   bool (*mxfp4_quantize)(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) = nullptr;
+  // Optional (null: the drivers convert fp16/bf16 input to fp32 first):
+  // mxfp4_quantize of fp16 (bf16 false) or bf16 input read in place,
+  // widened to fp32 in registers (exact), as nvfp4_quantize_checked16.
+  bool (*mxfp4_quantize16)(const uint16_t* x, bool bf16, int64_t rows, int64_t k, uint8_t* q,
+                           uint8_t* s) = nullptr;
   // Optional (null: absmax_bits, then nvfp4_quantize): the same
   // quantization of possibly non-finite input with the finite check fused
   // into the block maxima; false when some x is NaN or Inf (q and s are

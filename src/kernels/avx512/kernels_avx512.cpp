@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "formats/codec.h"
@@ -1553,8 +1554,10 @@ void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t 
 // reciprocals 2^(127 - byte) by their bit mapping (always normal), each
 // element's |x| * 2^-e (the codec's product, exact or correctly rounded
 // as the scalar one) coded by E2m1Encoder, two blocks packed together.
-// The last blocks (fewer than 16): the scalar table's function.
-bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+// The last blocks (fewer than 16): the scalar table's function. In: as
+// nvfp4_quantize_checked_t (fp32, or 16-bit input read in place).
+template <class In>
+bool mxfp4_quantize_t(const typename In::T* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   static const E2m1Encoder table;
   const E2m1Encoder enc = table;
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
@@ -1564,9 +1567,9 @@ bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
   __m512i worst = _mm512_setzero_si512();  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 16 <= nblocks; b0 += 16) {
-    const float* xg = x + b0 * fmt::kMxBlock;
-    const __m512i lo = _mm512_castps_si512(block_amax16(xg, abs_mask));
-    const __m512i hi = _mm512_castps_si512(block_amax16(xg + 256, abs_mask));
+    const typename In::T* xg = x + b0 * fmt::kMxBlock;
+    const __m512i lo = _mm512_castps_si512(block_amax16<In>(xg, abs_mask));
+    const __m512i hi = _mm512_castps_si512(block_amax16<In>(xg + 256, abs_mask));
     const __m512i am =
         _mm512_max_epu32(_mm512_permutex2var_epi32(lo, even, hi), _mm512_permutex2var_epi32(lo, odd, hi));
     worst = _mm512_max_epu32(worst, am);
@@ -1579,7 +1582,7 @@ bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
       __m512i c[4];
 #pragma GCC unroll 4
       for (int h = 0; h < 4; ++h) {
-        const __m512i v = _mm512_loadu_si512(xg + i * fmt::kMxBlock + int64_t{16} * h);
+        const __m512i v = In::bits(xg + i * fmt::kMxBlock + int64_t{16} * h);
         const __m512 mag = _mm512_castsi512_ps(_mm512_andnot_si512(enc.sign_bit, v));
         c[h] = enc.code(v, _mm512_mul_ps(mag, _mm512_set1_ps(inv[i + h / 2])));
       }
@@ -1589,11 +1592,29 @@ bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
   }
   bool finite = _mm512_cmpge_epu32_mask(worst, _mm512_set1_epi32(0x7f800000)) == 0;
   if (b0 < nblocks) {
-    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
-             finite;
+    const int64_t len = (nblocks - b0) * fmt::kMxBlock;  // (fewer than 512, a multiple of 16)
+    alignas(64) float tail[16 * fmt::kMxBlock];
+    const float* xt = nullptr;
+    if constexpr (std::is_same_v<In, QuantInF32>) {
+      xt = x + b0 * fmt::kMxBlock;
+    } else {
+      for (int64_t i = 0; i < len; i += 16)
+        _mm512_store_si512(tail + i, In::bits(x + b0 * fmt::kMxBlock + i));
+      xt = tail;
+    }
+    finite = portable::mxfp4_quantize(xt, 1, len, q + b0 * (fmt::kMxBlock / 2), s + b0) && finite;
   }
   return finite;
+}
+
+bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return mxfp4_quantize_t<QuantInF32>(x, rows, k, q, s);
+}
+
+// KernelTable::mxfp4_quantize16.
+bool mxfp4_quantize16(const uint16_t* x, bool bf16, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return bf16 ? mxfp4_quantize_t<QuantInBf16>(x, rows, k, q, s)
+              : mxfp4_quantize_t<QuantInF16>(x, rows, k, q, s);
 }
 
 float amax(const float* x, int64_t n) {
@@ -1666,6 +1687,7 @@ const KernelTable& avx512_table() {
     f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
+    f.mxfp4_quantize16 = mxfp4_quantize16;
     f.mxfp4_dequantize = mxfp4_dequantize;
     f.nf4_dequantize = nf4_dequantize;
     f.amax = amax;
