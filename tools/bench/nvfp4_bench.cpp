@@ -1400,6 +1400,33 @@ int bench_main(int argc, char** argv) {
         mx_bytes / (ms * 1e6) / bw);
     dequant16("mxfp4", "", 0.5 + 1.0 / 32,
               [&](DLTensor* t) { return MXFP4_dequantize(&tq, &tms, Q4_SCALE_LINEAR, t, &opts); });
+    // bf16 input (what checkpoints hold), the same values rounded, rotated
+    // through copies as the fp32 input: NVFP4 with the scale given, MXFP4.
+    const int copies16 = static_cast<int>(std::clamp<int64_t>(2 * l3 / (rows * k * 2) + 1, 1, 16));
+    std::vector<std::vector<uint16_t>> f16(static_cast<size_t>(copies16));
+    f16[0].resize(static_cast<size_t>(rows * k));
+    for (size_t i = 0; i < f16[0].size(); ++i) {
+      uint32_t u = 0;
+      std::memcpy(&u, &f[0][i], 4);
+      f16[0][i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest, ties to even
+    }
+    for (int c = 1; c < copies16; ++c) f16[static_cast<size_t>(c)] = f16[0];
+    std::vector<DLTensor> tf16;
+    tf16.reserve(f16.size());
+    for (auto& fc : f16) tf16.push_back(tensor(fc.data(), fs, 2, kDLBfloat, 16));
+    auto fin16 = [&](int r) { return &tf16[static_cast<size_t>(r % copies16)]; };
+    const double b16_nv = static_cast<double>(rows * k) * (2.0 + 0.5 + 1.0 / 16);
+    ms = median_ms(reps, [&](int r) {
+      if (NVFP4_quantize(fin16(r), &tq, &ts, Q4_SCALE_LINEAR, given, nullptr, &opts) != Q4_OK) std::abort();
+    });
+    add(result("quantize", "nvfp4", "bf16->nvfp4, global scale given", rows, 0, k, ms, b16_nv, 0, threads, 0),
+        "dram_read", b16_nv / (ms * 1e6) / bw);
+    const double b16_mx = static_cast<double>(rows * k) * (2.0 + 0.5 + 1.0 / 32);
+    ms = median_ms(reps, [&](int r) {
+      if (MXFP4_quantize(fin16(r), &tq, &tms, Q4_SCALE_LINEAR, &opts) != Q4_OK) std::abort();
+    });
+    add(result("quantize", "mxfp4", "bf16->mxfp4", rows, 0, k, ms, b16_mx, 0, threads, 0), "dram_read",
+        b16_mx / (ms * 1e6) / bw);
   }
   // The worker pool's watch between products (--only gaps): an exact GEMV
   // (NVFP4, M = 1, 2880 x 2880, hot: about 0.2 ms) called with a gap
