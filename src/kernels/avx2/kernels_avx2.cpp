@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
@@ -972,9 +973,29 @@ inline __m256i e4m3_encode8_nonneg(__m256 v) {
 }
 
 // |x| bits of the 8 floats at x (compare as signed integers).
-inline __m256i abs_bits8(const float* x) {
-  return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)),
-                          _mm256_set1_epi32(0x7fffffff));
+// Quantize input formats: the fp32 bits of 8 consecutive elements (fp16
+// by vcvtph2ps and bf16 by a shift widen exactly, so the codes are those
+// of the fp32 values; the quantizer reads 16-bit input in place).
+struct QuantIn8F32 {
+  using T = float;
+  static __m256i bits(const float* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+};
+struct QuantIn8Bf16 {
+  using T = uint16_t;
+  static __m256i bits(const uint16_t* p) {
+    return _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
+  }
+};
+struct QuantIn8F16 {
+  using T = uint16_t;
+  static __m256i bits(const uint16_t* p) {
+    return _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+template <class In = QuantIn8F32>
+inline __m256i abs_bits8(const typename In::T* x) {
+  return _mm256_and_si256(In::bits(x), _mm256_set1_epi32(0x7fffffff));
 }
 
 // The maxima of 8 vectors of |x| bits, lane j of the result the maximum of
@@ -996,9 +1017,12 @@ inline __m256i max_network8(const __m256i (&v)[8]) {
 
 // max |x| bits of each of 8 consecutive 16-element blocks, in block order;
 // a lane >= 0x7f800000 has a NaN or Inf in its block.
-inline __m256i block_amax8(const float* x) {
+template <class In = QuantIn8F32>
+inline __m256i block_amax8(const typename In::T* x) {
   __m256i v[8];
-  for (int64_t i = 0; i < 8; ++i) v[i] = _mm256_max_epi32(abs_bits8(x + i * 16), abs_bits8(x + i * 16 + 8));
+  for (int64_t i = 0; i < 8; ++i) {
+    v[i] = _mm256_max_epi32(abs_bits8<In>(x + i * 16), abs_bits8<In>(x + i * 16 + 8));
+  }
   return max_network8(v);
 }
 
@@ -1091,20 +1115,21 @@ struct E2m1Encoder8 {
   }
 
   // One block: quotient(|x|) per vector of 8, coded and packed to dst.
-  template <class Quotient>
-  void coded(const float* x, uint8_t* dst, Quotient&& quotient) const {
+  template <class In, class Quotient>
+  void coded(const typename In::T* x, uint8_t* dst, Quotient&& quotient) const {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     __m256i c[2];
     for (int64_t h = 0; h < 2; ++h) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
+      const __m256i v = In::bits(x + 8 * h);
       c[h] = codes(quotient(_mm256_castsi256_ps(_mm256_and_si256(v, abs_mask))), v);
     }
     store(c[0], c[1], dst);
   }
 
   // One block, division-free (the window of scale_group8).
-  void block(const float* x, __m256 d, __m256 y, uint8_t* dst) const {
-    coded(x, dst, [&](__m256 ax) {
+  template <class In = QuantIn8F32>
+  void block(const typename In::T* x, __m256 d, __m256 y, uint8_t* dst) const {
+    coded<In>(x, dst, [&](__m256 ax) {
       const __m256 q0 = _mm256_mul_ps(ax, y);
       return _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0);
     });
@@ -1135,7 +1160,8 @@ struct E2m1Encoder8 {
   // 8 blocks of the division-free window (scale_group8 said so), none
   // with d = 0, two at a time (store2); codes' C from q0 = |x| y, before
   // the two FMAs that correct it to q, to shorten the dependency chain.
-  void group8(const float* x, const float* dv, const float* yv, uint8_t* dst) const {
+  template <class In = QuantIn8F32>
+  void group8(const typename In::T* x, const float* dv, const float* yv, uint8_t* dst) const {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     for (int64_t i = 0; i < 8; i += 2) {
       __m256i c[2][2], vv[2][2];
@@ -1144,7 +1170,7 @@ struct E2m1Encoder8 {
         const __m256 d = _mm256_broadcast_ss(dv + i + b), y = _mm256_broadcast_ss(yv + i + b);
 #pragma GCC unroll 2
         for (int64_t h = 0; h < 2; ++h) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (i + b) * 16 + 8 * h));
+          const __m256i v = In::bits(x + (i + b) * 16 + 8 * h);
           const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(v, abs_mask));
           const __m256 q0 = _mm256_mul_ps(ax, y);
           vv[b][h] = v;
@@ -1158,12 +1184,13 @@ struct E2m1Encoder8 {
   // An MXFP4 block (32 elements, 16 bytes at dst): the codec's products
   // |x| * 2^-e, packed by store2 (on an AVX2 Zen 3, one thread in cache,
   // 1.19x against two 16-element halves coded with their signs).
-  void block_mul(const float* x, float inv, uint8_t* dst) const {
+  template <class In = QuantIn8F32>
+  void block_mul(const typename In::T* x, float inv, uint8_t* dst) const {
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     const __m256 iv = _mm256_set1_ps(inv);
     __m256i v[4], c[4];
     for (int64_t h = 0; h < 4; ++h) {
-      v[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * h));
+      v[h] = In::bits(x + 8 * h);
       const __m256 q = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v[h], abs_mask)), iv);
       c[h] = magnitudes(q, q);
     }
@@ -1171,8 +1198,9 @@ struct E2m1Encoder8 {
   }
 
   // One block with the IEEE division (d > 0, any magnitude).
-  void block_div(const float* x, float d, uint8_t* dst) const {
-    coded(x, dst, [&](__m256 ax) { return _mm256_div_ps(ax, _mm256_set1_ps(d)); });
+  template <class In = QuantIn8F32>
+  void block_div(const typename In::T* x, float d, uint8_t* dst) const {
+    coded<In>(x, dst, [&](__m256 ax) { return _mm256_div_ps(ax, _mm256_set1_ps(d)); });
   }
 };
 
@@ -1288,8 +1316,10 @@ struct Nf4CodeAvx2 {
 // maxima (KernelTable::nvfp4_quantize_checked; false at the first pass of
 // up to 128 blocks holding a NaN or Inf, q and s then partly written).
 // Two passes over up to kGroups x 8 blocks (in L1/L2): all scales, then
-// all elements.
-bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+// all elements. In: fp32, or 16-bit input read in place.
+template <class In>
+bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                              uint8_t* s) {
   constexpr int64_t kGroups = 16;  // 8 KiB of input per pass (the next 8 KiB prefetched behind it)
   const int64_t nblocks = rows * (k / 16);
   const __m256 six_g = _mm256_set1_ps(fmt::kE2M1Max * g);
@@ -1311,7 +1341,7 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     // cache and from DRAM, against a group's maxima and scales together).
     __m256i am[kGroups], worst = _mm256_setzero_si256();
     for (int64_t j = 0; j < groups; ++j) {
-      am[j] = block_amax8(x + (b0 + 8 * j) * 16);
+      am[j] = block_amax8<In>(x + (b0 + 8 * j) * 16);
       worst = _mm256_max_epi32(worst, am[j]);
     }
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(worst, _mm256_set1_epi32(0x7f7fffff))) != 0) return false;
@@ -1323,11 +1353,12 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     const int64_t ahead = std::min(groups * 8, nblocks - next0);
     for (int64_t j = 0; j < groups; ++j) {
       // The next pass's blocks, one line each, while these are coded from L1.
-      for (int64_t i = 8 * j; i < std::min(ahead, 8 * j + 8); ++i)
+      // (16-bit blocks are half a line: every other one)
+      for (int64_t i = 8 * j; i < std::min(ahead, 8 * j + 8); i += sizeof(typename In::T) == 2 ? 2 : 1)
         _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
       if (rcp[j] && _mm256_movemask_ps(
                         _mm256_cmp_ps(_mm256_load_ps(dv + 8 * j), _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0) {
-        enc.group8(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
+        enc.group8<In>(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
         continue;
       }
       for (int64_t i = 8 * j; i < 8 * j + 8; ++i) {
@@ -1335,21 +1366,19 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
         if (dv[i] == 0.0f) {
           std::memset(dst, 0, 8);
         } else if (rcp[j]) {
-          enc.block(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
+          enc.block<In>(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
         } else {
-          enc.block_div(x + (b0 + i) * 16, dv[i], dst);
+          enc.block_div<In>(x + (b0 + i) * 16, dv[i], dst);
         }
       }
     }
     b0 += groups * 8;
   }
   for (int64_t b = b0; b < nblocks; ++b) {  // tail blocks: the scalar codec for the scale
-    uint32_t bits = 0;
-    for (int64_t e = 0; e < 16; ++e) {
-      uint32_t u;
-      std::memcpy(&u, x + b * 16 + e, 4);
-      bits = std::max(bits, u & 0x7fffffffu);
-    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                       _mm256_max_epu32(abs_bits8<In>(x + b * 16), abs_bits8<In>(x + b * 16 + 8)));
+    const uint32_t bits = *std::max_element(lanes, lanes + 8);
     if (bits >= 0x7f800000u) return false;
     const uint32_t code = fmt::nvfp4_block_scale_code(fmt::bits_f32(bits), g);
     const float d = fmt::nvfp4_block_divisor(code, g);
@@ -1357,10 +1386,21 @@ bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, ui
     if (d == 0.0f) {
       std::memset(q + b * 8, 0, 8);
     } else {
-      enc.block_div(x + b * 16, d, q + b * 8);
+      enc.block_div<In>(x + b * 16, d, q + b * 8);
     }
   }
   return true;
+}
+
+bool nvfp4_quantize_checked(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  return nvfp4_quantize_checked_t<QuantIn8F32>(x, rows, k, g, q, s);
+}
+
+// KernelTable::nvfp4_quantize_checked16.
+bool nvfp4_quantize_checked16(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g, uint8_t* q,
+                              uint8_t* s) {
+  return bf16 ? nvfp4_quantize_checked_t<QuantIn8Bf16>(x, rows, k, g, q, s)
+              : nvfp4_quantize_checked_t<QuantIn8F16>(x, rows, k, g, q, s);
 }
 
 // KernelTable::nvfp4_quantize (finite input).
@@ -1449,22 +1489,24 @@ float amax(const float* x, int64_t n) {
 // (block_amax8 over the 16-element halves, then the larger of each pair),
 // the E8M0 bytes max(exponent field - 2, 0) (fmt::mxfp4_scale_byte), the
 // reciprocals 2^(127 - byte) by bit mapping, the elements coded by
-// E2m1Encoder8 from |x| * 2^-e. The last blocks: the scalar table's.
-bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+// E2m1Encoder8 from |x| * 2^-e. The last blocks: the scalar table's. In:
+// fp32, or 16-bit input read in place.
+template <class In>
+bool mxfp4_quantize_t(const typename In::T* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   constexpr int64_t kMxAhead = 1024;
   const E2m1Encoder8 enc;
   const int64_t nblocks = rows * (k / fmt::kMxBlock);
   __m256i worst = _mm256_setzero_si256();  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 4 <= nblocks; b0 += 4) {
-    const float* xg = x + b0 * fmt::kMxBlock;
+    const typename In::T* xg = x + b0 * fmt::kMxBlock;
     // The input 1024 elements on (4 KiB; 512 and 8192 read alike): from
-    // DRAM, 2 threads, on an AVX2 Zen 3: 1.17x.
+    // DRAM, 2 threads, on an AVX2 Zen 3: 1.17x. (16-bit: every other line.)
     if (b0 + 4 + kMxAhead / fmt::kMxBlock <= nblocks) {
-      for (int64_t l = 0; l < 8; ++l)
+      for (int64_t l = 0; l < 8; l += sizeof(typename In::T) == 2 ? 2 : 1)
         _mm_prefetch(reinterpret_cast<const char*>(xg + kMxAhead + 16 * l), _MM_HINT_T0);
     }
-    const __m256i m = block_amax8(xg);
+    const __m256i m = block_amax8<In>(xg);
     const __m256i pair = _mm256_max_epi32(m, _mm256_srli_epi64(m, 32));  // dword 2b: block b
     worst = _mm256_max_epi32(worst, pair);
     const __m256i byte = _mm256_max_epi32(_mm256_sub_epi32(_mm256_srli_epi32(pair, 23), _mm256_set1_epi32(2)),
@@ -1477,16 +1519,35 @@ bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t
     for (int64_t b = 0; b < 4; ++b) {
       s[b0 + b] = static_cast<uint8_t>(bytes[2 * b]);
       uint8_t* qb = q + (b0 + b) * (fmt::kMxBlock / 2);
-      enc.block_mul(xg + b * fmt::kMxBlock, inv[2 * b], qb);
+      enc.block_mul<In>(xg + b * fmt::kMxBlock, inv[2 * b], qb);
     }
   }
   bool finite = _mm256_movemask_epi8(_mm256_cmpgt_epi32(worst, _mm256_set1_epi32(0x7f7fffff))) == 0;
   if (b0 < nblocks) {
-    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
-             finite;
+    const int64_t len = (nblocks - b0) * fmt::kMxBlock;  // (fewer than 128, a multiple of 8)
+    alignas(32) float tail[4 * fmt::kMxBlock];
+    const float* xt = nullptr;
+    if constexpr (std::is_same_v<In, QuantIn8F32>) {
+      xt = x + b0 * fmt::kMxBlock;
+    } else {
+      for (int64_t i = 0; i < len; i += 8) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tail + i), In::bits(x + b0 * fmt::kMxBlock + i));
+      }
+      xt = tail;
+    }
+    finite = portable::mxfp4_quantize(xt, 1, len, q + b0 * (fmt::kMxBlock / 2), s + b0) && finite;
   }
   return finite;
+}
+
+bool mxfp4_quantize(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return mxfp4_quantize_t<QuantIn8F32>(x, rows, k, q, s);
+}
+
+// KernelTable::mxfp4_quantize16.
+bool mxfp4_quantize16(const uint16_t* x, bool bf16, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return bf16 ? mxfp4_quantize_t<QuantIn8Bf16>(x, rows, k, q, s)
+              : mxfp4_quantize_t<QuantIn8F16>(x, rows, k, q, s);
 }
 
 uint32_t absmax_bits(const float* x, int64_t n) {
@@ -1538,8 +1599,10 @@ const KernelTable& avx2_table() {
     f.nf4_panel = nf4_panel;
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
+    f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16;
     f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
+    f.mxfp4_quantize16 = mxfp4_quantize16;
     f.mxfp4_dequantize = mxfp4_dequantize;
     f.nf4_dequantize = nf4_dequantize;
     f.amax = amax;
