@@ -205,8 +205,9 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
 // having written nothing. g > 0 is the global scale to use; g == 0 derives
 // it from amax(x) (the codec's rule).
 //
-// g given: ONE pass over x. Tasks of rows (up to 1 MiB of fp32; 64 KiB of
-// 16-bit input, converted in L2) check their rows (absmax_bits) and
+// g given: ONE pass over x. Tasks of rows (up to 256 Ki elements; 16-bit
+// input read in place by the table's nvfp4_quantize_checked16, else
+// converted in 64 KiB pieces) check their rows (the block maxima) and
 // quantize them into a staging buffer; only when every task found its rows
 // finite is the staging copied into q and s (the copy moves 0.56 bytes per
 // element against the 4 that a separate check pass would re-read; a large
