@@ -370,7 +370,7 @@ TEST_CASE("fp16/bf16 activations in the integer fast path itself: bit-identical 
   for (float& v : wf) v = nd(rng);
   std::vector<uint8_t> wq(static_cast<size_t>(n * k / 2)), ws(static_cast<size_t>(n * k / 16));
   const q4::kern::KernelTable& scalar = q4::kern::scalar_table();
-  q4::kern::quantize_nvfp4(scalar, wf.data(), n, k, 0.5f, wq.data(), ws.data(), 1);
+  scalar.nvfp4_quantize(wf.data(), n, k, 0.5f, wq.data(), ws.data());
   const q4::kern::NvWeights w{wq.data(), ws.data(), 0.5f, k};
   std::vector<uint8_t> nq(static_cast<size_t>(n * k / 2));
   std::vector<float> na(static_cast<size_t>(n * k / 64));

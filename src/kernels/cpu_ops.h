@@ -154,8 +154,6 @@ void linear_nf4_int8(const KernelTable& kt, ActRows x, int64_t m, const Nf4Weigh
 void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t* as, int64_t m,
                          const NvWeights& w, int64_t n, float* y, int32_t threads);
 
-void quantize_nvfp4(const KernelTable& kt, const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
-                    uint8_t* s, int32_t threads);
 // out [rows, k] in its type (fp32, fp16 or bf16) from fp32 rows that
 // fill(r0, r1, dst) writes (rows [r0, r1) at dst, k floats each), in
 // tasks of whole rows (at least 16 Ki elements). fp32 out is filled in
@@ -198,6 +196,12 @@ void nf4_absmax_all(const Nf4Stats& st, int64_t nblocks, float* out, int32_t thr
 void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st, int64_t n, FloatOut out,
                     int32_t threads);
 
+// memcpy(dst, src, bytes) with non-temporal stores where the ISA has them
+// (x86-64; elsewhere memcpy itself), ending with a store fence: dst's lines
+// are written without being read first or displacing the cache. Used for
+// the large copies of staged quantization results.
+void stream_copy(uint8_t* dst, const uint8_t* src, int64_t bytes);
+
 // NVFP4 quantization of fp32, fp16 or bf16 rows x [rows, k] with the finite
 // check fused into the passes over x (16-bit rows converted exactly, a task's
 // rows at a time in cache, inside the same passes); validate-before-write: returns -1 after writing q,
@@ -215,12 +219,6 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
 // amax of all of x before any element can be coded, so two passes: the
 // finite check and the amax in one read, then the quantization straight
 // into q and s (x is known finite by then).
-// memcpy(dst, src, bytes) with non-temporal stores where the ISA has them
-// (x86-64; elsewhere memcpy itself), ending with a store fence: dst's lines
-// are written without being read first or displacing the cache. Used for
-// the large copies of staged quantization results.
-void stream_copy(uint8_t* dst, const uint8_t* src, int64_t bytes);
-
 int64_t quantize_nvfp4_checked(const KernelTable& kt, ActRows x, int64_t rows, int64_t k, float g,
                                float* g_used, uint8_t* q, uint8_t* s, int32_t threads);
 
