@@ -51,6 +51,7 @@
 
 #include "common/cpu_features.h"
 #include "common/thread_pool.h"
+#include "formats/codec.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/dispatch.h"
 #include "nvfp4/nvfp4.h"
@@ -1405,11 +1406,7 @@ int bench_main(int argc, char** argv) {
     const int copies16 = static_cast<int>(std::clamp<int64_t>(2 * l3 / (rows * k * 2) + 1, 1, 16));
     std::vector<std::vector<uint16_t>> f16(static_cast<size_t>(copies16));
     f16[0].resize(static_cast<size_t>(rows * k));
-    for (size_t i = 0; i < f16[0].size(); ++i) {
-      uint32_t u = 0;
-      std::memcpy(&u, &f[0][i], 4);
-      f16[0][i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // nearest, ties to even
-    }
+    for (size_t i = 0; i < f16[0].size(); ++i) f16[0][i] = q4::fmt::f32_to_bf16(f[0][i]);
     for (int c = 1; c < copies16; ++c) f16[static_cast<size_t>(c)] = f16[0];
     std::vector<DLTensor> tf16;
     tf16.reserve(f16.size());
