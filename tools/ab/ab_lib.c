@@ -37,49 +37,19 @@
 
 #include "nvfp4/session.h"
 
+#define AB_PROG "ab_lib"
+#include "ab_common.h"
+
 typedef int32_t (*ConfigInitFn)(Q4_session_config*);
 typedef int32_t (*SessionCreateFn)(const Q4_session_config*, Q4_session**);
 typedef int32_t (*BundleInitFn)(Q4_weight_bundle*);
 typedef int32_t (*LinearCreateFn)(Q4_session*, const Q4_weight_bundle*, Q4_linear**);
 typedef int32_t (*ForwardFn)(Q4_linear*, const DLTensor*, DLTensor*);
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static DLTensor f32_2d(float* p, int64_t* shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCPU;
-  t.ndim = 2;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
-
-static double env_or(const char* name, double fallback) {
-  const char* v = getenv(name);
-  return v != NULL ? atof(v) : fallback;
-}
-
 typedef struct {
   ForwardFn forward;
   Q4_linear* linear;
 } Side;
-
-static void* sym(void* lib, const char* name) {
-  void* f = dlsym(lib, name);
-  if (f == NULL) {
-    fprintf(stderr, "ab_lib: %s: %s\n", name, dlerror());
-    exit(2);
-  }
-  return f;
-}
 
 static Side load_side(const char* path, int64_t n, int64_t k, int mode, int format, float* w) {
   const char* one = getenv("ONE_LIB");
@@ -107,7 +77,7 @@ static Side load_side(const char* path, int64_t n, int64_t k, int mode, int form
     exit(2);
   }
   int64_t shape[2] = {n, k};
-  DLTensor wt = f32_2d(w, shape);
+  DLTensor wt = tensor(w, shape, 2, kDLFloat, 32);
   Q4_weight_bundle b;
   memset(&b, 0, sizeof b);
   b.struct_size = sizeof b;
@@ -122,11 +92,6 @@ static Side load_side(const char* path, int64_t n, int64_t k, int mode, int form
     exit(2);
   }
   return s;
-}
-
-static int by_value(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
 }
 
 int main(int argc, char** argv) {
@@ -155,12 +120,12 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < m * k; ++i) x[i] = (float)(rand() % 2001 - 1000) / 1000.0f;
   Side side[2] = {load_side(argv[1], n, k, mode, format, w), load_side(argv[2], n, k, mode_b, format, w)};
   int64_t sx[2] = {m, k}, sy[2] = {m, n};
-  DLTensor xt = f32_2d(x, sx), yt[2];
+  DLTensor xt = tensor(x, sx, 2, kDLFloat, 32), yt[2];
   for (int i = 0; i < 2; ++i) {
     yb[i] = aligned_alloc(64, (size_t)((m * n * 4 + 63) / 64 * 64 + 64));
     t[i] = malloc((size_t)rounds * sizeof(double));
     if (yb[i] == NULL || t[i] == NULL) return 3;
-    yt[i] = f32_2d((float*)(yb[i] + off), sy);
+    yt[i] = tensor(yb[i] + off, sy, 2, kDLFloat, 32);
     for (int r = 0; r < 3; ++r) side[i].forward(side[i].linear, &xt, &yt[i]);
   }
   for (int r = 0; r < rounds; ++r) {

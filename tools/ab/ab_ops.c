@@ -34,6 +34,9 @@
 
 #include "nvfp4/ops.h"
 
+#define AB_PROG "ab_ops"
+#include "ab_common.h"
+
 typedef int32_t (*OptsInitFn)(Q4_op_options*);
 typedef int32_t (*NvQuantFn)(const DLTensor*, DLTensor*, DLTensor*, int32_t, float, float*,
                              const Q4_op_options*);
@@ -42,39 +45,6 @@ typedef int32_t (*MxQuantFn)(const DLTensor*, DLTensor*, DLTensor*, int32_t, con
 typedef int32_t (*LinearFn)(const DLTensor*, const DLTensor*, const DLTensor*, int32_t, float,
                             const DLTensor*, DLTensor*, const Q4_op_options*);
 typedef int32_t (*SwizzleFn)(const DLTensor*, DLTensor*);
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static double env_or(const char* name, double fallback) {
-  const char* v = getenv(name);
-  return v != NULL ? atof(v) : fallback;
-}
-
-static DLTensor tensor(void* p, int64_t* shape, int32_t ndim, uint8_t code, uint8_t bits) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = p;
-  t.device.device_type = kDLCPU;
-  t.ndim = ndim;
-  t.dtype.code = code;
-  t.dtype.bits = bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
-
-static void* sym(void* lib, const char* name) {
-  void* f = dlsym(lib, name);
-  if (f == NULL) {
-    fprintf(stderr, "ab_ops: %s: %s\n", name, dlerror());
-    exit(2);
-  }
-  return f;
-}
 
 static void* xalloc(size_t bytes) {
   void* p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -91,11 +61,6 @@ static void fill_normal(float* p, int64_t n) {
     const double u = (rand() + 1.0) / (RAND_MAX + 2.0), v = (rand() + 1.0) / (RAND_MAX + 2.0);
     p[i] = (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
   }
-}
-
-static int by_value(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
 }
 
 typedef struct {
