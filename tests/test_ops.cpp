@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "test_util.h"
@@ -181,6 +182,48 @@ TEST_CASE("NVFP4_dequantize equals e2m1 * e4m3 * g", "[ops][nvfp4]") {
       INFO(dtype_label(which) << " layout " << layout);
       CHECK(bad == 0);
       CHECK(out.guard_intact());
+    }
+  }
+}
+
+TEST_CASE("16-bit dequantize outputs equal the fp32 output rounded once, every ISA, many tasks",
+          "[ops][nvfp4][mxfp4]") {
+  // 67 x 2080: two whole tasks of 16-bit output (64 Ki elements), a short
+  // last one, pieces of 2048 elements and a short last piece in each; 3
+  // threads. Scales include E4M3 NaN (0x7f) and E8M0 NaN (0xff) and values
+  // that round to fp16 subnormals, zero and Inf.
+  const int64_t rows = 67, k = 2080, n = rows * k;
+  Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8()), mx({rows, k / 32}, t::u8());
+  std::mt19937 gen(2080);
+  for (size_t i = 0; i < q.bytes; ++i) q.data()[i] = static_cast<uint8_t>(gen());
+  for (size_t i = 0; i < s.bytes; ++i) s.data()[i] = static_cast<uint8_t>(i % 997 == 5 ? 0x7f : gen() % 0x7f);
+  for (size_t i = 0; i < mx.bytes; ++i)
+    mx.data()[i] = static_cast<uint8_t>(i % 501 == 7 ? 0xff : 100 + gen() % 50);
+  const float g = 0.37f;
+  for (int fmt_i = 0; fmt_i < 2; ++fmt_i) {  // NVFP4, MXFP4
+    const auto dequant = [&](Tensor& out, const Q4_op_options* o) {
+      return fmt_i == 0 ? NVFP4_dequantize(q.t(), s.t(), Q4_SCALE_LINEAR, g, out.t(), o)
+                        : MXFP4_dequantize(q.t(), mx.t(), Q4_SCALE_LINEAR, out.t(), o);
+    };
+    Tensor f32({rows, k}, t::f32());
+    {
+      t::IsaCap scalar(Q4_ISA_SCALAR);
+      REQUIRE(dequant(f32, nullptr) == Q4_OK);
+    }
+    for (int which = 1; which < 3; ++which) {
+      Tensor want({rows, k}, dtype_for(which));
+      for (int64_t i = 0; i < n; ++i) want.set(i, f32.get(i));
+      for (int32_t isa : t::runnable_isas()) {
+        t::IsaCap cap(isa);
+        INFO((fmt_i == 0 ? "NVFP4" : "MXFP4") << " to " << dtype_label(which) << " isa " << Q4_isa_name(isa));
+        Q4_op_options o{};
+        Q4_op_options_init(&o);
+        o.num_threads = 3;
+        Tensor got({rows, k}, dtype_for(which));
+        REQUIRE(dequant(got, &o) == Q4_OK);
+        CHECK(std::memcmp(got.data(), want.data(), static_cast<size_t>(n * 2)) == 0);
+        CHECK(got.guard_intact());
+      }
     }
   }
 }
@@ -438,11 +481,19 @@ TEST_CASE("every ISA variant: NF4_dequantize is bit-identical to the scalar tabl
         st.nested_offset = offset;
       }
       if (variant == 2) st.quant_map = qm.t();
+      Tensor want32({n}, t::f32());
       for (DLDataType dt : {t::f32(), t::f16(), t::bf16()}) {
         Tensor want({n}, dt);
         {
           t::IsaCap scalar(Q4_ISA_SCALAR);
           REQUIRE(NF4_dequantize(q.t(), &st, want.t(), nullptr) == Q4_OK);
+        }
+        if (dt.bits == 32) {
+          std::memcpy(want32.data(), want.data(), static_cast<size_t>(n * 4));
+        } else {  // 16-bit: the fp32 output rounded once
+          Tensor rounded({n}, dt);
+          for (int64_t i = 0; i < n; ++i) rounded.set(i, want32.get(i));
+          CHECK(std::memcmp(rounded.data(), want.data(), static_cast<size_t>(n * 2)) == 0);
         }
         if (dt.bits == 32) {  // the scalar table against the element rule
           size_t bad = 0;

@@ -42,8 +42,8 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst) {
   }
   const uint8_t* q = op.q.data;
   const kern::KernelTable& kt = kern::active_table();
-  kern::rows_to_output(kt, rows, k, dst, threads, [&](int64_t r0, int64_t r1, float* d) {
-    kt.mxfp4_dequantize(q + r0 * (k / 2), s + r0 * cols, r1 - r0, k, d);
+  kern::blocks_to_output(kt, rows * k, fmt::kMxBlock, dst, threads, [&](int64_t e0, int64_t len, float* d) {
+    kt.mxfp4_dequantize(q + e0 / 2, s + e0 / fmt::kMxBlock, 1, len, d);
   });
 }
 

@@ -987,19 +987,48 @@ void gemm_f32(const KernelTable& kt, ActRows x, int64_t m, int64_t k, const floa
              });
 }
 
-void rows_to_output(const KernelTable& kt, int64_t rows, int64_t k, FloatOut out, int32_t threads,
-                    const std::function<void(int64_t, int64_t, float*)>& fill) {
-  if (rows == 0 || k == 0) return;
-  const int64_t rows_per = std::max<int64_t>(1, (16384 + k - 1) / k);
-  parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
-    const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
-    if (out.type == FType::F32) {
-      fill(r0, r1, static_cast<float*>(out.data) + r0 * k);
-      return;
-    }
-    const AlignedFloats buf = aligned_floats((r1 - r0) * k);
-    fill(r0, r1, buf.get());
-    kt.f32_to_act(out.data, out.type, r0 * k, (r1 - r0) * k, buf.get());
+namespace {
+
+// Elements [e0, e1) of a 16-bit `out`: decode(e, len, buf) writes them as
+// fp32 in pieces of `piece` elements (the last one shorter) into a buffer
+// that stays in L1, kt.f32_to_act converts each piece from there (a
+// task's whole fp32 rows went through L2 before: NVFP4 11008 x 4096 ->
+// bf16, 2 threads, Zen 4: 7.6 -> 5.0-5.8 ms).
+template <class Decode>
+void pieces_to_16bit(const KernelTable& kt, int64_t e0, int64_t e1, int64_t piece, FloatOut out,
+                     const Decode& decode) {
+  alignas(64) float stack[kDecodePieceElems];
+  AlignedFloats heap;
+  float* buf = stack;
+  if (piece > kDecodePieceElems) {
+    heap = aligned_floats(piece);
+    buf = heap.get();
+  }
+  for (int64_t e = e0; e < e1; e += piece) {
+    const int64_t len = std::min(piece, e1 - e);
+    decode(e, len, buf);
+    kt.f32_to_act(out.data, out.type, e, len, buf);
+  }
+}
+
+}  // namespace
+
+void blocks_to_output(const KernelTable& kt, int64_t n, int64_t unit, FloatOut out, int32_t threads,
+                      const std::function<void(int64_t, int64_t, float*)>& fill) {
+  if (n <= 0) return;
+  if (out.type == FType::F32) {
+    const int64_t task = (kDecodeTaskElems + unit - 1) / unit * unit;
+    parallel_for((n + task - 1) / task, threads, [&](int64_t t) {
+      const int64_t e0 = t * task;
+      fill(e0, std::min(task, n - e0), static_cast<float*>(out.data) + e0);
+    });
+    return;
+  }
+  const int64_t piece = std::max<int64_t>(1, kDecodePieceElems / unit) * unit;
+  const int64_t task = std::max<int64_t>(1, kDecode16TaskElems / piece) * piece;
+  parallel_for((n + task - 1) / task, threads, [&](int64_t t) {
+    const int64_t e0 = t * task;
+    pieces_to_16bit(kt, e0, std::min(n, e0 + task), piece, out, fill);
   });
 }
 
@@ -1041,8 +1070,8 @@ void swizzle_scales_parallel(const uint8_t* lin, int64_t rows, int64_t cols, uin
 
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads) {
-  rows_to_output(kt, rows, k, out, threads, [&](int64_t r0, int64_t r1, float* dst) {
-    kt.nvfp4_dequantize(q + r0 * (k / 2), s + r0 * (k / 16), g, r1 - r0, k, dst);
+  blocks_to_output(kt, rows * k, 16, out, threads, [&](int64_t e0, int64_t len, float* dst) {
+    kt.nvfp4_dequantize(q + e0 / 2, s + e0 / 16, g, 1, len, dst);
   });
 }
 
@@ -1428,19 +1457,20 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
     const int64_t b0 = t * per_task, b1 = std::min(nblocks, b0 + per_task);
     std::vector<float> am(static_cast<size_t>(b1 - b0));
     nf4_absmax_range(st, b0, b1, am.data());
-    const int64_t e0 = b0 * bs, len = std::min(n, b1 * bs) - e0, whole = len / 16 * 16;
-    AlignedFloats buf;
-    float* dst = nullptr;
+    const int64_t e0 = b0 * bs, e1 = std::min(n, b1 * bs);
+    // Elements [e, e + len) (e at a block's start) into dst.
+    const auto decode = [&](int64_t e, int64_t len, float* dst) {
+      const int64_t whole = len / 16 * 16;
+      const float* a = am.data() + (e - e0) / bs;
+      kt.nf4_dequantize(q + e / 2, lut, a, bs, whole, dst);
+      // The last elements of x (a partial block's tail of fewer than 16).
+      portable::nf4_dequantize(q + (e + whole) / 2, lut, a + whole / bs, bs, len - whole, dst + whole);
+    };
     if (out.type == FType::F32) {
-      dst = static_cast<float*>(out.data) + e0;
-    } else {
-      buf = aligned_floats(len);
-      dst = buf.get();
+      decode(e0, e1 - e0, static_cast<float*>(out.data) + e0);
+      return;
     }
-    kt.nf4_dequantize(q + e0 / 2, lut, am.data(), bs, whole, dst);
-    // The last elements of x (a partial block's tail of fewer than 16).
-    portable::nf4_dequantize(q + (e0 + whole) / 2, lut, am.data() + whole / bs, bs, len - whole, dst + whole);
-    if (out.type != FType::F32) kt.f32_to_act(out.data, out.type, e0, len, dst);
+    pieces_to_16bit(kt, e0, e1, std::max<int64_t>(1, kDecodePieceElems / bs) * bs, out, decode);
   });
 }
 

@@ -225,7 +225,9 @@ struct KernelTable {
   void (*f32_to_act)(void* base, FType t, int64_t first, int64_t n, const float* src) = nullptr;
 
   // Bit-exact NVFP4 quantization of rows x [rows, K] (the codec's rounding) with linear
-  // scales; and dequantization to fp32 rows.
+  // scales; and dequantization to fp32 rows. Rows are contiguous runs of
+  // blocks, so the drivers dequantize any run of whole blocks as one row
+  // (rows = 1, k = its length; likewise mxfp4_dequantize).
   void (*nvfp4_quantize)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) = nullptr;
   void (*nvfp4_dequantize)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
                            float* out) = nullptr;

@@ -14,7 +14,9 @@
  * input, rotated through COPIES copies (default 3: 11008 x 4096 then
  * reads from DRAM); linear-swizzled, linear-linear: NVFP4_linear of M rows
  * (default 1) on a ROWS x K weight with swizzled or linear scales, MODE 0
- * (exact, default) or 1 (fast). Environment: IN=bf16 (the quantize
+ * (exact, default) or 1 (fast); dequant-nvfp4, dequant-nf4 (blocksize 64),
+ * dequant-mxfp4: the ROWS x K weight quantized from the same input, to
+ * OUT=bf16 (default), f16 or f32. Environment: IN=bf16 (the quantize
  * input as bf16, rounded to nearest even from the same values), T (threads, default 2),
  * SLICE (seconds per slice, default 0.003: one call per slice for a call
  * longer than that), ROUNDS (default 40). Prints the median time per call
@@ -45,6 +47,10 @@ typedef int32_t (*MxQuantFn)(const DLTensor*, DLTensor*, DLTensor*, int32_t, con
 typedef int32_t (*LinearFn)(const DLTensor*, const DLTensor*, const DLTensor*, int32_t, float,
                             const DLTensor*, DLTensor*, const Q4_op_options*);
 typedef int32_t (*SwizzleFn)(const DLTensor*, DLTensor*);
+typedef int32_t (*NvDequantFn)(const DLTensor*, const DLTensor*, int32_t, float, DLTensor*,
+                               const Q4_op_options*);
+typedef int32_t (*Nf4DequantFn)(const DLTensor*, const NF4_state*, DLTensor*, const Q4_op_options*);
+typedef int32_t (*MxDequantFn)(const DLTensor*, const DLTensor*, int32_t, DLTensor*, const Q4_op_options*);
 
 static void* xalloc(size_t bytes) {
   void* p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -69,7 +75,17 @@ typedef struct {
   uint8_t* out[2]; /* codes (or y) and scales */
 } Side;
 
-enum { kQuantNvfp4, kQuantNvfp4Amax, kQuantNf4, kQuantMxfp4, kLinearSwizzled, kLinearLinear };
+enum {
+  kQuantNvfp4,
+  kQuantNvfp4Amax,
+  kQuantNf4,
+  kQuantMxfp4,
+  kLinearSwizzled,
+  kLinearLinear,
+  kDequantNvfp4,
+  kDequantNf4,
+  kDequantMxfp4
+};
 
 /* What every call reads: the operation, the input copies, the products'
    weight (codes, linear and swizzled scales, global scale) and x. */
@@ -83,6 +99,10 @@ typedef struct {
   const float* x;
   float g;
   int bf16; /* the quantize input stored as bf16 */
+  /* The dequantize ops' codes and scales (NF4: absmax floats), and the
+     output's DLPack type. */
+  const uint8_t *dq, *ds;
+  uint8_t out_code, out_bits;
 } Work;
 
 /* One call of a side on input copy `copy`; its status. */
@@ -114,6 +134,27 @@ static int32_t call(const Work* w, Side* sd, int copy) {
                ts = tensor(sd->out[1], mx_shape, 2, kDLUInt, 8);
       return ((MxQuantFn)sym(sd->lib, "MXFP4_quantize"))(&tx, &tq, &ts, Q4_SCALE_LINEAR, &sd->opts);
     }
+    case kDequantNvfp4:
+    case kDequantMxfp4: {
+      const int nv = w->op == kDequantNvfp4;
+      DLTensor tq = tensor((void*)w->dq, q_shape, 2, kDLUInt, 8),
+               ts = tensor((void*)w->ds, nv ? s_shape : mx_shape, 2, kDLUInt, 8),
+               ty = tensor(sd->out[0], in_shape, 2, w->out_code, w->out_bits);
+      return nv ? ((NvDequantFn)sym(sd->lib, "NVFP4_dequantize"))(&tq, &ts, Q4_SCALE_LINEAR, w->g, &ty,
+                                                                  &sd->opts)
+                : ((MxDequantFn)sym(sd->lib, "MXFP4_dequantize"))(&tq, &ts, Q4_SCALE_LINEAR, &ty, &sd->opts);
+    }
+    case kDequantNf4: {
+      DLTensor tq = tensor((void*)w->dq, nf_q, 1, kDLUInt, 8),
+               ta = tensor((void*)w->ds, nf_a, 1, kDLFloat, 32),
+               ty = tensor(sd->out[0], flat_shape, 1, w->out_code, w->out_bits);
+      NF4_state st;
+      memset(&st, 0, sizeof st);
+      st.struct_size = sizeof st;
+      st.blocksize = 64;
+      st.absmax = &ta;
+      return ((Nf4DequantFn)sym(sd->lib, "NF4_dequantize"))(&tq, &st, &ty, &sd->opts);
+    }
     default: {
       const int sw = w->op == kLinearSwizzled;
       DLTensor tq = tensor((void*)w->wq, q_shape, 2, kDLUInt, 8),
@@ -132,10 +173,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: ab_ops OLD.so NEW.so OP ROWS K [M]\n");
     return 2;
   }
-  const char* ops[] = {"quant-nvfp4", "quant-nvfp4-amax", "quant-nf4",
-                       "quant-mxfp4", "linear-swizzled",  "linear-linear"};
+  const char* ops[] = {"quant-nvfp4",   "quant-nvfp4-amax", "quant-nf4",   "quant-mxfp4",  "linear-swizzled",
+                       "linear-linear", "dequant-nvfp4",    "dequant-nf4", "dequant-mxfp4"};
   int op = -1;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 9; ++i) {
     if (strcmp(argv[3], ops[i]) == 0) op = i;
   }
   const int64_t rows = atoll(argv[4]), k = atoll(argv[5]), m = argc > 6 ? atoll(argv[6]) : 1;
@@ -145,7 +186,8 @@ int main(int argc, char** argv) {
   if (op < 0 || rows <= 0 || k <= 0 || k % 64 != 0 || m <= 0 || copies <= 0 || rounds <= 0) {
     fprintf(stderr,
             "ab_ops: OP one of quant-nvfp4, quant-nvfp4-amax, quant-nf4, quant-mxfp4, "
-            "linear-swizzled, linear-linear; ROWS, M, COPIES, ROUNDS > 0; K a multiple of 64\n");
+            "linear-swizzled, linear-linear, dequant-nvfp4, dequant-nf4, dequant-mxfp4; ROWS, M, COPIES, "
+            "ROUNDS > 0; K a multiple of 64\n");
     return 2;
   }
   const int64_t n = rows * k;
@@ -164,9 +206,17 @@ int main(int argc, char** argv) {
     w.in[c] = xalloc((size_t)n * 4);
     memcpy(w.in[c], w.in[0], (size_t)n * 4);
   }
+  const char* out_type = getenv("OUT");
+  const int out_f32 = out_type != NULL && strcmp(out_type, "f32") == 0,
+            out_f16 = out_type != NULL && strcmp(out_type, "f16") == 0;
+  w.out_code = out_f32 || out_f16 ? kDLFloat : kDLBfloat;
+  w.out_bits = out_f32 ? 32 : 16;
   /* Output sizes: codes n / 2 bytes; scales n / 16 (NVFP4), n / 32 (MXFP4),
-     n / 64 floats (NF4); the products' y is M x ROWS floats. */
-  const size_t out0 = op >= kLinearSwizzled ? (size_t)(m * rows) * 4 : (size_t)n / 2;
+     n / 64 floats (NF4); the products' y is M x ROWS floats; the
+     dequantized weight n elements. */
+  const size_t out0 = op >= kDequantNvfp4     ? (size_t)n * (w.out_bits / 8)
+                      : op >= kLinearSwizzled ? (size_t)(m * rows) * 4
+                                              : (size_t)n / 2;
   const size_t out1 = op == kQuantMxfp4 ? (size_t)n / 32 : (size_t)n / 16;
   Side side[2];
   const char* paths[2] = {argv[1], argv[2]};
@@ -207,7 +257,27 @@ int main(int argc, char** argv) {
       h[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     }
   }
-  if (op >= kLinearSwizzled) {
+  if (op == kDequantNvfp4) {
+    w.dq = wq;
+    w.ds = ws;
+  } else if (op == kDequantNf4 || op == kDequantMxfp4) {
+    uint8_t* dq = xalloc((size_t)n / 2);
+    uint8_t* ds = xalloc(op == kDequantNf4 ? (size_t)n / 16 : (size_t)n / 32);
+    int64_t nf_q[1] = {n / 2}, nf_a[1] = {n / 64}, flat[1] = {n}, mx_s[2] = {rows, k / 32};
+    DLTensor tf = tensor(w.in[0], flat, 1, kDLFloat, 32), tdq = tensor(dq, nf_q, 1, kDLUInt, 8),
+             tds = tensor(ds, nf_a, 1, kDLFloat, 32), tmq = tensor(dq, q_shape, 2, kDLUInt, 8),
+             tms = tensor(ds, mx_s, 2, kDLUInt, 8);
+    const int32_t rc =
+        op == kDequantNf4
+            ? ((Nf4QuantFn)sym(side[1].lib, "NF4_quantize"))(&tf, &tdq, &tds, 64, NULL)
+            : ((MxQuantFn)sym(side[1].lib, "MXFP4_quantize"))(&tin, &tmq, &tms, Q4_SCALE_LINEAR, NULL);
+    if (rc != 0) {
+      fprintf(stderr, "ab_ops: the weight did not quantize\n");
+      return 2;
+    }
+    w.dq = dq;
+    w.ds = ds;
+  } else if (op >= kLinearSwizzled) {
     uint8_t* wsw = xalloc((size_t)w.sw_bytes);
     DLTensor tsw = tensor(wsw, sw_shape, 1, kDLUInt, 8);
     if (((SwizzleFn)sym(side[1].lib, "NVFP4_swizzle_scales"))(&ts, &tsw) != 0) return 2;
@@ -241,11 +311,15 @@ int main(int argc, char** argv) {
   }
   const int same = memcmp(side[0].out[0], side[1].out[0], out0) == 0 &&
                    (op >= kLinearSwizzled || memcmp(side[0].out[1], side[1].out[1], out1) == 0);
+  const char* out_name = out_f32 ? " to f32" : out_f16 ? " to f16" : " to bf16";
   qsort(t[0], (size_t)rounds, sizeof(double), by_value);
   qsort(t[1], (size_t)rounds, sizeof(double), by_value);
   printf("%s%s %lld x %lld M %lld mode %d: old %.4f ms new %.4f ms (medians) | old/new %.3f | bytes %s\n",
-         argv[3], w.bf16 ? " (bf16 input)" : "", (long long)rows, (long long)k, (long long)m,
-         side[0].opts.math_mode, t[0][rounds / 2] * 1e3, t[1][rounds / 2] * 1e3,
-         t[0][rounds / 2] / t[1][rounds / 2], same ? "same" : "DIFFER");
+         argv[3],
+         w.bf16                ? " (bf16 input)"
+         : op >= kDequantNvfp4 ? out_name
+                               : "",
+         (long long)rows, (long long)k, (long long)m, side[0].opts.math_mode, t[0][rounds / 2] * 1e3,
+         t[1][rounds / 2] * 1e3, t[0][rounds / 2] / t[1][rounds / 2], same ? "same" : "DIFFER");
   return same ? 0 : 1;
 }
