@@ -410,8 +410,9 @@ TEST_CASE("fp16/bf16 activations in the integer fast path itself: bit-identical 
 TEST_CASE("quantize of fp16/bf16 input: the bits of quantizing its fp32 values, NaN/Inf at its first index",
           "[kernels]") {
   // The 16-bit input is converted inside the quantizer's passes; several
-  // tasks (rows * k > 16384) with both a given and a derived global scale.
-  for (int64_t k : {64, 4096}) {
+  // tasks (rows * k > 16384) with both a given and a derived global scale;
+  // k = 48 leaves tail blocks after the kernels' groups of 4 or 16 blocks.
+  for (int64_t k : {48, 64, 4096}) {
     const int64_t rows = int64_t{4096} * 9 / k + 3;
     for (int which = 1; which < 3; ++which) {
       Tensor xh = t::random_float({rows, k}, dt(which), static_cast<uint32_t>(k + which), 7.0f);

@@ -117,8 +117,10 @@ const KernelTable& neon_table() {
     f.absmax_bits = absmax_bits_neon;
     f.nvfp4_quantize = nvfp4_quantize_neon;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked_neon;
+    f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16_neon;
     f.nvfp4_dequantize = nvfp4_dequantize_neon;
     f.mxfp4_quantize = mxfp4_quantize_neon;
+    f.mxfp4_quantize16 = mxfp4_quantize16_neon;
     f.mxfp4_dequantize = mxfp4_dequantize_neon;
     f.nf4_dequantize = nf4_dequantize;
     f.fma_probe = fma_probe<Vec>;

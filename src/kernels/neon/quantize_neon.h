@@ -1,14 +1,14 @@
-// NEON NVFP4 quantize and dequantize (KernelTable::nvfp4_quantize_checked,
-// nvfp4_quantize, nvfp4_dequantize, absmax_bits) and MXFP4 quantize
-// (mxfp4_quantize), bit-exact with the codec (formats/codec.h,
-// formats/mxfp4.h) by the same construction as the AVX-512 kernels: block
-// maxima as integer maxima of the |x| bit patterns (a NaN or Inf shows as
-// >= 0x7f800000), NVFP4 scale codes four blocks at a time with the codec's
-// division and E4M3 rounding, quotients |x| / d correctly rounded (one
-// reciprocal per four blocks and a Markstein correction where its
-// conditions hold, else the IEEE division; MXFP4: the codec's product
-// |x| * 2^-e), and the E2M1 rounding of a quotient by one 64-byte table lookup.
-// Included by kernels_neon.cpp only.
+// NEON NVFP4 quantize and dequantize (KernelTable::nvfp4_quantize_checked
+// and its 16-bit form, nvfp4_quantize, nvfp4_dequantize, absmax_bits) and
+// MXFP4 quantize (mxfp4_quantize, mxfp4_quantize16), bit-exact with the
+// codec (formats/codec.h, formats/mxfp4.h) by the same construction as the
+// AVX-512 kernels: block maxima as integer maxima of the |x| bit patterns
+// (a NaN or Inf shows as >= 0x7f800000), NVFP4 scale codes four blocks at
+// a time with the codec's division and E4M3 rounding, quotients |x| / d
+// correctly rounded (one reciprocal per four blocks and a Markstein
+// correction where its conditions hold, else the IEEE division; MXFP4: the
+// codec's product |x| * 2^-e), and the E2M1 rounding of a quotient by one
+// 64-byte table lookup. Included by kernels_neon.cpp only.
 #pragma once
 
 #include <arm_neon.h>
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
@@ -47,6 +48,40 @@ struct NeonE2m1Table {
     t = vld1q_u8_x4(b);
   }
 };
+
+// The quantizers' input: 4 elements at p as fp32. fp16 and bf16 are read
+// in place and widened in registers (exact: bf16 by a shift, fp16 by
+// fcvtl, whose subnormals, Inf and NaN stay what they are under the
+// default FPCR every call runs with), so the bytes are those of
+// quantizing the fp32 values, with no separate conversion pass.
+struct NeonInF32 {
+  using T = float;
+  static float32x4_t load(const float* p) { return vld1q_f32(p); }
+};
+struct NeonInBf16 {
+  using T = uint16_t;
+  static float32x4_t load(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+};
+struct NeonInF16 {
+  using T = uint16_t;
+  static float32x4_t load(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+};
+
+// The n (< 4 x 32) elements at x as fp32: x itself, or its 16-bit values
+// widened into buf.
+template <class In>
+const float* neon_tail_f32(const typename In::T* x, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<In, NeonInF32>) {
+    return x;
+  } else {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(buf + i, In::load(x + i));
+    for (; i < n; ++i) {
+      buf[i] = std::is_same_v<In, NeonInBf16> ? fmt::bf16_to_f32(x[i]) : fmt::f16_to_f32(x[i]);
+    }
+    return buf;
+  }
+}
 
 // Byte 0 of each 32-bit lane of four vectors, in order (16 bytes).
 inline uint8x16_t neon_low_bytes(uint32x4_t a, uint32x4_t b, uint32x4_t c, uint32x4_t d) {
@@ -83,8 +118,11 @@ inline uint8x8_t neon_e2m1_block(const uint8x16x4_t& table, const float32x4_t (&
 // are the integer maxima of the |x| bits, so a NaN or Inf stops the call
 // (false; q and s then partly written). Scales four at a time: the codec's
 // division amax / (6 g), the E4M3 encoding by its bit mapping when all four
-// are normal (or saturate), else by the codec per block.
-bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+// are normal (or saturate), else by the codec per block. In: fp32, or
+// 16-bit input read in place (nvfp4_quantize_checked16).
+template <class In>
+bool nvfp4_quantize_checked_neon_t(const typename In::T* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                                   uint8_t* s) {
   static const NeonE2m1Table table_init;
   const uint8x16x4_t table = table_init.t;
   const int64_t nblocks = rows * (k / 16);
@@ -93,11 +131,11 @@ bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float 
   const float32x4_t gv = vdupq_n_f32(g);
   int64_t b0 = 0;
   for (; b0 + 4 <= nblocks; b0 += 4) {
-    const float* xg = x + b0 * 16;
+    const typename In::T* xg = x + b0 * 16;
     float32x4_t v[4][4];
     uint32x4_t m[4];
     for (int b = 0; b < 4; ++b) {
-      for (int i = 0; i < 4; ++i) v[b][i] = vld1q_f32(xg + int64_t{b} * 16 + int64_t{i} * 4);
+      for (int i = 0; i < 4; ++i) v[b][i] = In::load(xg + int64_t{b} * 16 + int64_t{i} * 4);
       const uint32x4_t a0 = vandq_u32(vreinterpretq_u32_f32(v[b][0]), abs_mask);
       const uint32x4_t a1 = vandq_u32(vreinterpretq_u32_f32(v[b][1]), abs_mask);
       const uint32x4_t a2 = vandq_u32(vreinterpretq_u32_f32(v[b][2]), abs_mask);
@@ -169,10 +207,24 @@ bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float 
   // The last blocks (fewer than 4): the scalar table's kernels.
   const int64_t rest = (nblocks - b0) * 16;
   if (rest > 0) {
-    if (portable::absmax_bits(x + b0 * 16, rest) >= 0x7f800000u) return false;
-    portable::nvfp4_quantize(x + b0 * 16, 1, rest, g, q + b0 * 8, s + b0);
+    alignas(16) float buf[4 * 16];
+    const float* xt = neon_tail_f32<In>(x + b0 * 16, rest, buf);
+    if (portable::absmax_bits(xt, rest) >= 0x7f800000u) return false;
+    portable::nvfp4_quantize(xt, 1, rest, g, q + b0 * 8, s + b0);
   }
   return true;
+}
+
+// KernelTable::nvfp4_quantize_checked.
+bool nvfp4_quantize_checked_neon(const float* x, int64_t rows, int64_t k, float g, uint8_t* q, uint8_t* s) {
+  return nvfp4_quantize_checked_neon_t<NeonInF32>(x, rows, k, g, q, s);
+}
+
+// KernelTable::nvfp4_quantize_checked16.
+bool nvfp4_quantize_checked16_neon(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g, uint8_t* q,
+                                   uint8_t* s) {
+  return bf16 ? nvfp4_quantize_checked_neon_t<NeonInBf16>(x, rows, k, g, q, s)
+              : nvfp4_quantize_checked_neon_t<NeonInF16>(x, rows, k, g, q, s);
 }
 
 // KernelTable::nvfp4_quantize (finite input).
@@ -185,7 +237,9 @@ void nvfp4_quantize_neon(const float* x, int64_t rows, int64_t k, float g, uint8
 // 2, 0) (fmt::mxfp4_scale_byte), the reciprocals 2^(127 - byte) by bit
 // mapping (always normal), each element's |x| * 2^-e (the codec's product)
 // coded by the table above. The last blocks: the scalar table's function.
-bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+// In: as nvfp4_quantize_checked_neon_t.
+template <class In>
+bool mxfp4_quantize_neon_t(const typename In::T* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   static const NeonE2m1Table table_init;
   const uint8x16x4_t table = table_init.t;
   const uint32x4_t abs_mask = vdupq_n_u32(0x7fffffffu);
@@ -193,15 +247,14 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
   uint32x4_t worst = vdupq_n_u32(0);  // the largest |x| bits seen (>= 0x7f800000: NaN / Inf)
   int64_t b0 = 0;
   for (; b0 + 4 <= nblocks; b0 += 4) {
-    const float* xg = x + b0 * fmt::kMxBlock;
+    const typename In::T* xg = x + b0 * fmt::kMxBlock;
     uint32x4_t m[4];
     for (int b = 0; b < 4; ++b) {
       m[b] = vdupq_n_u32(0);
       for (int i = 0; i < 8; ++i) {
         m[b] = vmaxq_u32(
             m[b],
-            vandq_u32(vld1q_u32(reinterpret_cast<const uint32_t*>(xg + int64_t{b} * 32 + int64_t{i} * 4)),
-                      abs_mask));
+            vandq_u32(vreinterpretq_u32_f32(In::load(xg + int64_t{b} * 32 + int64_t{i} * 4)), abs_mask));
       }
     }
     const uint32x4_t amax_bits = vpmaxq_u32(vpmaxq_u32(m[0], m[1]), vpmaxq_u32(m[2], m[3]));
@@ -216,10 +269,10 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
       s[b0 + b] = static_cast<uint8_t>(bytes[b]);
       const float32x4_t ib = vdupq_n_f32(inv[b]);
       for (int h = 0; h < 2; ++h) {
-        const float* xh = xg + int64_t{b} * 32 + int64_t{h} * 16;
+        const typename In::T* xh = xg + int64_t{b} * 32 + int64_t{h} * 16;
         float32x4_t v[4], qv[4];
         for (int i = 0; i < 4; ++i) {
-          v[i] = vld1q_f32(xh + int64_t{i} * 4);
+          v[i] = In::load(xh + int64_t{i} * 4);
           qv[i] = vmulq_f32(vabsq_f32(v[i]), ib);
         }
         vst1_u8(q + (b0 + b) * 16 + int64_t{h} * 8, neon_e2m1_block(table, v, qv));
@@ -228,11 +281,23 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
   }
   bool finite = vmaxvq_u32(worst) < 0x7f800000u;
   if (b0 < nblocks) {
-    finite = portable::mxfp4_quantize(x + b0 * fmt::kMxBlock, 1, (nblocks - b0) * fmt::kMxBlock,
-                                      q + b0 * (fmt::kMxBlock / 2), s + b0) &&
-             finite;
+    const int64_t len = (nblocks - b0) * fmt::kMxBlock;  // (fewer than 4 blocks)
+    alignas(16) float buf[4 * fmt::kMxBlock];
+    const float* xt = neon_tail_f32<In>(x + b0 * fmt::kMxBlock, len, buf);
+    finite = portable::mxfp4_quantize(xt, 1, len, q + b0 * (fmt::kMxBlock / 2), s + b0) && finite;
   }
   return finite;
+}
+
+// KernelTable::mxfp4_quantize.
+bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return mxfp4_quantize_neon_t<NeonInF32>(x, rows, k, q, s);
+}
+
+// KernelTable::mxfp4_quantize16.
+bool mxfp4_quantize16_neon(const uint16_t* x, bool bf16, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
+  return bf16 ? mxfp4_quantize_neon_t<NeonInBf16>(x, rows, k, q, s)
+              : mxfp4_quantize_neon_t<NeonInF16>(x, rows, k, q, s);
 }
 
 // KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
