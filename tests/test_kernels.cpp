@@ -2772,6 +2772,69 @@ TEST_CASE("AVX-512 VNNI integer GEMVs: the vpermb and the vpshufb nibble decode 
   }
 }
 
+TEST_CASE("AVX-512 16-bit dequantize: both bf16 conversions give the fp32 values rounded once",
+          "[kernels][dequantize]") {
+  // The AVX-512 table converts bf16 by vcvtne2ps2bf16 on CPUs with
+  // AVX512_BF16 and by integer rounding elsewhere; both are checked where
+  // the CPU runs them, fp16 with each, against the scalar fp32 entries and
+  // the codec's rounding. Global scales and E8M0 / absmax values that make
+  // denormal, overflowing (Inf) and halfway (ties) fp32 values; E4M3 0x7f
+  // and E8M0 0xff (NaN); an odd block count (a last block alone).
+  if (!q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) {
+    WARN("SKIPPED the AVX-512 16-bit dequantize: CPU lacks AVX-512");
+    return;
+  }
+  kern::KernelTable variant[2];
+  REQUIRE(kern::avx512_dequant16_variant(false, &variant[0]));
+  const bool bf16_cpu = (q4::cpu_info().features & Q4_CPU_AVX512BF16) != 0;
+  if (bf16_cpu)
+    REQUIRE(kern::avx512_dequant16_variant(true, &variant[1]));
+  else
+    WARN("SKIPPED the vcvtne2ps2bf16 conversion: this CPU has no AVX512_BF16");
+  const kern::KernelTable& ref = kern::table_for(Q4_ISA_SCALAR);
+  const int64_t rows = 7, k = 464;  // NVFP4: 203 blocks; MXFP4: rows of 448 (98 blocks)
+  std::mt19937 gen(464);
+  std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * k / 16)),
+      e8(static_cast<size_t>(rows * 448 / 32));
+  for (auto& b : q) b = static_cast<uint8_t>(gen());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(i % 61 == 3 ? 0x7f : gen() % 0x7f);
+  for (size_t i = 0; i < e8.size(); ++i) e8[i] = static_cast<uint8_t>(i % 23 == 5 ? 0xff : gen() % 256);
+  float lut[16];
+  for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+  const int64_t nbs = 64, nn = rows * k;  // NF4: 3248 elements, 51 blocks of 64 (the last short)
+  std::vector<float> absmax(static_cast<size_t>((nn + nbs - 1) / nbs));
+  for (size_t i = 0; i < absmax.size(); ++i)
+    absmax[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 64, static_cast<int>(i % 9) * 33 - 140);
+  const auto rounded = [](const std::vector<float>& v, bool bf16) {
+    std::vector<uint16_t> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      r[i] = bf16 ? q4::fmt::f32_to_bf16(v[i]) : q4::fmt::f32_to_f16(v[i]);
+    return r;
+  };
+  for (float g : {0.37f, 1.0f + 0x1p-8f, 1.5f + 0x1p-8f, 0x1p-135f, 0x1p120f}) {
+    std::vector<float> nv(static_cast<size_t>(nn)), mx(static_cast<size_t>(rows * 448)), nf(nv.size());
+    ref.nvfp4_dequantize(q.data(), s.data(), g, rows, k, nv.data());
+    ref.mxfp4_dequantize(q.data(), e8.data(), rows, 448, mx.data());
+    ref.nf4_dequantize(q.data(), lut, absmax.data(), nbs, nn - nn % 16, nf.data());
+    nf.resize(static_cast<size_t>(nn - nn % 16));
+    for (int v = 0; v < (bf16_cpu ? 2 : 1); ++v) {
+      for (bool bf16 : {false, true}) {
+        INFO("g " << g << (v == 1 ? " vcvtne2ps2bf16" : " integer rounding") << (bf16 ? " bf16" : " fp16"));
+        std::vector<uint16_t> got(nv.size(), 0xdead);
+        variant[v].nvfp4_dequantize16(q.data(), s.data(), g, rows, k, got.data(), bf16);
+        CHECK(got == rounded(nv, bf16));
+        got.assign(mx.size(), 0xdead);
+        variant[v].mxfp4_dequantize16(q.data(), e8.data(), rows, 448, got.data(), bf16);
+        CHECK(got == rounded(mx, bf16));
+        got.assign(nf.size(), 0xdead);
+        variant[v].nf4_dequantize16(q.data(), lut, absmax.data(), nbs, static_cast<int64_t>(nf.size()),
+                                    got.data(), bf16);
+        CHECK(got == rounded(nf, bf16));
+      }
+    }
+  }
+}
+
 TEST_CASE("fast-mode session linears keep tiled codes where the table reads them: same bits, counted bytes",
           "[kernels][int8][session]") {
   // (72 rows: four full groups of 16 and a last of 8; at least the 64 rows

@@ -42,9 +42,17 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst) {
   }
   const uint8_t* q = op.q.data;
   const kern::KernelTable& kt = kern::active_table();
-  kern::blocks_to_output(kt, rows * k, fmt::kMxBlock, dst, threads, [&](int64_t e0, int64_t len, float* d) {
-    kt.mxfp4_dequantize(q + e0 / 2, s + e0 / fmt::kMxBlock, 1, len, d);
-  });
+  const bool bf16 = dst.type == kern::FType::BF16;
+  kern::blocks_to_output(
+      kt, rows * k, fmt::kMxBlock, dst, threads,
+      [&](int64_t e0, int64_t len, float* d) {
+        kt.mxfp4_dequantize(q + e0 / 2, s + e0 / fmt::kMxBlock, 1, len, d);
+      },
+      kt.mxfp4_dequantize16 == nullptr
+          ? kern::Fill16{}
+          : kern::Fill16([&](int64_t e0, int64_t len, uint16_t* d) {
+              kt.mxfp4_dequantize16(q + e0 / 2, s + e0 / fmt::kMxBlock, 1, len, d, bf16);
+            }));
 }
 
 namespace {

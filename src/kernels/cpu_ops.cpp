@@ -1014,8 +1014,16 @@ void pieces_to_16bit(const KernelTable& kt, int64_t e0, int64_t e1, int64_t piec
 }  // namespace
 
 void blocks_to_output(const KernelTable& kt, int64_t n, int64_t unit, FloatOut out, int32_t threads,
-                      const std::function<void(int64_t, int64_t, float*)>& fill) {
+                      const std::function<void(int64_t, int64_t, float*)>& fill, const Fill16& fill16) {
   if (n <= 0) return;
+  if (out.type != FType::F32 && fill16) {
+    const int64_t task = (kDecode16TaskElems + unit - 1) / unit * unit;
+    parallel_for((n + task - 1) / task, threads, [&](int64_t t) {
+      const int64_t e0 = t * task;
+      fill16(e0, std::min(task, n - e0), static_cast<uint16_t*>(out.data) + e0);
+    });
+    return;
+  }
   if (out.type == FType::F32) {
     const int64_t task = (kDecodeTaskElems + unit - 1) / unit * unit;
     parallel_for((n + task - 1) / task, threads, [&](int64_t t) {
@@ -1070,9 +1078,15 @@ void swizzle_scales_parallel(const uint8_t* lin, int64_t rows, int64_t cols, uin
 
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
                       int64_t k, FloatOut out, int32_t threads) {
-  blocks_to_output(kt, rows * k, 16, out, threads, [&](int64_t e0, int64_t len, float* dst) {
-    kt.nvfp4_dequantize(q + e0 / 2, s + e0 / 16, g, 1, len, dst);
-  });
+  const bool bf16 = out.type == FType::BF16;
+  blocks_to_output(
+      kt, rows * k, 16, out, threads,
+      [&](int64_t e0, int64_t len, float* dst) {
+        kt.nvfp4_dequantize(q + e0 / 2, s + e0 / 16, g, 1, len, dst);
+      },
+      kt.nvfp4_dequantize16 == nullptr ? Fill16{} : Fill16([&](int64_t e0, int64_t len, uint16_t* dst) {
+        kt.nvfp4_dequantize16(q + e0 / 2, s + e0 / 16, g, 1, len, dst, bf16);
+      }));
 }
 
 void dequantize_nvfp4(const KernelTable& kt, const uint8_t* q, const uint8_t* s, float g, int64_t rows,
@@ -1468,6 +1482,18 @@ void nf4_dequantize(const KernelTable& kt, const uint8_t* q, const Nf4Stats& st,
     };
     if (out.type == FType::F32) {
       decode(e0, e1 - e0, static_cast<float*>(out.data) + e0);
+      return;
+    }
+    if (kt.nf4_dequantize16 != nullptr) {  // in place, but a partial block's tail of fewer than 16
+      const int64_t whole = (e1 - e0) / 16 * 16;
+      kt.nf4_dequantize16(q + e0 / 2, lut, am.data(), bs, whole, static_cast<uint16_t*>(out.data) + e0,
+                          out.type == FType::BF16);
+      if (whole < e1 - e0) {
+        float tail[16];
+        portable::nf4_dequantize(q + (e0 + whole) / 2, lut, am.data() + whole / bs, bs, e1 - e0 - whole,
+                                 tail);
+        kt.f32_to_act(out.data, out.type, e0 + whole, e1 - e0 - whole, tail);
+      }
       return;
     }
     pieces_to_16bit(kt, e0, e1, std::max<int64_t>(1, kDecodePieceElems / bs) * bs, out, decode);

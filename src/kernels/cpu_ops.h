@@ -157,15 +157,18 @@ void scaled_mm_w4a4_int8(const KernelTable& kt, const uint8_t* aq, const uint8_t
 // out (n elements in its type: fp32, fp16 or bf16) from fp32 that
 // fill(e0, len, dst) writes (elements [e0, e0 + len) at dst; e0 and len
 // multiples of `unit`, the format's block, but the last len). fp32 out is
-// filled in place, in tasks of kDecodeTaskElems; fp16/bf16 through a
-// buffer of kDecodePieceElems (rounded up to whole units) that stays in
-// L1, converted by kt.f32_to_act, so a 16-bit output never costs a fp32
-// copy of the tensor.
+// filled in place, in tasks of kDecodeTaskElems. fp16/bf16 out: by
+// fill16(e0, len, dst) in place when given (the table's fused 16-bit
+// entry), in tasks of kDecode16TaskElems; otherwise through a buffer of
+// kDecodePieceElems (rounded up to whole units) that stays in L1,
+// converted by kt.f32_to_act, so a 16-bit output never costs a fp32 copy
+// of the tensor.
 constexpr int64_t kDecodeTaskElems = int64_t{16} << 10;
 constexpr int64_t kDecode16TaskElems = int64_t{64} << 10;
 constexpr int64_t kDecodePieceElems = 2048;
+using Fill16 = std::function<void(int64_t, int64_t, uint16_t*)>;
 void blocks_to_output(const KernelTable& kt, int64_t n, int64_t unit, FloatOut out, int32_t threads,
-                      const std::function<void(int64_t, int64_t, float*)>& fill);
+                      const std::function<void(int64_t, int64_t, float*)>& fill, const Fill16& fill16 = {});
 // Block scales [rows, cols] from the swizzled layout to the linear one
 // (unswizzle_scales of portable.h) over `threads`, in tasks of whole
 // 128-row bands (each band's tiles are contiguous).

@@ -53,6 +53,16 @@ bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out) {
   return false;
 #endif
 }
+bool avx512_dequant16_variant(bool cvtne, KernelTable* out) {
+#if defined(NVFP4_KERNELS_AVX512)
+  *out = avx512_table_dequant16(cvtne);
+  return true;
+#else
+  (void)cvtne;
+  (void)out;
+  return false;
+#endif
+}
 }  // namespace kern
 
 bool isa_compiled(int32_t isa) {

@@ -23,6 +23,10 @@ const KernelTable& table_for(int32_t isa);
 // compiled in (true), else false (tests; the caller checks that the CPU
 // runs it, and has VBMI for vbmi = true).
 bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out);
+// avx512_table_dequant16(cvtne) into *out when the AVX-512 table is
+// compiled in (true), else false (tests; the caller checks that the CPU
+// runs it, and has AVX512_BF16 for cvtne = true).
+bool avx512_dequant16_variant(bool cvtne, KernelTable* out);
 // The table for the active ISA; records it as this thread's last ISA used.
 // (active_table() in kernel_table.h is the same function.)
 int32_t last_isa_used();

@@ -241,6 +241,18 @@ struct KernelTable {
   // scales) to fp32: e2m1 * 2^(byte - 127) per element, as
   // fmt::mxfp4_decode_element (byte 0xFF gives NaN).
   void (*mxfp4_dequantize)(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) = nullptr;
+  // Optional (null: the drivers decode fp32 pieces into an L1 buffer and
+  // convert them, blocks_to_output): nvfp4_dequantize, mxfp4_dequantize and
+  // nf4_dequantize straight to fp16 (bf16 false) or bf16, each element the
+  // fp32 entry's value rounded once as f32_to_act rounds it (the codec's
+  // f32_to_f16 / f32_to_bf16), decoded, converted and stored in registers
+  // so that the stores to the output are spread over the work.
+  void (*nvfp4_dequantize16)(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
+                             uint16_t* out, bool bf16) = nullptr;
+  void (*mxfp4_dequantize16)(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, uint16_t* out,
+                             bool bf16) = nullptr;
+  void (*nf4_dequantize16)(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize,
+                           int64_t n, uint16_t* out, bool bf16) = nullptr;
   // Bit-exact MXFP4 quantization of rows x [rows, K] (K % 32 == 0): E8M0
   // bytes of the block maxima (fmt::mxfp4_scale_byte), linear, and the codes
   // fmt::mxfp4_encode_element gives; false when some x is NaN or Inf (seen
@@ -489,6 +501,10 @@ const KernelTable& avx512_vnni_table();
 // (vbmi) or vpshufb instead of the one this CPU's features pick (the same
 // bits; for tests of the variant the CPU does not run by default).
 KernelTable avx512_vnni_table_decode(bool vbmi);
+// avx512_table() with its 16-bit dequantize entries converting bf16 by
+// vcvtne2ps2bf16 (cvtne, AVX512_BF16 CPUs) or by integer rounding instead
+// of the one this CPU's features pick (the same bits; for tests).
+KernelTable avx512_table_dequant16(bool cvtne);
 const KernelTable& neon_table();
 const KernelTable& neon_dotprod_table();
 const KernelTable& neon_i8mm_table();
