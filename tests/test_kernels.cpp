@@ -2772,25 +2772,35 @@ TEST_CASE("AVX-512 VNNI integer GEMVs: the vpermb and the vpshufb nibble decode 
   }
 }
 
-TEST_CASE("AVX-512 16-bit dequantize: both bf16 conversions give the fp32 values rounded once",
+TEST_CASE("16-bit dequantize entries: the fp32 values rounded once, every table and bf16 conversion",
           "[kernels][dequantize]") {
-  // The AVX-512 table converts bf16 by vcvtne2ps2bf16 on CPUs with
-  // AVX512_BF16 and by integer rounding elsewhere; both are checked where
-  // the CPU runs them, fp16 with each, against the scalar fp32 entries and
-  // the codec's rounding. Global scales and E8M0 / absmax values that make
-  // denormal, overflowing (Inf) and halfway (ties) fp32 values; E4M3 0x7f
-  // and E8M0 0xff (NaN); an odd block count (a last block alone).
-  if (!q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) {
-    WARN("SKIPPED the AVX-512 16-bit dequantize: CPU lacks AVX-512");
+  // Every table this CPU runs that has the entries (AVX-512, AVX2,
+  // AVX-VNNI), and the AVX-512 table's other bf16 conversion: it converts
+  // bf16 by vcvtne2ps2bf16 on CPUs with AVX512_BF16 and by integer rounding
+  // elsewhere, both checked where the CPU runs them. fp16 and bf16 against
+  // the scalar fp32 entries and the codec's rounding; global scales and
+  // E8M0 / absmax values that make denormal, overflowing (Inf) and halfway
+  // (ties) fp32 values; E4M3 0x7f and E8M0 0xff (NaN), a NaN with a
+  // payload in the NF4 codebook; an odd block count (a last block alone).
+  std::vector<std::pair<std::string, kern::KernelTable>> tables;
+  for (int32_t isa : t::runnable_isas()) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    if (kt.nvfp4_dequantize16 != nullptr) tables.emplace_back(Q4_isa_name(isa), kt);
+  }
+  if (q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) {
+    const bool bf16_cpu = (q4::cpu_info().features & Q4_CPU_AVX512BF16) != 0;
+    kern::KernelTable other;
+    REQUIRE(kern::avx512_dequant16_variant(!bf16_cpu, &other));
+    if (bf16_cpu) {
+      tables.emplace_back("avx512, integer bf16 rounding", other);
+    } else {
+      WARN("SKIPPED the vcvtne2ps2bf16 conversion: this CPU has no AVX512_BF16");
+    }
+  }
+  if (tables.empty()) {
+    WARN("SKIPPED: no table this CPU runs has 16-bit dequantize entries (AVX-512 and AVX2 do)");
     return;
   }
-  kern::KernelTable variant[2];
-  REQUIRE(kern::avx512_dequant16_variant(false, &variant[0]));
-  const bool bf16_cpu = (q4::cpu_info().features & Q4_CPU_AVX512BF16) != 0;
-  if (bf16_cpu)
-    REQUIRE(kern::avx512_dequant16_variant(true, &variant[1]));
-  else
-    WARN("SKIPPED the vcvtne2ps2bf16 conversion: this CPU has no AVX512_BF16");
   const kern::KernelTable& ref = kern::table_for(Q4_ISA_SCALAR);
   const int64_t rows = 7, k = 464;  // NVFP4: 203 blocks; MXFP4: rows of 448 (98 blocks)
   std::mt19937 gen(464);
@@ -2801,6 +2811,8 @@ TEST_CASE("AVX-512 16-bit dequantize: both bf16 conversions give the fp32 values
   for (size_t i = 0; i < e8.size(); ++i) e8[i] = static_cast<uint8_t>(i % 23 == 5 ? 0xff : gen() % 256);
   float lut[16];
   for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+  const uint32_t payload_nan = 0xffa12345u;  // (a custom codebook's NaN with a payload)
+  std::memcpy(&lut[13], &payload_nan, 4);
   const int64_t nbs = 64, nn = rows * k;  // NF4: 3248 elements, 51 blocks of 64 (the last short)
   std::vector<float> absmax(static_cast<size_t>((nn + nbs - 1) / nbs));
   for (size_t i = 0; i < absmax.size(); ++i)
@@ -2817,18 +2829,18 @@ TEST_CASE("AVX-512 16-bit dequantize: both bf16 conversions give the fp32 values
     ref.mxfp4_dequantize(q.data(), e8.data(), rows, 448, mx.data());
     ref.nf4_dequantize(q.data(), lut, absmax.data(), nbs, nn - nn % 16, nf.data());
     nf.resize(static_cast<size_t>(nn - nn % 16));
-    for (int v = 0; v < (bf16_cpu ? 2 : 1); ++v) {
+    for (const auto& [name, table] : tables) {
       for (bool bf16 : {false, true}) {
-        INFO("g " << g << (v == 1 ? " vcvtne2ps2bf16" : " integer rounding") << (bf16 ? " bf16" : " fp16"));
+        INFO("g " << g << " table " << name << (bf16 ? " bf16" : " fp16"));
         std::vector<uint16_t> got(nv.size(), 0xdead);
-        variant[v].nvfp4_dequantize16(q.data(), s.data(), g, rows, k, got.data(), bf16);
+        table.nvfp4_dequantize16(q.data(), s.data(), g, rows, k, got.data(), bf16);
         CHECK(got == rounded(nv, bf16));
         got.assign(mx.size(), 0xdead);
-        variant[v].mxfp4_dequantize16(q.data(), e8.data(), rows, 448, got.data(), bf16);
+        table.mxfp4_dequantize16(q.data(), e8.data(), rows, 448, got.data(), bf16);
         CHECK(got == rounded(mx, bf16));
         got.assign(nf.size(), 0xdead);
-        variant[v].nf4_dequantize16(q.data(), lut, absmax.data(), nbs, static_cast<int64_t>(nf.size()),
-                                    got.data(), bf16);
+        table.nf4_dequantize16(q.data(), lut, absmax.data(), nbs, static_cast<int64_t>(nf.size()), got.data(),
+                               bf16);
         CHECK(got == rounded(nf, bf16));
       }
     }

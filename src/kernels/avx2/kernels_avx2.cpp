@@ -1418,7 +1418,46 @@ inline void e2m1_decode16_ordered(const uint8_t* q8, __m256 lut, __m256 (&v)[2])
   v[1] = e2m1_decode8(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8)), shifts), lut);
 }
 
-void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+// Where the dequantizers put 16 values (v[0]: elements off .. off + 7,
+// v[1]: the next 8): fp32 as they are (the fp32 entries), or fp16/bf16
+// with f32_to_act's bits in one 32-byte store (the 16-bit entries: decoded,
+// converted and stored in registers, so that the stores to the output are
+// spread over the work; see set_dequantize16).
+struct DqOutF32 {
+  float* out;
+  void sixteen(int64_t off, const __m256 (&v)[2]) const {
+    _mm256_storeu_ps(out + off, v[0]);
+    _mm256_storeu_ps(out + off + 8, v[1]);
+  }
+};
+template <FType T>
+struct DqOut16 {
+  uint16_t* out;
+  void sixteen(int64_t off, const __m256 (&v)[2]) const {
+    __m256i h;
+    if constexpr (T == FType::F16) {
+      if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(v[0], v[0], _CMP_UNORD_Q),
+                                          _mm256_cmp_ps(v[1], v[1], _CMP_UNORD_Q))) != 0) {
+        SbAvx2::store_act<T>(out, off, v[0]);  // (NaN written as the codec writes it)
+        SbAvx2::store_act<T>(out, off + 8, v[1]);
+        return;
+      }
+      constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+      h = _mm256_set_m128i(_mm256_cvtps_ph(v[1], kRound), _mm256_cvtps_ph(v[0], kRound));
+    } else {
+      // (every dword below 2^16: the saturating pack keeps it; the pack
+      // interleaves the 128-bit halves, the permute puts them in order)
+      h = _mm256_permute4x64_epi64(_mm256_packus_epi32(SbAvx2::bf16_dwords(v[0]), SbAvx2::bf16_dwords(v[1])),
+                                   0xd8);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + off), h);
+  }
+};
+
+// NVFP4: (e2m1 * scale) * g per element.
+template <class Out>
+void nvfp4_dequantize_t(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
+                        const Out& out) {
   const int64_t nblocks = rows * (k / 16);
   const __m256 lut = e2m1_mag_lut();
   const __m256 gv = _mm256_set1_ps(g);
@@ -1426,36 +1465,38 @@ void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows,
     __m256 v[2];
     e2m1_decode16_ordered(q + b * 8, lut, v);
     const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
-    for (int64_t half = 0; half < 2; ++half) {
-      _mm256_storeu_ps(out + b * 16 + 8 * half, _mm256_mul_ps(_mm256_mul_ps(v[half], sc), gv));
-    }
+    for (__m256& h : v) h = _mm256_mul_ps(_mm256_mul_ps(h, sc), gv);
+    out.sixteen(b * 16, v);
   }
 }
 
-// KernelTable::nf4_dequantize: 8 codes (4 bytes, element 2j in the high
-// nibble) per pair of 8-entry permutes and a blend on bit 3, times the
-// block's absmax.
-void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                    float* out) {
+// NF4: 8 codes (4 bytes, element 2j in the high nibble) per pair of
+// 8-entry permutes and a blend on bit 3, times the block's absmax (n % 16
+// == 0).
+template <class Out>
+void nf4_dequantize_t(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                      const Out& out) {
   const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
   const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
   for (int64_t i = 0; i < n; i += 16) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
     const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
     const __m256 am = _mm256_set1_ps(absmax[i / blocksize]);
+    __m256 v[2];
     for (int64_t h = 0; h < 2; ++h) {
       const __m128i src = h ? _mm_srli_si128(dup, 8) : dup;
       const __m256i c = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);  // bits 0-3
-      const __m256 v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
-                                        _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
-      _mm256_storeu_ps(out + i + 8 * h, _mm256_mul_ps(v, am));
+      v[h] = _mm256_mul_ps(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
+                                            _mm256_castsi256_ps(_mm256_slli_epi32(c, 28))),
+                           am);
     }
+    out.sixteen(i, v);
   }
 }
 
-// KernelTable::mxfp4_dequantize: e2m1 * 2^(byte - 127) per element, one
-// product as the codec.
-void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+// MXFP4: e2m1 * 2^(byte - 127) per element, one product as the codec.
+template <class Out>
+void mxfp4_dequantize_t(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
   const int64_t nblocks = rows * (k / fmt::kMxBlock);
   const __m256 lut = e2m1_mag_lut();
   for (int64_t b = 0; b < nblocks; ++b) {
@@ -1463,10 +1504,43 @@ void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t 
     for (int64_t h = 0; h < 2; ++h) {
       __m256 v[2];
       e2m1_decode16_ordered(q + b * 16 + h * 8, lut, v);
-      _mm256_storeu_ps(out + b * 32 + h * 16, _mm256_mul_ps(v[0], sc));
-      _mm256_storeu_ps(out + b * 32 + h * 16 + 8, _mm256_mul_ps(v[1], sc));
+      v[0] = _mm256_mul_ps(v[0], sc);
+      v[1] = _mm256_mul_ps(v[1], sc);
+      out.sixteen(b * 32 + h * 16, v);
     }
   }
+}
+
+// KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
+void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+  nvfp4_dequantize_t(q, s, g, rows, k, DqOutF32{out});
+}
+void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                    float* out) {
+  nf4_dequantize_t(q, lut, absmax, blocksize, n, DqOutF32{out});
+}
+void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  mxfp4_dequantize_t(q, s, rows, k, DqOutF32{out});
+}
+
+// KernelTable::nvfp4_dequantize16, mxfp4_dequantize16, nf4_dequantize16:
+// the loops above with DqOut16.
+void set_dequantize16(KernelTable& f) {
+  f.nvfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
+                            uint16_t* out, bool bf16) {
+    bf16 ? nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::BF16>{out})
+         : nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::F16>{out});
+  };
+  f.mxfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, uint16_t* out,
+                            bool bf16) {
+    bf16 ? mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::BF16>{out})
+         : mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::F16>{out});
+  };
+  f.nf4_dequantize16 = [](const uint8_t* q, const float* lut, const float* absmax, int64_t bs, int64_t n,
+                          uint16_t* out, bool bf16) {
+    bf16 ? nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::BF16>{out})
+         : nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::F16>{out});
+  };
 }
 
 float amax(const float* x, int64_t n) {
@@ -1605,6 +1679,7 @@ const KernelTable& avx2_table() {
     f.mxfp4_quantize16 = mxfp4_quantize16;
     f.mxfp4_dequantize = mxfp4_dequantize;
     f.nf4_dequantize = nf4_dequantize;
+    set_dequantize16(f);
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

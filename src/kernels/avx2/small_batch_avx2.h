@@ -45,6 +45,17 @@ struct SbAvx2 {
     }
   }
 
+  // The bf16 of each lane of v in the low half of its dword: the codec's
+  // integer rounding to nearest even, a NaN as (bits >> 16) | 0x40.
+  static __m256i bf16_dwords(__m256 v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i r =
+        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    return _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40)),
+                              _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  }
+
   // load_act's inverse, as SbAvx512::store_act (fp16 by vcvtps2ph with
   // NaN lanes rewritten as the codec writes them; bf16 the codec's integer
   // rounding).
@@ -67,10 +78,7 @@ struct SbAvx2 {
                             _mm256_set1_epi32(0x7e00));
         r = _mm256_blendv_epi8(_mm256_cvtepu16_epi32(h), canon, _mm256_castps_si256(nan));
       } else {
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-        r = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40)),
-                               _mm256_castps_si256(nan));
+        r = bf16_dwords(v);
       }
       // Every dword is below 2^16: the unsigned saturating pack keeps it.
       const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
