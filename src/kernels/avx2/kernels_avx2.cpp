@@ -12,6 +12,7 @@
 #include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/avx2/small_batch_avx2.h"
 #include "kernels/avx2/small_batch_lanes_avx2.h"
+#include "kernels/dequant16.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
@@ -1454,93 +1455,83 @@ struct DqOut16 {
   }
 };
 
-// NVFP4: (e2m1 * scale) * g per element.
-template <class Out>
-void nvfp4_dequantize_t(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
-                        const Out& out) {
-  const int64_t nblocks = rows * (k / 16);
-  const __m256 lut = e2m1_mag_lut();
-  const __m256 gv = _mm256_set1_ps(g);
-  for (int64_t b = 0; b < nblocks; ++b) {
-    __m256 v[2];
-    e2m1_decode16_ordered(q + b * 8, lut, v);
-    const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
-    for (__m256& h : v) h = _mm256_mul_ps(_mm256_mul_ps(h, sc), gv);
-    out.sixteen(b * 16, v);
-  }
-}
-
-// NF4: 8 codes (4 bytes, element 2j in the high nibble) per pair of
-// 8-entry permutes and a blend on bit 3, times the block's absmax (n % 16
-// == 0).
-template <class Out>
-void nf4_dequantize_t(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                      const Out& out) {
-  const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
-  const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
-    const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
-    const __m256 am = _mm256_set1_ps(absmax[i / blocksize]);
-    __m256 v[2];
-    for (int64_t h = 0; h < 2; ++h) {
-      const __m128i src = h ? _mm_srli_si128(dup, 8) : dup;
-      const __m256i c = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);  // bits 0-3
-      v[h] = _mm256_mul_ps(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
-                                            _mm256_castsi256_ps(_mm256_slli_epi32(c, 28))),
-                           am);
-    }
-    out.sixteen(i, v);
-  }
-}
-
-// MXFP4: e2m1 * 2^(byte - 127) per element, one product as the codec.
-template <class Out>
-void mxfp4_dequantize_t(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
-  const int64_t nblocks = rows * (k / fmt::kMxBlock);
-  const __m256 lut = e2m1_mag_lut();
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const __m256 sc = _mm256_set1_ps(fmt::e8m0_decode(s[b]));
-    for (int64_t h = 0; h < 2; ++h) {
+// The dequantize loops, each taking an output policy (DqOutF32 for the
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+struct DqLoops {
+  // NVFP4: (e2m1 * scale) * g per element.
+  template <class Out>
+  static void nvfp4(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, const Out& out) {
+    const int64_t nblocks = rows * (k / 16);
+    const __m256 lut = e2m1_mag_lut();
+    const __m256 gv = _mm256_set1_ps(g);
+    for (int64_t b = 0; b < nblocks; ++b) {
       __m256 v[2];
-      e2m1_decode16_ordered(q + b * 16 + h * 8, lut, v);
-      v[0] = _mm256_mul_ps(v[0], sc);
-      v[1] = _mm256_mul_ps(v[1], sc);
-      out.sixteen(b * 32 + h * 16, v);
+      e2m1_decode16_ordered(q + b * 8, lut, v);
+      const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[b]));
+      for (__m256& h : v) h = _mm256_mul_ps(_mm256_mul_ps(h, sc), gv);
+      out.sixteen(b * 16, v);
     }
   }
-}
+
+  // NF4: 8 codes (4 bytes, element 2j in the high nibble) per pair of
+  // 8-entry permutes and a blend on bit 3, times the block's absmax (n % 16
+  // == 0).
+  template <class Out>
+  static void nf4(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                  const Out& out) {
+    const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
+    const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
+      const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
+      const __m256 am = _mm256_set1_ps(absmax[i / blocksize]);
+      __m256 v[2];
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m128i src = h ? _mm_srli_si128(dup, 8) : dup;
+        const __m256i c = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);  // bits 0-3
+        v[h] =
+            _mm256_mul_ps(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
+                                           _mm256_castsi256_ps(_mm256_slli_epi32(c, 28))),
+                          am);
+      }
+      out.sixteen(i, v);
+    }
+  }
+
+  // MXFP4: e2m1 * 2^(byte - 127) per element, one product as the codec.
+  template <class Out>
+  static void mxfp4(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
+    const int64_t nblocks = rows * (k / fmt::kMxBlock);
+    const __m256 lut = e2m1_mag_lut();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const __m256 sc = _mm256_set1_ps(fmt::e8m0_decode(s[b]));
+      for (int64_t h = 0; h < 2; ++h) {
+        __m256 v[2];
+        e2m1_decode16_ordered(q + b * 16 + h * 8, lut, v);
+        v[0] = _mm256_mul_ps(v[0], sc);
+        v[1] = _mm256_mul_ps(v[1], sc);
+        out.sixteen(b * 32 + h * 16, v);
+      }
+    }
+  }
+};
 
 // KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  nvfp4_dequantize_t(q, s, g, rows, k, DqOutF32{out});
+  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
 }
 void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
                     float* out) {
-  nf4_dequantize_t(q, lut, absmax, blocksize, n, DqOutF32{out});
+  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
 }
 void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  mxfp4_dequantize_t(q, s, rows, k, DqOutF32{out});
+  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
 }
 
 // KernelTable::nvfp4_dequantize16, mxfp4_dequantize16, nf4_dequantize16:
 // the loops above with DqOut16.
 void set_dequantize16(KernelTable& f) {
-  f.nvfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
-                            uint16_t* out, bool bf16) {
-    bf16 ? nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::BF16>{out})
-         : nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::F16>{out});
-  };
-  f.mxfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, uint16_t* out,
-                            bool bf16) {
-    bf16 ? mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::BF16>{out})
-         : mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::F16>{out});
-  };
-  f.nf4_dequantize16 = [](const uint8_t* q, const float* lut, const float* absmax, int64_t bs, int64_t n,
-                          uint16_t* out, bool bf16) {
-    bf16 ? nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::BF16>{out})
-         : nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::F16>{out});
-  };
+  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
 }
 
 float amax(const float* x, int64_t n) {

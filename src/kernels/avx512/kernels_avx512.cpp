@@ -11,6 +11,7 @@
 #include "formats/mxfp4.h"
 #include "kernels/avx512/int8_avx512.h"
 #include "kernels/avx512/small_batch_avx512.h"
+#include "kernels/dequant16.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
@@ -1552,63 +1553,67 @@ struct DqOut16 {
   void one(int64_t off, __m512 v) const { SbAvx512::store_act<T>(out, off, v); }
 };
 
-// NVFP4: (e2m1 * scale) * g per element, two blocks at a time.
-template <class Out>
-void nvfp4_dequantize_t(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
-                        const Out& out) {
-  const int64_t nblocks = rows * (k / 16);
-  const __m512 lut = e2m1_lut();
-  const __m512 gv = _mm512_set1_ps(g);
-  const auto block = [&](int64_t b) {
-    const __m512 sc = _mm512_set1_ps(fmt::e4m3_decode(s[b]));
-    return _mm512_mul_ps(_mm512_mul_ps(nvfp4_decode16_ordered(q + b * 8, lut), sc), gv);
-  };
-  int64_t b = 0;
-  for (; b + 2 <= nblocks; b += 2) out.pair(b * 16, block(b), block(b + 1));
-  if (b < nblocks) out.one(b * 16, block(b));
-}
-
-// NF4: 16 codes (8 bytes, element 2j in the high nibble) per vpermps of
-// the code values, times the block's absmax (n % 16 == 0).
-template <class Out>
-void nf4_dequantize_t(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                      const Out& out) {
-  const __m512 lv = _mm512_loadu_ps(lut);
-  const __m512i shifts = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-  const auto sixteen = [&](int64_t i) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
-    const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);  // bits 0-3
-    return _mm512_mul_ps(_mm512_permutexvar_ps(idx, lv), _mm512_set1_ps(absmax[i / blocksize]));
-  };
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) out.pair(i, sixteen(i), sixteen(i + 16));
-  if (i < n) out.one(i, sixteen(i));
-}
-
-// MXFP4: the e2m1 values of each half block times the block's 2^(byte -
-// 127), one product per element as the codec.
-template <class Out>
-void mxfp4_dequantize_t(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
-  const int64_t nblocks = rows * (k / fmt::kMxBlock);
-  const __m512 lut = e2m1_lut();
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const __m512 sc = _mm512_set1_ps(fmt::e8m0_decode(s[b]));
-    const uint8_t* qb = q + b * (fmt::kMxBlock / 2);
-    out.pair(b * fmt::kMxBlock, _mm512_mul_ps(nvfp4_decode16_ordered(qb, lut), sc),
-             _mm512_mul_ps(nvfp4_decode16_ordered(qb + 8, lut), sc));
+// The dequantize loops, each taking an output policy (DqOutF32 for the
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+struct DqLoops {
+  // NVFP4: (e2m1 * scale) * g per element, two blocks at a time.
+  template <class Out>
+  static void nvfp4(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, const Out& out) {
+    const int64_t nblocks = rows * (k / 16);
+    const __m512 lut = e2m1_lut();
+    const __m512 gv = _mm512_set1_ps(g);
+    const auto block = [&](int64_t b) {
+      const __m512 sc = _mm512_set1_ps(fmt::e4m3_decode(s[b]));
+      return _mm512_mul_ps(_mm512_mul_ps(nvfp4_decode16_ordered(q + b * 8, lut), sc), gv);
+    };
+    int64_t b = 0;
+    for (; b + 2 <= nblocks; b += 2) out.pair(b * 16, block(b), block(b + 1));
+    if (b < nblocks) out.one(b * 16, block(b));
   }
-}
+
+  // NF4: 16 codes (8 bytes, element 2j in the high nibble) per vpermps of
+  // the code values, times the block's absmax (n % 16 == 0).
+  template <class Out>
+  static void nf4(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                  const Out& out) {
+    const __m512 lv = _mm512_loadu_ps(lut);
+    const __m512i shifts = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const auto sixteen = [&](int64_t i) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
+      const __m512i idx =
+          _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shifts);  // bits 0-3
+      return _mm512_mul_ps(_mm512_permutexvar_ps(idx, lv), _mm512_set1_ps(absmax[i / blocksize]));
+    };
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) out.pair(i, sixteen(i), sixteen(i + 16));
+    if (i < n) out.one(i, sixteen(i));
+  }
+
+  // MXFP4: the e2m1 values of each half block times the block's 2^(byte -
+  // 127), one product per element as the codec.
+  template <class Out>
+  static void mxfp4(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
+    const int64_t nblocks = rows * (k / fmt::kMxBlock);
+    const __m512 lut = e2m1_lut();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const __m512 sc = _mm512_set1_ps(fmt::e8m0_decode(s[b]));
+      const uint8_t* qb = q + b * (fmt::kMxBlock / 2);
+      out.pair(b * fmt::kMxBlock, _mm512_mul_ps(nvfp4_decode16_ordered(qb, lut), sc),
+               _mm512_mul_ps(nvfp4_decode16_ordered(qb + 8, lut), sc));
+    }
+  }
+};
 
 // KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
 void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  nvfp4_dequantize_t(q, s, g, rows, k, DqOutF32{out});
+  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
 }
 void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
                     float* out) {
-  nf4_dequantize_t(q, lut, absmax, blocksize, n, DqOutF32{out});
+  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
 }
 void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  mxfp4_dequantize_t(q, s, rows, k, DqOutF32{out});
+  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
 }
 
 // KernelTable::nvfp4_dequantize16, mxfp4_dequantize16 and
@@ -1619,21 +1624,7 @@ void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t 
 // 1.06-1.39x (MXFP4 the least); fp32 outputs unchanged.
 template <bool kCvtne>
 void set_dequantize16_t(KernelTable& f) {
-  f.nvfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k,
-                            uint16_t* out, bool bf16) {
-    bf16 ? nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::BF16, kCvtne>{out})
-         : nvfp4_dequantize_t(q, s, g, rows, k, DqOut16<FType::F16, false>{out});
-  };
-  f.mxfp4_dequantize16 = [](const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, uint16_t* out,
-                            bool bf16) {
-    bf16 ? mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::BF16, kCvtne>{out})
-         : mxfp4_dequantize_t(q, s, rows, k, DqOut16<FType::F16, false>{out});
-  };
-  f.nf4_dequantize16 = [](const uint8_t* q, const float* lut, const float* absmax, int64_t bs, int64_t n,
-                          uint16_t* out, bool bf16) {
-    bf16 ? nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::BF16, kCvtne>{out})
-         : nf4_dequantize_t(q, lut, absmax, bs, n, DqOut16<FType::F16, false>{out});
-  };
+  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16, kCvtne>, DqOut16<FType::F16, false>>(f);
 }
 
 void set_dequantize16(KernelTable& f, bool cvtne) {

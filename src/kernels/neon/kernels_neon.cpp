@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "formats/codec.h"
+#include "formats/mxfp4.h"
+#include "kernels/dequant16.h"
 #include "kernels/isa_common.h"
+#include "kernels/neon/decode_neon.h"
 #include "kernels/neon/gemv_neon.h"
 #include "kernels/neon/quantize_neon.h"
 #include "kernels/neon/small_batch_neon.h"
@@ -40,19 +43,92 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
             });
 }
 
-// KernelTable::nf4_dequantize: 16 codes (8 bytes, element 2j in the high
-// nibble) per four byte-plane tbl of the code values, times the block's
-// absmax.
+// Where the dequantizers put 16 values (v[p]: elements off + 4p .. off +
+// 4p + 3): fp32 as they are (the fp32 entries), or fp16/bf16 with
+// f32_to_act's bits (the 16-bit entries: decoded, converted and stored in
+// registers, so that the stores to the output are spread over the work).
+struct DqOutF32 {
+  float* out;
+  void sixteen(int64_t off, const float32x4_t (&v)[4]) const {
+    for (int p = 0; p < 4; ++p) vst1q_f32(out + off + int64_t{4} * p, v[p]);
+  }
+};
+template <FType T>
+struct DqOut16 {
+  uint16_t* out;
+  void sixteen(int64_t off, const float32x4_t (&v)[4]) const {
+    for (int p = 0; p < 4; ++p) SbNeon::store_act<T>(out, off + int64_t{4} * p, v[p]);
+  }
+};
+
+// The dequantize loops, each taking an output policy (DqOutF32 for the
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+struct DqLoops {
+  // NVFP4: (e2m1 * scale) * g per element, the first product exact, as
+  // fmt::nvfp4_decode_element.
+  template <class Out>
+  static void nvfp4(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, const Out& out) {
+    const float32x4_t gv = vdupq_n_f32(g);
+    const int64_t nblocks = rows * (k / 16);
+    for (int64_t b = 0; b < nblocks; ++b) {
+      float32x4_t e[4];
+      neon_e2m1_decode16(q + b * 8, e);
+      const float32x4_t sc = vdupq_n_f32(fmt::e4m3_decode(s[b]));
+      for (float32x4_t& v : e) v = vmulq_f32(vmulq_f32(v, sc), gv);
+      out.sixteen(b * 16, e);
+    }
+  }
+
+  // NF4: 16 codes (8 bytes, element 2j in the high nibble) per four
+  // byte-plane tbl of the code values, times the block's absmax (n % 16 ==
+  // 0).
+  template <class Out>
+  static void nf4(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
+                  const Out& out) {
+    uint8x16_t planes[4];
+    neon_nf4_planes(lut, planes);
+    for (int64_t i = 0; i < n; i += 16) {
+      float32x4_t v[4];
+      neon_nf4_lookup16(planes, neon_nf4_codes16(q + i / 2), v);
+      const float32x4_t am = vdupq_n_f32(absmax[i / blocksize]);
+      for (float32x4_t& x : v) x = vmulq_f32(x, am);
+      out.sixteen(i, v);
+    }
+  }
+
+  // MXFP4: e2m1 * 2^(byte - 127) per element, as fmt::mxfp4_decode_element.
+  template <class Out>
+  static void mxfp4(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, const Out& out) {
+    const int64_t nblocks = rows * (k / fmt::kMxBlock);
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const float32x4_t sc = vdupq_n_f32(fmt::e8m0_decode(s[b]));
+      for (int h = 0; h < 2; ++h) {
+        float32x4_t e[4];
+        neon_e2m1_decode16(q + b * 16 + int64_t{h} * 8, e);
+        for (float32x4_t& v : e) v = vmulq_f32(v, sc);
+        out.sixteen(b * 32 + int64_t{h} * 16, e);
+      }
+    }
+  }
+};
+
+// KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
+void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
+  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
+}
 void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
                     float* out) {
-  uint8x16_t planes[4];
-  neon_nf4_planes(lut, planes);
-  for (int64_t i = 0; i < n; i += 16) {
-    float32x4_t v[4];
-    neon_nf4_lookup16(planes, neon_nf4_codes16(q + i / 2), v);
-    const float32x4_t am = vdupq_n_f32(absmax[i / blocksize]);
-    for (int p = 0; p < 4; ++p) vst1q_f32(out + i + int64_t{4} * p, vmulq_f32(v[p], am));
-  }
+  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
+}
+void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
+  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
+}
+
+// KernelTable::nvfp4_dequantize16, mxfp4_dequantize16, nf4_dequantize16:
+// the loops above with DqOut16. (Not timed: no aarch64 hardware here; on
+// the x86 tables the same change measured 1.1-1.6x.)
+void set_dequantize16(KernelTable& f) {
+  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
 }
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
@@ -118,11 +194,12 @@ const KernelTable& neon_table() {
     f.nvfp4_quantize = nvfp4_quantize_neon;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked_neon;
     f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16_neon;
-    f.nvfp4_dequantize = nvfp4_dequantize_neon;
+    f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize_neon;
     f.mxfp4_quantize16 = mxfp4_quantize16_neon;
-    f.mxfp4_dequantize = mxfp4_dequantize_neon;
+    f.mxfp4_dequantize = mxfp4_dequantize;
     f.nf4_dequantize = nf4_dequantize;
+    set_dequantize16(f);
     f.fma_probe = fma_probe<Vec>;
     return f;
   }());

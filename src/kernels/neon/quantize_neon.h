@@ -1,6 +1,6 @@
-// NEON NVFP4 quantize and dequantize (KernelTable::nvfp4_quantize_checked
-// and its 16-bit form, nvfp4_quantize, nvfp4_dequantize, absmax_bits) and
-// MXFP4 quantize (mxfp4_quantize, mxfp4_quantize16), bit-exact with the
+// NEON NVFP4 quantize (KernelTable::nvfp4_quantize_checked and its 16-bit
+// form, nvfp4_quantize, absmax_bits) and MXFP4 quantize (mxfp4_quantize,
+// mxfp4_quantize16), bit-exact with the
 // codec (formats/codec.h, formats/mxfp4.h) by the same construction as the
 // AVX-512 kernels: block maxima as integer maxima of the |x| bit patterns
 // (a NaN or Inf shows as >= 0x7f800000), NVFP4 scale codes four blocks at
@@ -298,34 +298,6 @@ bool mxfp4_quantize_neon(const float* x, int64_t rows, int64_t k, uint8_t* q, ui
 bool mxfp4_quantize16_neon(const uint16_t* x, bool bf16, int64_t rows, int64_t k, uint8_t* q, uint8_t* s) {
   return bf16 ? mxfp4_quantize_neon_t<NeonInBf16>(x, rows, k, q, s)
               : mxfp4_quantize_neon_t<NeonInF16>(x, rows, k, q, s);
-}
-
-// KernelTable::nvfp4_dequantize: (e2m1 * scale) * g per element, the
-// first product exact, as fmt::nvfp4_decode_element.
-void nvfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  const float32x4_t gv = vdupq_n_f32(g);
-  const int64_t nblocks = rows * (k / 16);
-  for (int64_t b = 0; b < nblocks; ++b) {
-    float32x4_t e[4];
-    neon_e2m1_decode16(q + b * 8, e);
-    const float32x4_t sc = vdupq_n_f32(fmt::e4m3_decode(s[b]));
-    for (int i = 0; i < 4; ++i) vst1q_f32(out + b * 16 + int64_t{i} * 4, vmulq_f32(vmulq_f32(e[i], sc), gv));
-  }
-}
-
-// KernelTable::mxfp4_dequantize: e2m1 * 2^(byte - 127) per element, as
-// fmt::mxfp4_decode_element.
-void mxfp4_dequantize_neon(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  const int64_t nblocks = rows * (k / fmt::kMxBlock);
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const float32x4_t sc = vdupq_n_f32(fmt::e8m0_decode(s[b]));
-    for (int h = 0; h < 2; ++h) {
-      float32x4_t e[4];
-      neon_e2m1_decode16(q + b * 16 + int64_t{h} * 8, e);
-      for (int i = 0; i < 4; ++i)
-        vst1q_f32(out + b * 32 + int64_t{h} * 16 + int64_t{i} * 4, vmulq_f32(e[i], sc));
-    }
-  }
 }
 
 // KernelTable::absmax_bits.
