@@ -719,13 +719,20 @@ __attribute__((always_inline)) inline void i8_prefetch_row(const uint8_t* p, int
 // partly in vector registers and on the stack). kL2: i8_prefetch_row.
 template <bool kVnni, bool kEvenLow, int32_t kMaxBiased, bool kL2, bool kVbmi, class Scale>
 inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const int8_t* xp, const float* xs,
-                           const int32_t* xc, __m512i lut, NextGroupPrefetch& next, Scale&& scale) {
+                           const int32_t* xc, const int32_t* xcv, __m512i lut, NextGroupPrefetch& next,
+                           Scale&& scale) {
   const int64_t rb3 = 3 * rb;
   const uint8_t* pq[4] = {p, p + 4 * rb, p + 8 * rb, p + 12 * rb};
   __m512 acc = _mm512_setzero_ps();
   for (int64_t c = 0; c < chunks; ++c) {
     next.step();
     const __m512i xlo = _mm512_load_si512(xp + c * 128), xhi = _mm512_load_si512(xp + c * 128 + 64);
+    // VNNI: every row's dot products start from the chunk's corrections
+    // (xcv: block b's in lane 2b, 0 in lane 2b + 1), so that the folded
+    // (row, block) sums carry them once, instead of an add per block
+    // (Zen 4, 2 threads, one-process A/B both orders, weights in L3:
+    // 4096x4096 1.02-1.07x, 11008x4096 1.03-1.07x, 4096x11008 1.06x).
+    const __m512i c0 = kVnni ? _mm512_load_si512(xcv + c * 16) : _mm512_setzero_si512();
     // Pair (a, b) = rows (4h + 2s, 4h + 2s + 1): qword b of its sums C is
     // (block b of row a, of row b). T[e][h] (pairs 2h, 2h+1): 128-bit lane
     // L = block 2L+e of rows 4h..4h+3; U[e][g] / V[e][g] (g: rows
@@ -747,8 +754,14 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
         i8_nibble_values<kVbmi>(vb, lut, lb, hb);
         const __m512i ea = kEvenLow ? la : ha, oa = kEvenLow ? ha : la;
         const __m512i eb = kEvenLow ? lb : hb, ob = kEvenLow ? hb : lb;
-        const __m512i A = i8_dot8<kVnni, kMaxBiased>(ea, xlo, oa, xhi);
-        const __m512i B = i8_dot8<kVnni, kMaxBiased>(eb, xlo, ob, xhi);
+        __m512i A, B;
+        if constexpr (kVnni) {
+          A = i8_dot4<true>(i8_dot4<true>(c0, ea, xlo), oa, xhi);
+          B = i8_dot4<true>(i8_dot4<true>(c0, eb, xlo), ob, xhi);
+        } else {
+          A = i8_dot8<kVnni, kMaxBiased>(ea, xlo, oa, xhi);
+          B = i8_dot8<kVnni, kMaxBiased>(eb, xlo, ob, xhi);
+        }
         C[s] = _mm512_add_epi32(_mm512_mask_blend_epi32(0xaaaa, A, B),
                                 _mm512_shuffle_epi32(_mm512_mask_blend_epi32(0x5555, A, B), _MM_PERM_CDAB));
       }
@@ -772,7 +785,7 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
     }
 #pragma GCC unroll 8
     for (int qb = 0; qb < 8; ++qb) {
-      const __m512i d = _mm512_add_epi32(D[qb], _mm512_set1_epi32(xc[c * 8 + qb]));
+      const __m512i d = kVnni ? D[qb] : _mm512_add_epi32(D[qb], _mm512_set1_epi32(xc[c * 8 + qb]));
       const __m512 pr = _mm512_mul_ps(_mm512_set1_ps(xs[c * 8 + qb]), scale(c, qb));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), pr, acc);
     }
@@ -799,7 +812,9 @@ template <bool kVnni, bool kL2, bool kVbmi, class Fmt>
 void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, int64_t k, int64_t n0,
                   int64_t n1, float post, float* y) {
   const int64_t rb = k / 2, chunks = k / 128;
-  AlignedFloats xbuf = aligned_floats(k / 4);  // k bytes: x's even and odd dwords per chunk
+  // k bytes: x's even and odd dwords per chunk; with VNNI then 16 int32
+  // per chunk, the corrections spread for i8_row_group.
+  AlignedFloats xbuf = aligned_floats(k / 4 + (kVnni ? chunks * 16 : 0));
   int8_t* xp = reinterpret_cast<int8_t*>(xbuf.get());
   const __m512i even_dw = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_dw = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -807,6 +822,17 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
     const __m512i x0 = _mm512_loadu_si512(xq + c * 128), x1 = _mm512_loadu_si512(xq + c * 128 + 64);
     _mm512_store_si512(xp + c * 128, _mm512_permutex2var_epi32(x0, even_dw, x1));
     _mm512_store_si512(xp + c * 128 + 64, _mm512_permutex2var_epi32(x0, odd_dw, x1));
+  }
+  // VNNI: the corrections of each chunk's 8 blocks in lanes 0, 2, .., 14
+  // (i8_row_group).
+  int32_t* xcv = reinterpret_cast<int32_t*>(xbuf.get() + k / 4);
+  if constexpr (kVnni) {
+    const __m512i spread = _mm512_setr_epi32(0, 16, 1, 16, 2, 16, 3, 16, 4, 16, 5, 16, 6, 16, 7, 16);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512i v =
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + c * 8)));
+      _mm512_store_si512(xcv + c * 16, _mm512_permutex2var_epi32(v, spread, _mm512_setzero_si512()));
+    }
   }
   const __m512i lut = f.lut();
   std::vector<uint8_t> tail;
@@ -819,7 +845,7 @@ void i8_gemv_rows(const int8_t* xq, const float* xs, const int32_t* xc, Fmt& f, 
                            f.w.q, rb, j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks);
     const __m512 acc = f.with_scales([&](auto&& scale) {
       return i8_row_group<kVnni, Fmt::kEvenLow, Fmt::kMaxBiased, kL2, kVbmi>(base, rb, chunks, xp, xs, xc,
-                                                                             lut, next, scale);
+                                                                             xcv, lut, next, scale);
     });
     const __mmask16 km =
         rows >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << rows) - 1u);
