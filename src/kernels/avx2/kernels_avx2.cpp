@@ -12,7 +12,7 @@
 #include "kernels/avx2/int8_gemv_avx2.h"
 #include "kernels/avx2/small_batch_avx2.h"
 #include "kernels/avx2/small_batch_lanes_avx2.h"
-#include "kernels/dequant16.h"
+#include "kernels/dequantize_entries.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
@@ -1423,7 +1423,7 @@ inline void e2m1_decode16_ordered(const uint8_t* q8, __m256 lut, __m256 (&v)[2])
 // v[1]: the next 8): fp32 as they are (the fp32 entries), or fp16/bf16
 // with f32_to_act's bits in one 32-byte store (the 16-bit entries: decoded,
 // converted and stored in registers, so that the stores to the output are
-// spread over the work; see set_dequantize16).
+// spread over the work; see set_dequantize).
 struct DqOutF32 {
   float* out;
   void sixteen(int64_t off, const __m256 (&v)[2]) const {
@@ -1456,7 +1456,7 @@ struct DqOut16 {
 };
 
 // The dequantize loops, each taking an output policy (DqOutF32 for the
-// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize_entries).
 struct DqLoops {
   // NVFP4: (e2m1 * scale) * g per element.
   template <class Out>
@@ -1516,22 +1516,10 @@ struct DqLoops {
   }
 };
 
-// KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
-void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
-}
-void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                    float* out) {
-  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
-}
-void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
-}
-
-// KernelTable::nvfp4_dequantize16, mxfp4_dequantize16, nf4_dequantize16:
-// the loops above with DqOut16.
-void set_dequantize16(KernelTable& f) {
-  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
+// The table's dequantize entries, fp32 and 16-bit: the loops above with
+// DqOutF32 and DqOut16.
+void set_dequantize(KernelTable& f) {
+  set_dequantize_entries<DqLoops, DqOutF32, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
 }
 
 float amax(const float* x, int64_t n) {
@@ -1665,12 +1653,9 @@ const KernelTable& avx2_table() {
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16;
-    f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
     f.mxfp4_quantize16 = mxfp4_quantize16;
-    f.mxfp4_dequantize = mxfp4_dequantize;
-    f.nf4_dequantize = nf4_dequantize;
-    set_dequantize16(f);
+    set_dequantize(f);
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;

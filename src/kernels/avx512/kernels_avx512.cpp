@@ -11,7 +11,7 @@
 #include "formats/mxfp4.h"
 #include "kernels/avx512/int8_avx512.h"
 #include "kernels/avx512/small_batch_avx512.h"
-#include "kernels/dequant16.h"
+#include "kernels/dequantize_entries.h"
 #include "kernels/isa_common.h"
 #include "kernels/nf4_quantize_impl.h"
 #include "kernels/portable.h"
@@ -1537,7 +1537,7 @@ __attribute__((always_inline)) inline void store16x32(uint16_t* out, int64_t off
 // Where the dequantizers put their values, 32 (lo: elements off .. off +
 // 15, hi: the next 16) or 16 at a time: fp32 as they are (the fp32
 // entries), fp16/bf16 by store16x32 / store_act (the 16-bit entries,
-// stores spread over the decode: see set_dequantize16_t).
+// stores spread over the decode: see set_dequantize_t).
 struct DqOutF32 {
   float* out;
   void pair(int64_t off, __m512 lo, __m512 hi) const {
@@ -1554,7 +1554,7 @@ struct DqOut16 {
 };
 
 // The dequantize loops, each taking an output policy (DqOutF32 for the
-// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize_entries).
 struct DqLoops {
   // NVFP4: (e2m1 * scale) * g per element, two blocks at a time.
   template <class Out>
@@ -1604,31 +1604,19 @@ struct DqLoops {
   }
 };
 
-// KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
-void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
-}
-void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                    float* out) {
-  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
-}
-void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
-}
-
-// KernelTable::nvfp4_dequantize16, mxfp4_dequantize16 and
-// nf4_dequantize16: the loops above with DqOut16, bf16 converted by
-// vcvtne2ps2bf16 (kCvtne) or not. Measured on a Zen 4 (2 threads, 11008 x
+// The table's dequantize entries: the loops above with DqOutF32 and, for
+// nvfp4_dequantize16, mxfp4_dequantize16 and nf4_dequantize16, DqOut16,
+// bf16 converted by vcvtne2ps2bf16 (kCvtne) or not. Measured on a Zen 4 (2 threads, 11008 x
 // 4096, one-process A/B, two runs) against decoding into an L1 buffer and
 // converting it (blocks_to_output): to bf16 1.15-1.57x, to fp16
 // 1.06-1.39x (MXFP4 the least); fp32 outputs unchanged.
 template <bool kCvtne>
-void set_dequantize16_t(KernelTable& f) {
-  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16, kCvtne>, DqOut16<FType::F16, false>>(f);
+void set_dequantize_t(KernelTable& f) {
+  set_dequantize_entries<DqLoops, DqOutF32, DqOut16<FType::BF16, kCvtne>, DqOut16<FType::F16, false>>(f);
 }
 
-void set_dequantize16(KernelTable& f, bool cvtne) {
-  cvtne ? set_dequantize16_t<true>(f) : set_dequantize16_t<false>(f);
+void set_dequantize(KernelTable& f, bool cvtne) {
+  cvtne ? set_dequantize_t<true>(f) : set_dequantize_t<false>(f);
 }
 
 // KernelTable::mxfp4_quantize, 16 blocks of 32 at a time: their maxima
@@ -1768,12 +1756,9 @@ const KernelTable& avx512_table() {
     f.nvfp4_quantize = nvfp4_quantize;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked;
     f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16;
-    f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize;
     f.mxfp4_quantize16 = mxfp4_quantize16;
-    f.mxfp4_dequantize = mxfp4_dequantize;
-    f.nf4_dequantize = nf4_dequantize;
-    set_dequantize16(f, (cpu_info().features & Q4_CPU_AVX512BF16) != 0);  // chosen once for this CPU
+    set_dequantize(f, (cpu_info().features & Q4_CPU_AVX512BF16) != 0);  // chosen once for this CPU
     f.amax = amax;
     f.absmax_bits = absmax_bits;
     f.fma_probe = fma_probe<Vec>;
@@ -1806,7 +1791,7 @@ const KernelTable& avx512_table() {
 
 KernelTable avx512_table_dequant16(bool cvtne) {
   KernelTable f = avx512_table();
-  set_dequantize16(f, cvtne);
+  set_dequantize(f, cvtne);
   return f;
 }
 

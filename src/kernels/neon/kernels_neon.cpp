@@ -9,7 +9,7 @@
 
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
-#include "kernels/dequant16.h"
+#include "kernels/dequantize_entries.h"
 #include "kernels/isa_common.h"
 #include "kernels/neon/decode_neon.h"
 #include "kernels/neon/gemv_neon.h"
@@ -62,7 +62,7 @@ struct DqOut16 {
 };
 
 // The dequantize loops, each taking an output policy (DqOutF32 for the
-// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize16_entries).
+// fp32 entries, DqOut16 for the 16-bit ones: set_dequantize_entries).
 struct DqLoops {
   // NVFP4: (e2m1 * scale) * g per element, the first product exact, as
   // fmt::nvfp4_decode_element.
@@ -112,23 +112,11 @@ struct DqLoops {
   }
 };
 
-// KernelTable::nvfp4_dequantize, nf4_dequantize, mxfp4_dequantize.
-void nvfp4_dequantize(const uint8_t* q, const uint8_t* s, float g, int64_t rows, int64_t k, float* out) {
-  DqLoops::nvfp4(q, s, g, rows, k, DqOutF32{out});
-}
-void nf4_dequantize(const uint8_t* q, const float* lut, const float* absmax, int64_t blocksize, int64_t n,
-                    float* out) {
-  DqLoops::nf4(q, lut, absmax, blocksize, n, DqOutF32{out});
-}
-void mxfp4_dequantize(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t k, float* out) {
-  DqLoops::mxfp4(q, s, rows, k, DqOutF32{out});
-}
-
-// KernelTable::nvfp4_dequantize16, mxfp4_dequantize16, nf4_dequantize16:
-// the loops above with DqOut16. (Not timed: no aarch64 hardware here; on
-// the x86 tables the same change measured 1.1-1.6x.)
-void set_dequantize16(KernelTable& f) {
-  set_dequantize16_entries<DqLoops, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
+// The table's dequantize entries, fp32 and 16-bit: the loops above with
+// DqOutF32 and DqOut16. (Not timed on aarch64: no
+// hardware here; on the x86 tables the 16-bit forms measured 1.1-1.6x.)
+void set_dequantize(KernelTable& f) {
+  set_dequantize_entries<DqLoops, DqOutF32, DqOut16<FType::BF16>, DqOut16<FType::F16>>(f);
 }
 
 void gemm_micro(const float* x, int64_t ldx, int32_t mr, const float* panel, int64_t kc, float* y,
@@ -194,12 +182,9 @@ const KernelTable& neon_table() {
     f.nvfp4_quantize = nvfp4_quantize_neon;
     f.nvfp4_quantize_checked = nvfp4_quantize_checked_neon;
     f.nvfp4_quantize_checked16 = nvfp4_quantize_checked16_neon;
-    f.nvfp4_dequantize = nvfp4_dequantize;
     f.mxfp4_quantize = mxfp4_quantize_neon;
     f.mxfp4_quantize16 = mxfp4_quantize16_neon;
-    f.mxfp4_dequantize = mxfp4_dequantize;
-    f.nf4_dequantize = nf4_dequantize;
-    set_dequantize16(f);
+    set_dequantize(f);
     f.fma_probe = fma_probe<Vec>;
     return f;
   }());
