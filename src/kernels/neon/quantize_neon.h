@@ -21,6 +21,7 @@
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
 #include "kernels/neon/decode_neon.h"
+#include "kernels/neon/small_batch_neon.h"
 #include "kernels/portable.h"
 
 namespace q4::kern {
@@ -60,25 +61,23 @@ struct NeonInF32 {
 };
 struct NeonInBf16 {
   using T = uint16_t;
+  static constexpr FType kType = FType::BF16;
   static float32x4_t load(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
 };
 struct NeonInF16 {
   using T = uint16_t;
+  static constexpr FType kType = FType::F16;
   static float32x4_t load(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 };
 
 // The n (< 4 x 32) elements at x as fp32: x itself, or its 16-bit values
-// widened into buf.
+// widened into buf (the table's act_to_f32).
 template <class In>
 const float* neon_tail_f32(const typename In::T* x, int64_t n, float* buf) {
   if constexpr (std::is_same_v<In, NeonInF32>) {
     return x;
   } else {
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(buf + i, In::load(x + i));
-    for (; i < n; ++i) {
-      buf[i] = std::is_same_v<In, NeonInBf16> ? fmt::bf16_to_f32(x[i]) : fmt::f16_to_f32(x[i]);
-    }
+    sb_act_to_f32<SbNeon>(x, In::kType, 0, n, buf);
     return buf;
   }
 }
