@@ -1141,34 +1141,33 @@ struct QuantInF16 {
 // 2^100). Verified exhaustively for every x with x/d in [1/8, 16) (outside
 // it the code is 0 or 7 whatever the last bit) and every E4M3 scale under
 // several global scales. The E2M1 rounding of q (fmt::e2m1_encode: nearest,
-// ties to even, saturating at 6) is a table lookup: q clamped to [1/8, 32),
-// its exponent's low 3 bits and the top two mantissa bits (the kept bit and
-// the rounding bit) index 32 entries, two tables for whether any lower bit
-// (sticky) is set. The sign is the input's (d > 0), -0 included.
+// ties to even, saturating at 6) is done by the fp32 adder: q clamped to
+// [0, 6] plus a constant C(q) whose ulp is the E2M1 spacing of q's binade
+// (2^22: ulp 1/2 for q < 2; 2^23 + 2: ulp 1 for [2, 4); 2^24 + 8: ulp 2
+// for [4, 6]) rounds q once to its E2M1 value, and the sum's low mantissa
+// bits are then the code (the offsets 2 and 8, even in ulps, add the codes
+// of the binade's start, 4 and 6, and keep ties going to the even code).
+// C is picked by one permute on the low 4 exponent bits of max(q, 1); the
+// lookup of two 32-entry tables it replaces (exponent and rounding bits,
+// one table per sticky bit) took two two-source permutes, a test and a
+// blend (Zen 4, one-process A/B both orders, 512x4096 in cache, one
+// thread: NVFP4 quantize 1.14-1.15x, bf16 input 1.11x, MXFP4 1.12x;
+// 11008x4096 from DRAM, 2 threads, 1.05-1.09x). Checked against a scalar
+// nearest-even search for every non-negative fp32 q up to +Inf. The sign
+// is the input's (d > 0), -0 included.
 struct E2m1Encoder {
-  __m512i t0lo, t0hi, t1lo, t1hi;              // magnitude code by index, sticky clear / set
-  __m512i lo = _mm512_set1_epi32(0x3e000000);  // 1/8
-  __m512i hi = _mm512_set1_epi32(0x41ffffff);  // just below 32
-  __m512i sticky = _mm512_set1_epi32(0x1fffff);
+  __m512i magic;                                // C by the low 4 exponent bits of max(q, 1)
+  __m512 six = _mm512_set1_ps(6.0f);            // the saturation bound
+  __m512i one = _mm512_set1_epi32(0x3f800000);  // 1.0f
+  __m512i low3 = _mm512_set1_epi32(7);
   __m512i sign_bit = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
 
   E2m1Encoder() {
-    alignas(64) int32_t t[2][32];
-    for (int32_t sbit = 0; sbit < 2; ++sbit) {
-      for (uint32_t v = 0; v < 32; ++v) {
-        // u >> 21 = 4 e + 2 L + R for biased exponents e in [124, 131]
-        // (496 .. 527): index v is (u >> 21) mod 32.
-        const uint32_t top = 496u + ((v - 16u) & 31u);
-        const uint32_t u = (top << 21) | static_cast<uint32_t>(sbit);
-        float qv;
-        std::memcpy(&qv, &u, 4);
-        t[sbit][v] = static_cast<int32_t>(fmt::e2m1_encode(qv) & 7u);
-      }
-    }
-    t0lo = _mm512_load_si512(t[0]);
-    t0hi = _mm512_load_si512(t[0] + 16);
-    t1lo = _mm512_load_si512(t[1]);
-    t1hi = _mm512_load_si512(t[1] + 16);
+    alignas(64) int32_t t[16] = {};
+    t[127 & 15] = 0x4a800000;      // 2^22: q in [0, 2), codes 0..4
+    t[128 & 15] = 0x4b000000 + 2;  // 2^23 + 2: [2, 4), codes 4..6
+    t[129 & 15] = 0x4b800000 + 4;  // 2^24 + 8: [4, 6], codes 6..7
+    magic = _mm512_load_si512(t);
   }
 
   // |v| / d correctly rounded, division-free (the window above).
@@ -1211,13 +1210,12 @@ struct E2m1Encoder {
 
   // The 16 codes (one per dword) of the block v given q = |v| / d correctly rounded.
   __m512i code(__m512i v, __m512 q) const {
-    const __m512i u = _mm512_min_epu32(_mm512_max_epu32(_mm512_castps_si512(q), lo), hi);
-    const __m512i idx = _mm512_srli_epi32(u, 21);  // low 5 bits index the tables
-    const __m512i c0 = _mm512_permutex2var_epi32(t0lo, idx, t0hi);
-    const __m512i c1 = _mm512_permutex2var_epi32(t1lo, idx, t1hi);
-    const __m512i mag = _mm512_mask_mov_epi32(c0, _mm512_test_epi32_mask(u, sticky), c1);
-    // code = mag | (sign >> 28): bit 3 of the sign shifted down (0xF8: a | (b & 8)).
-    return _mm512_ternarylogic_epi32(mag, _mm512_srli_epi32(v, 28), _mm512_set1_epi32(8), 0xf8);
+    const __m512 qc = _mm512_min_ps(q, six);  // (q >= 0)
+    const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(qc), one), 23);
+    const __m512 c = _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, magic));
+    const __m512i sum = _mm512_castps_si512(_mm512_add_ps(qc, c));
+    // code = low 3 bits of the sum | bit 3 from the sign (v >> 28: 0xE4 = low3 ? sum : v >> 28).
+    return _mm512_ternarylogic_epi32(sum, _mm512_srli_epi32(v, 28), low3, 0xe4);
   }
 
   // The 8 code bytes of the block v given q = |v| / d correctly rounded.
