@@ -1070,35 +1070,41 @@ inline bool scale_group8(__m256i bits, __m256 six_g, __m256 gv, uint8_t* s, floa
 // bytes (element 2j in the low nibble of byte j).
 struct E2m1Encoder8 {
   __m256 six = _mm256_set1_ps(6.0f);
-  __m256i exp_mask = _mm256_set1_epi32(0x7f800000), one_exp = _mm256_set1_epi32(127 << 23);
-  __m256i ulp_shift = _mm256_set1_epi32(22 << 23);
-  __m256i c_base = _mm256_set1_epi32(2 * 149);  // 2^22's bits >> 22
+  __m256i one = _mm256_set1_epi32(0x3f800000);  // 1.0f
+  // C by the low 3 exponent bits of max(q, 1): 2^22, 2^23 + 2, 2^24 + 8.
+  __m256i magic = _mm256_setr_epi32(0x4b000002, 0x4b800004, 0, 0, 0, 0, 0, 0x4a800000);
   __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
   __m256i pack = _mm256_setr_epi8(0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                   -1, -1, 0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1);
 
   // fmt::e2m1_encode's magnitude code 0-7 (nearest, ties to even,
   // saturating at 6) of finite q >= 0 by the fp32 adder: the E2M1 grid's
-  // step is 0.5 below 2, 1 in [2, 4) and 2 from 4, i.e. the ulp of C =
-  // 2^22, 2^23, 2^24 (2^22 times 2 to q's exponent, at least 1), so t =
-  // min(q, 6) + C is q rounded to the grid with ties to the even multiple
-  // of the step, which is the even code, and t's low mantissa bits hold
-  // 2r, r or r / 2 (r the rounded value): the code is (t & 7) + 2 (binade
-  // of C). 10 instructions, 4 of them on the chain after q (C and the
-  // binade beside it), where the 7 threshold compares and adds took 14
-  // (the adder's first form, t - C then 2r + 2^23 and a vpshufb, on an AVX2
-  // Zen 1: see docs/performance.md). C may also come from qc, an
+  // step is 0.5 below 2, 1 in [2, 4) and 2 from 4, i.e. the ulp of 2^22,
+  // 2^23, 2^24, so t = min(q, 6) + C with C = 2^22, 2^23 + 2 or 2^24 + 8
+  // (by the binade of max(q, 1), picked by one permute) is q rounded to the
+  // grid with ties to the even multiple of the step, which is the even
+  // code, and t's low 3 bits are the code (the offsets, even in ulps, add
+  // the codes 4 and 6 where the binades start). 7 instructions, 3 of them
+  // on the chain after q (C beside it). C may also come from qc, an
   // approximation of q within a few ulps (group8: q0 before the correcting
   // FMAs, in parallel with them): they differ in binade only next to 2 or
-  // 4, which both grids hold and round to alike. On an AVX2 Zen 3 this form
-  // and group8 made NVFP4 quantize 1.19-1.20x faster (11008x4096 from DRAM,
-  // 2 threads; 1024x4096 one thread), MXFP4 1.03-1.05x.
+  // 4, which both grids hold and round to alike. History: 7 threshold
+  // compares and adds took 14 instructions; the adder's first form (t - C,
+  // then 2r + 2^23 and a vpshufb, on an AVX2 Zen 1: see
+  // docs/performance.md) fewer; its second (C = 2^22 shifted to q's
+  // exponent by integer adds, the code (t & 7) + 2 (binade of C)) 10, which
+  // with group8 made NVFP4 quantize 1.19-1.20x faster on an AVX2 Zen 3
+  // (11008x4096 from DRAM, 2 threads; 1024x4096 one thread), MXFP4
+  // 1.03-1.05x. This third form, the AVX2 table forced on a Zen 4, one-process
+  // A/B both orders: one thread in cache NVFP4 1.17x (bf16 input 1.17-1.18x),
+  // MXFP4 1.12-1.13x; 11008x4096 from DRAM, 2 threads, 1.06-1.12x (not
+  // timed on a Zen 1, where a 256-bit vpermd is several micro-ops).
   __m256i magnitudes(__m256 qc, __m256 q) const {
-    const __m256i e = _mm256_and_si256(_mm256_castps_si256(_mm256_min_ps(qc, six)), exp_mask);
-    const __m256i cb = _mm256_add_epi32(_mm256_max_epi32(e, one_exp), ulp_shift);
-    const __m256 t = _mm256_add_ps(_mm256_min_ps(q, six), _mm256_castsi256_ps(cb));
-    return _mm256_add_epi32(_mm256_and_si256(_mm256_castps_si256(t), seven),
-                            _mm256_sub_epi32(_mm256_srli_epi32(cb, 22), c_base));
+    const __m256i e =
+        _mm256_srli_epi32(_mm256_max_epu32(_mm256_castps_si256(_mm256_min_ps(qc, six)), one), 23);
+    const __m256 c = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(magic, e));
+    const __m256 t = _mm256_add_ps(_mm256_min_ps(q, six), c);
+    return _mm256_and_si256(_mm256_castps_si256(t), seven);
   }
   // The whole code: the sign's 8 from the input bits v (bit 31 to bit 3).
   __m256i codes(__m256 q, __m256i v) const {
