@@ -2210,6 +2210,59 @@ TEST_CASE(
   kern::set_e8m0_piece_bytes(default_piece);
 }
 
+TEST_CASE(
+    "kernel tables: swizzled NVFP4 scales (NvWeights::swizzled) give the bits of the linear ones, exact, "
+    "fast and W4A4, in pieces of whole bands",
+    "[kernels][int8][swizzle]") {
+  // The drivers unswizzle a GEMV task's scales in pieces of 128-row bands
+  // (here also pieces of one band, which tasks of 3 threads split) and all
+  // at once for the small-batch and panel paths; N not a multiple of 128
+  // leaves a partial last band.
+  const int64_t default_piece = kern::e8m0_piece_bytes();
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{300, 1024}, {77, 96}, {260, 2880}, {129, 64}}) {
+      std::mt19937 rng(static_cast<uint32_t>(n * k + isa));
+      std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), s(static_cast<size_t>(n * k / 16));
+      for (auto& b : q) b = static_cast<uint8_t>(rng());
+      for (auto& b : s) b = static_cast<uint8_t>(0x20 + rng() % 0x50);
+      std::vector<uint8_t> sw(
+          static_cast<size_t>(q4::fmt::swizzled_rows(n) * q4::fmt::swizzled_cols(k / 16)));
+      kern::swizzle_scales(s.data(), n, k / 16, sw.data());
+      const float g = 0.75f;
+      const kern::NvWeights wl{q.data(), s.data(), g, k};
+      kern::NvWeights ws{q.data(), nullptr, g, k};
+      ws.swizzled = sw.data();
+      for (int64_t m : {1, 3, 8, 16, 40}) {
+        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
+        std::vector<uint8_t> aq, as;
+        random_nvfp4(m, k, static_cast<uint32_t>(7 * m + k), aq, as);
+        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+        for (int64_t piece : {default_piece, int64_t{1024}}) {
+          kern::set_e8m0_piece_bytes(piece);
+          for (int32_t threads : {1, 3}) {
+            INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k << " m=" << m << " piece " << piece
+                        << " threads " << threads);
+            kern::linear_nvfp4(kt, x.data(), m, wl, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::linear_nvfp4(kt, x.data(), m, ws, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            kern::linear_nvfp4_int8(kt, x.data(), m, wl, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::linear_nvfp4_int8(kt, x.data(), m, ws, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, wl, n, want.data(), threads);
+            std::fill(got.begin(), got.end(), -1.0f);
+            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, ws, n, got.data(), threads);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+          }
+        }
+      }
+    }
+  }
+  kern::set_e8m0_piece_bytes(default_piece);
+}
+
 TEST_CASE("integer GEMV entries: more rows of x than i8_gemv_max_m run in passes with the same bits",
           "[kernels][int8]") {
   for (int32_t isa : compiled_tables(true)) {

@@ -494,6 +494,14 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
                 Q4_ERR_INVALID_ARGUMENT, "NVFP4_linear", where);
             CHECK(ya.snapshot() == y0);
             CHECK(Q4_last_isa_used() == isa);
+            // The same scales swizzled (read piece by piece by the GEMV's
+            // tasks): the same refusal, the logical index.
+            Tensor wsw({t::swizzled_bytes(n, k)}, t::u8());
+            REQUIRE(NVFP4_swizzle_scales(wbad.t(), wsw.t()) == Q4_OK);
+            expect_failure(
+                [&] { return NVFP4_linear(xa.t(), wq.t(), wsw.t(), 1, 1.0f, nullptr, ya.t(), &o); },
+                Q4_ERR_INVALID_ARGUMENT, "NVFP4_linear", where);
+            CHECK(ya.snapshot() == y0);
           }
         }
       }

@@ -37,7 +37,7 @@ const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t byte
 }  // namespace
 
 void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
-                   const std::shared_ptr<SessionCounters>& counters, int32_t threads) {
+                   const std::shared_ptr<SessionCounters>& counters, int32_t threads, bool keep_swizzled) {
   w.format = Q4_FORMAT_NVFP4;
   w.n = op.rows;
   w.k = op.k;
@@ -46,6 +46,11 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
   w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters);
   if (op.layout == Q4_SCALE_LINEAR && !copy) {
     w.s = op.s.data;
+    return;
+  }
+  if (keep_swizzled && !copy) {
+    w.s = nullptr;
+    w.swizzled = op.s.data;
     return;
   }
   uint8_t* s = allocate(w, counters, sbytes);
@@ -101,7 +106,9 @@ void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<S
 
 void borrow_weight(PreparedWeight& w, const ProductDesc& d) {
   if (d.format == Q4_FORMAT_NVFP4) {
-    prepare_nvfp4(w, d.nv, false, nullptr, d.ctx.opts.num_threads);
+    // (The kernels' drivers read swizzled scales piece by piece; the
+    // dequant-matmul path decodes the weight from linear ones.)
+    prepare_nvfp4(w, d.nv, false, nullptr, d.ctx.opts.num_threads, d.path == CpuPath::Kernel);
   } else {
     prepare_nf4(w, d.nf, d.n, d.k, false, nullptr, d.ctx.opts.num_threads);
   }

@@ -61,11 +61,15 @@ struct PreparedWeight {
   // under g = 2^e8m0_t (kern::NvWeights::e8m0).
   const uint8_t* e8m0 = nullptr;
   int32_t e8m0_t = 0;
+  // A borrowed NVFP4 weight of a stateless product on the kernels whose
+  // caller gave swizzled scales: s is null, the kernels' drivers unswizzle
+  // these piece by piece (kern::NvWeights::swizzled).
+  const uint8_t* swizzled = nullptr;
   std::vector<std::unique_ptr<Buffer>> storage;
 
   int64_t bytes() const;
   kern::NvWeights nv() const {
-    return kern::NvWeights{q, s, g, k, nullptr, tiles, tile_scales, tile_flags, e8m0, e8m0_t};
+    return kern::NvWeights{q, s, g, k, nullptr, tiles, tile_scales, tile_flags, e8m0, e8m0_t, swizzled};
   }
   kern::Nf4Weights nf4() const {
     return kern::Nf4Weights{q, absmax, lut, k, blocksize, block_shift, tiles, tile_absmax};
@@ -77,9 +81,12 @@ uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& cou
 
 // The packed parts from a validated operand. copy = true copies the bytes
 // into w's storage (linears); false borrows the caller's memory. Swizzled
-// scales are made linear on `threads` threads.
+// scales are made linear on `threads` threads, or with keep_swizzled
+// (borrowed weights of products on the kernels only) borrowed as they are
+// (PreparedWeight::swizzled).
 void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
-                   const std::shared_ptr<SessionCounters>& counters, int32_t threads);
+                   const std::shared_ptr<SessionCounters>& counters, int32_t threads,
+                   bool keep_swizzled = false);
 // (double-quantized absmax resolved into fp32 on `threads` threads)
 void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, bool copy,
                  const std::shared_ptr<SessionCounters>& counters, int32_t threads);

@@ -145,33 +145,65 @@ std::atomic<int64_t> g_e8m0_piece_bytes{int64_t{256} << 10};
 // 16 rows holding about e8m0_piece_bytes() of E4M3 codes, each piece's
 // codes made into the task's own buffer right before its rows run. (Each
 // piece is a GEMV call, which stages x again: pieces of 256 KiB keep that
-// to about 2 % of a piece's codes at K = 11008.)
+// to about 2 % of a piece's codes at K = 11008.) Swizzled scales
+// (NvWeights::swizzled) likewise, in pieces of whole 128-row bands (a
+// task whose rows start or end inside a band makes that band's rows up to
+// its own): the scales are read once, from the caller's buffer into one
+// that stays in cache, where unswizzling all of them first wrote them to
+// fresh memory and the GEMV read them back (see docs/performance.md).
+// The buffers are per-thread scratch blocks (aligned_floats), not zeroed.
 template <class Run>
 void gemv_rows(bool reads_e8m0, const NvWeights& w, int64_t n0, int64_t n1, const Run& run) {
+  const int64_t kb = w.k / 16;
+  if (w.s == nullptr && w.swizzled != nullptr) {
+    const int64_t band_bytes = 128 * fmt::swizzled_cols(kb);
+    const int64_t piece = std::max<int64_t>(128, e8m0_piece_bytes() / std::max<int64_t>(1, kb) / 128 * 128);
+    const AlignedFloats buf = aligned_floats((std::min(piece, n1 - n0 / 128 * 128) * kb + 3) / 4);
+    uint8_t* lin = reinterpret_cast<uint8_t*>(buf.get());
+    for (int64_t a = n0; a < n1;) {
+      const int64_t b0 = a / 128 * 128, b = std::min(n1, b0 + piece);
+      unswizzle_scales_cached(w.swizzled + (b0 / 128) * band_bytes, b - b0, kb, lin);
+      NvWeights wl = w;
+      wl.q = w.q + b0 * (w.k / 2);
+      wl.s = lin;
+      wl.swizzled = nullptr;
+      run(wl, a - b0, b - b0, a);
+      a = b;
+    }
+    return;
+  }
   if (w.s != nullptr || w.e8m0 == nullptr || reads_e8m0) {
     run(w, n0, n1, n0);
     return;
   }
-  const int64_t kb = w.k / 16;
   const int64_t piece = std::max<int64_t>(16, e8m0_piece_bytes() / std::max<int64_t>(1, kb) / 16 * 16);
-  std::vector<uint8_t> buf(static_cast<size_t>(std::min(piece, n1 - n0) * kb));
+  const AlignedFloats buf = aligned_floats((std::min(piece, n1 - n0) * kb + 3) / 4);
+  uint8_t* codes = reinterpret_cast<uint8_t*>(buf.get());
   for (int64_t r0 = n0; r0 < n1; r0 += piece) {
     const int64_t r1 = std::min(n1, r0 + piece);
-    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), (r1 - r0) * (w.k / 32), w.e8m0_t, buf.data());
+    e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), (r1 - r0) * (w.k / 32), w.e8m0_t, codes);
     NvWeights wl = w;
     wl.q = w.q + r0 * (w.k / 2);
-    wl.s = buf.data();
+    wl.s = codes;
     wl.e8m0 = nullptr;
     run(wl, 0, r1 - r0, r0);
   }
 }
 
-// w with E4M3 scales: w itself, or (NvWeights::e8m0) all of its codes made
-// into buf first, for the paths that read whole columns of rows.
+// w with linear E4M3 scales: w itself, or (NvWeights::e8m0,
+// NvWeights::swizzled) all of its codes made into buf first, for the paths
+// that read whole columns of rows.
 NvWeights with_e4m3_scales(const NvWeights& w, int64_t n, int32_t threads, std::vector<uint8_t>& buf) {
-  if (w.s != nullptr || w.e8m0 == nullptr) return w;
+  if (w.s != nullptr || (w.e8m0 == nullptr && w.swizzled == nullptr)) return w;
   const int64_t kb = w.k / 16, chunk = gemv_chunk(n, threads, w.k / 32);
   buf.resize(static_cast<size_t>(n * kb));
+  if (w.swizzled != nullptr) {
+    unswizzle_scales_parallel(w.swizzled, n, kb, buf.data(), threads);
+    NvWeights lin = w;
+    lin.s = buf.data();
+    lin.swizzled = nullptr;
+    return lin;
+  }
   parallel_for((n + chunk - 1) / chunk, threads, [&](int64_t t) {
     const int64_t r0 = t * chunk;
     e8m0_to_e4m3(w.e8m0 + r0 * (w.k / 32), (std::min(n, r0 + chunk) - r0) * (w.k / 32), w.e8m0_t,

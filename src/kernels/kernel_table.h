@@ -53,6 +53,13 @@ struct NvWeights {
   // every other entry.
   const uint8_t* e8m0 = nullptr;
   int32_t e8m0_t = 0;
+  // Optional, with s and e8m0 null: the E4M3 scale codes [N, K/16] in the
+  // swizzled layout (fmt::swizzle_offset: 128-row bands of 512-byte
+  // tiles; a stateless NVFP4 product's scales as its caller gave them). No
+  // kernel reads them: the drivers (cpu_ops.h) make them linear a piece of
+  // whole bands at a time into a task's own buffer right before its rows
+  // run, or all at once for the paths that read whole columns of rows.
+  const uint8_t* swizzled = nullptr;
 };
 
 // out[2i] = out[2i+1] = the E4M3 code of E8M0 byte e8m0[i] under 2^t (n

@@ -153,7 +153,7 @@ inline void transpose_dwords4(Dwords4 (&v)[4]) {
   v[3] = shuffle_dwords<2, 3, 6, 7>(t1, t3);
 }
 
-template <bool ToSwizzled>
+template <bool ToSwizzled, bool kRowsOuter = false>
 void copy_swizzle_groups(const uint8_t* from, int64_t rows, int64_t cols, uint8_t* to) {
   const int64_t tiles_per_band = fmt::swizzled_cols(cols) / 4, full = cols / 4, rest = cols % 4;
   const int64_t quads = full / 4;
@@ -171,18 +171,35 @@ void copy_swizzle_groups(const uint8_t* from, int64_t rows, int64_t cols, uint8_
       // 1.03-1.06x. (Rows outer, so that an unswizzle writes its rows in
       // order, ran 40 us into a destination in cache, but 0.82-0.90x in
       // those GEMVs, whose fresh destination is not: fewer lines written
-      // at a time, fewer misses in flight.)
-      for (int64_t t = 0; t < quads; ++t) {
-        for (int64_t i = 0; i < 32; ++i) {
-          Dwords4 v[4];
-          const int64_t tile_line = band + 4 * t * 512 + i * 16, row = (r0 + i) * cols + 16 * t;
-          for (int64_t j = 0; j < 4; ++j) {
-            std::memcpy(&v[j], ToSwizzled ? from + row + 32 * j * cols : from + tile_line + 512 * j, 16);
+      // at a time, fewer misses in flight.) kRowsOuter: that order, four
+      // lines (one cache line of each tile) at a time, for a destination
+      // in cache (unswizzle_scales_cached).
+      auto quad_line = [&](int64_t t, int64_t i) {
+        Dwords4 v[4];
+        const int64_t tile_line = band + 4 * t * 512 + i * 16, row = (r0 + i) * cols + 16 * t;
+        for (int64_t j = 0; j < 4; ++j) {
+          std::memcpy(&v[j], ToSwizzled ? from + row + 32 * j * cols : from + tile_line + 512 * j, 16);
+        }
+        transpose_dwords4(v);
+        for (int64_t j = 0; j < 4; ++j) {
+          std::memcpy(ToSwizzled ? to + tile_line + 512 * j : to + row + 32 * j * cols, &v[j], 16);
+        }
+      };
+      if constexpr (kRowsOuter) {
+        // The next band's tiles on their way (the scales of a stateless
+        // GEMV come from DRAM: see gemv_rows).
+        if (r0 + 256 <= rows) {
+          const uint8_t* nb = from + band + tiles_per_band * 512;
+          for (int64_t o = 0; o < tiles_per_band * 512; o += 64) __builtin_prefetch(nb + o);
+        }
+        for (int64_t i0 = 0; i0 < 32; i0 += 4) {
+          for (int64_t t = 0; t < quads; ++t) {
+            for (int64_t i = i0; i < i0 + 4; ++i) quad_line(t, i);
           }
-          transpose_dwords4(v);
-          for (int64_t j = 0; j < 4; ++j) {
-            std::memcpy(ToSwizzled ? to + tile_line + 512 * j : to + row + 32 * j * cols, &v[j], 16);
-          }
+        }
+      } else {
+        for (int64_t t = 0; t < quads; ++t) {
+          for (int64_t i = 0; i < 32; ++i) quad_line(t, i);
         }
       }
       g0 = 4 * quads;
@@ -213,6 +230,11 @@ void swizzle_scales(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw)
 void unswizzle_scales(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin) {
   if (cols == 0) return;
   copy_swizzle_groups<false>(sw, rows, cols, lin);
+}
+
+void unswizzle_scales_cached(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin) {
+  if (cols == 0) return;
+  copy_swizzle_groups<false, true>(sw, rows, cols, lin);
 }
 
 // ---------------------------------------------------------------------------

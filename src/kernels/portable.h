@@ -38,6 +38,10 @@ void nf4_double_quantize(const float* absmax, int64_t nblocks, uint8_t* qabsmax,
 // (128x4-tiled) one; swizzle_scales zeroes the padding of `sw`.
 void swizzle_scales(const uint8_t* lin, int64_t rows, int64_t cols, uint8_t* sw);
 void unswizzle_scales(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin);
+// The same bytes, the rows written in order: for a destination that is in
+// cache already (a task's scratch block), where it is faster; into fresh
+// memory unswizzle_scales is (see copy_swizzle_groups).
+void unswizzle_scales_cached(const uint8_t* sw, int64_t rows, int64_t cols, uint8_t* lin);
 
 // Activation operands of the integer path (KernelTable::i8_micro), k % 16
 // == 0: rows of fp32 x quantized per block of 16 (the fast-mode rule:
