@@ -577,6 +577,32 @@ TEST_CASE("swizzle and unswizzle are inverse and zero the padding", "[ops][swizz
   }
 }
 
+TEST_CASE("swizzle and unswizzle of many bands (threaded): every byte at swizzle_offset, padding zeroed",
+          "[ops][swizzle]") {
+  // 1000 x 261: bands of 33 KiB, one per task of the default thread count,
+  // a partial last band (rows 896-999) and 3 padding columns; 300 x 1030:
+  // bands of 129 KiB and 2 padding columns.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1000, 261}, {300, 1030}}) {
+    Tensor lin({rows, cols}, t::u8());
+    for (size_t i = 0; i < lin.bytes; ++i) lin.data()[i] = static_cast<uint8_t>(1 + (i * 7) % 251);
+    Tensor sw({q4::fmt::swizzled_rows(rows) * q4::fmt::swizzled_cols(cols)}, t::u8());
+    sw.fill(0xAB);  // what was there before: the padding must come out 0
+    REQUIRE(NVFP4_swizzle_scales(lin.t(), sw.t()) == Q4_OK);
+    std::vector<uint8_t> expect(sw.bytes, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        expect[static_cast<size_t>(q4::fmt::swizzle_offset(r, c, cols))] = lin.data()[r * cols + c];
+    }
+    CHECK(std::equal(expect.begin(), expect.end(), sw.data()));
+    Tensor back({rows, cols}, t::u8());
+    back.fill(0xCD);
+    REQUIRE(NVFP4_unswizzle_scales(sw.t(), back.t()) == Q4_OK);
+    CHECK(std::equal(lin.data(), lin.data() + lin.bytes, back.data()));
+    CHECK(back.guard_intact());
+    CHECK(sw.guard_intact());
+  }
+}
+
 TEST_CASE("packed data accepted as uint8, fp4 lanes 1 and fp4 lanes 2", "[ops][dlpack]") {
   const int64_t rows = 4, k = 32;
   Tensor x = t::random_float({rows, k}, t::f32(), 9);

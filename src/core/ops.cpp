@@ -12,6 +12,7 @@
 #include "core/op_helpers.h"
 #include "core/options.h"
 #include "formats/codec.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/portable.h"
 
 namespace q4::core {
@@ -87,14 +88,16 @@ void nf4_double_quantize(const DLTensor* absmax_t, DLTensor* qabsmax_t, DLTensor
                             reinterpret_cast<float*>(na.data), reinterpret_cast<float*>(map.data), offset);
 }
 
+// (No options: the default thread count, in tasks of whole 128-row bands
+// of at least 64 KiB, so a small matrix stays on the calling thread.)
 void swizzle_scales(const DLTensor* linear, DLTensor* swizzled) {
   const SwizzleDesc d = validate_swizzle(linear, swizzled, true);
-  kern::swizzle_scales(d.linear.data, d.rows, d.cols, d.swizzled.data);
+  kern::swizzle_scales_parallel(d.linear.data, d.rows, d.cols, d.swizzled.data, 0);
 }
 
 void unswizzle_scales(const DLTensor* swizzled, DLTensor* linear) {
   const SwizzleDesc d = validate_swizzle(linear, swizzled, false);
-  kern::unswizzle_scales(d.swizzled.data, d.rows, d.cols, d.linear.data);
+  kern::unswizzle_scales_parallel(d.swizzled.data, d.rows, d.cols, d.linear.data, 0);
 }
 
 int64_t swizzled_scale_size(int64_t rows, int64_t k) {
