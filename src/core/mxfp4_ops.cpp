@@ -112,11 +112,17 @@ void byte_ranges(const uint8_t* s, int64_t rows, int64_t cols, int64_t per, int3
 // window (no NaN, the smallest byte inside the window of the largest), and
 // then its global exponent *t. False: the full mapping
 // (mxfp4_to_nvfp4_scales) says why, or takes the zero-code blocks out.
-bool scales_in_window(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t* t) {
-  std::vector<int32_t> lo, hi;
-  byte_ranges(s, rows, cols, scale_task_rows(cols), threads, lo, hi);
-  const int32_t e_lo = *std::min_element(lo.begin(), lo.end());
-  const int32_t e_hi = *std::max_element(hi.begin(), hi.end());
+// known_lo / known_hi >= 0: the bytes' range, measured by validation
+// (Mxfp4Operand::byte_lo), so no pass here.
+bool scales_in_window(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t known_lo,
+                      int32_t known_hi, int32_t* t) {
+  int32_t e_lo = known_lo, e_hi = known_hi;
+  if (e_lo < 0 || e_hi < 0) {
+    std::vector<int32_t> lo, hi;
+    byte_ranges(s, rows, cols, scale_task_rows(cols), threads, lo, hi);
+    e_lo = *std::min_element(lo.begin(), lo.end());
+    e_hi = *std::max_element(hi.begin(), hi.end());
+  }
   if (e_hi == static_cast<int32_t>(fmt::kE8M0NaN)) return false;
   *t = fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
   return fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
@@ -239,7 +245,8 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
       s = lin;
     }
     int32_t t = 0;
-    if (scales_in_window(s, op.rows, cols, threads, &t)) {
+    const bool known = op.layout == Q4_SCALE_LINEAR;  // (validation's range is of the bytes as given)
+    if (scales_in_window(s, op.rows, cols, threads, known ? op.byte_lo : -1, known ? op.byte_hi : -1, &t)) {
       w.path = CpuPath::Kernel;
       w.q = op.q.data;
       w.s = nullptr;

@@ -53,6 +53,11 @@ struct Mxfp4Operand {
   TensorRef q, s;
   int32_t layout = Q4_SCALE_LINEAR;
   int64_t rows = 0, k = 0;
+  // The smallest and largest scale byte, where validation measured them
+  // (require_finite_e8m0_range: host-readable linear scales; -1 where it
+  // did not): the CPU products' window check (prepare_mxfp4) then makes
+  // no pass over the scales of its own.
+  int32_t byte_lo = -1, byte_hi = -1;
 };
 
 struct Nvfp4QuantizeDesc {
@@ -209,5 +214,10 @@ void require_nonnegative_scales(const Nvfp4Operand& o, int32_t threads = 0, void
 // first, as above.
 void require_finite_e8m0(const Mxfp4Operand& o, void* stream = nullptr, int64_t experts = 1,
                          int64_t expert_bytes = 0);
+// The same check for one weight, which on host-readable linear scales also
+// records their byte range in o (Mxfp4Operand::byte_lo/byte_hi): one pass
+// on `threads` threads (0 = default) finds the smallest and largest byte,
+// and a largest byte of 0xFF fails as require_finite_e8m0 does.
+void require_finite_e8m0_range(Mxfp4Operand& o, int32_t threads, void* stream);
 
 }  // namespace q4::core

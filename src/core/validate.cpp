@@ -2,6 +2,7 @@
 // options (ranges), tensors one by one in argument order (descriptor,
 // dtype, shape agreement, byte counts), then placement, aliasing and, for
 // quantize on the CPU, finiteness. Every failure names the argument.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -217,6 +218,37 @@ void require_finite_e8m0(const Mxfp4Operand& o, void* stream, int64_t experts, i
              ": MXFP4 products refuse NaN scales (MXFP4_dequantize decodes them to NaN; docs/formats.md, "
              "MXFP4)");
   }
+}
+
+void require_finite_e8m0_range(Mxfp4Operand& o, int32_t threads, void* stream) {
+  const int64_t cols = o.k / fmt::kMxBlock;
+  if (o.layout != Q4_SCALE_LINEAR || o.s.device.device_type == kDLCUDA || o.rows <= 0 || cols <= 0 ||
+      o.s.nbytes < o.rows * cols) {
+    require_finite_e8m0(o, stream);
+    return;
+  }
+  // Pieces of 64 KiB on the pool's threads (a stateless MXFP4 GEMV of a
+  // 4096x4096 weight spent 4.6 % of its time in the single-threaded memchr
+  // of require_finite_e8m0 and 3.5 % more in the window check's own pass
+  // over the same bytes; now 3.5 % in this one, per perf on a Zen 4).
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  const int64_t n = o.rows * cols, pieces = (n + kPiece - 1) / kPiece;
+  std::vector<uint8_t> lo(static_cast<size_t>(pieces), 255), hi(static_cast<size_t>(pieces), 0);
+  const uint8_t* bytes = o.s.data;
+  parallel_for(pieces, threads, [&](int64_t p) {
+    const int64_t b0 = p * kPiece, b1 = std::min(n, b0 + kPiece);
+    uint8_t l = 255, h = 0;
+    for (int64_t b = b0; b < b1; ++b) {
+      l = std::min(l, bytes[b]);
+      h = std::max(h, bytes[b]);
+    }
+    lo[static_cast<size_t>(p)] = l;
+    hi[static_cast<size_t>(p)] = h;
+  });
+  const int32_t l = *std::min_element(lo.begin(), lo.end()), h = *std::max_element(hi.begin(), hi.end());
+  if (h == static_cast<int32_t>(fmt::kE8M0NaN)) require_finite_e8m0(o, stream);  // fails, naming the first
+  o.byte_lo = l;
+  o.byte_hi = h;
 }
 
 Nvfp4QuantizeDesc validate_nvfp4_quantize(const DLTensor* x_t, DLTensor* q_t, DLTensor* s_t, int32_t layout,
@@ -574,7 +606,9 @@ Mxfp4ProductDesc validate_mxfp4_linear(const DLTensor* x_t, const DLTensor* wq_t
   d.bias = parse_bias(bias_t, d.n);
   place_call(d.ctx, {&d.x, &d.out, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   require_no_overlap(d.out, {&d.x, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
-  if (d.m > 0 && scales_checked(d.ctx)) require_finite_e8m0(d.w, d.ctx.opts.stream);  // M = 0 reads no weight
+  if (d.m > 0 && scales_checked(d.ctx)) {  // M = 0 reads no weight
+    require_finite_e8m0_range(d.w, d.ctx.opts.num_threads, d.ctx.opts.stream);
+  }
   return d;
 }
 
@@ -607,7 +641,7 @@ Mxfp4ProductDesc validate_mxfp4_scaled_mm(const DLTensor* aq_t, const DLTensor* 
   require_no_overlap(d.out, {&d.a.q, &d.a.s, &d.w.q, &d.w.s, d.bias.present ? &d.bias.ref : nullptr});
   if (d.m > 0 && d.n > 0 && scales_checked(d.ctx)) {  // an empty product reads no operand
     require_finite_e8m0(d.a, d.ctx.opts.stream);
-    require_finite_e8m0(d.w, d.ctx.opts.stream);
+    require_finite_e8m0_range(d.w, d.ctx.opts.num_threads, d.ctx.opts.stream);
   }
   return d;
 }
