@@ -2142,6 +2142,42 @@ TEST_CASE("e8m0_to_e4m3: every byte's code under every t, 0xFF outside the windo
   CHECK(bad == 0);
 }
 
+namespace {
+
+// The exact, fast and W4A4 products of weight `got_w` [n, k] at M = m have
+// the bits of those of `want_w` (the same weight with linear E4M3 scales)
+// with GEMV pieces of the default size and of 1 KiB, on 1 and 3 threads.
+void check_same_e2m1_products(const kern::KernelTable& kt, const kern::NvWeights& want_w,
+                              const kern::NvWeights& got_w, int64_t n, int64_t k, int64_t m) {
+  const int64_t default_piece = kern::e8m0_piece_bytes();
+  const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
+  std::vector<uint8_t> aq, as;
+  random_nvfp4(m, k, static_cast<uint32_t>(5 * m + k), aq, as);
+  std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
+  for (int64_t piece : {default_piece, int64_t{1024}}) {
+    kern::set_e8m0_piece_bytes(piece);
+    for (int32_t threads : {1, 3}) {
+      INFO("m=" << m << " piece " << piece << " threads " << threads);
+      kern::linear_nvfp4(kt, x.data(), m, want_w, n, want.data(), threads);
+      std::fill(got.begin(), got.end(), -1.0f);
+      kern::linear_nvfp4(kt, x.data(), m, got_w, n, got.data(), threads);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      if (k % 16 != 0) continue;
+      kern::linear_nvfp4_int8(kt, x.data(), m, want_w, n, want.data(), threads);
+      std::fill(got.begin(), got.end(), -1.0f);
+      kern::linear_nvfp4_int8(kt, x.data(), m, got_w, n, got.data(), threads);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+      kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, want_w, n, want.data(), threads);
+      std::fill(got.begin(), got.end(), -1.0f);
+      kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, got_w, n, got.data(), threads);
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
+    }
+  }
+  kern::set_e8m0_piece_bytes(default_piece);
+}
+
+}  // namespace
+
 TEST_CASE(
     "kernel tables: MXFP4's E8M0 scales in place (NvWeights::e8m0) give the bits of their E4M3 codes, "
     "exact, fast and W4A4, GEMV pieces included",
@@ -2155,7 +2191,6 @@ TEST_CASE(
     int64_t n, k;
     int lo, hi;  // E8M0 bytes: 18 binades (E4M3 subnormals) or all normal
   };
-  const int64_t default_piece = kern::e8m0_piece_bytes();
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
     for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9},
@@ -2180,34 +2215,11 @@ TEST_CASE(
       we.e8m0_t = t;
       const kern::NvWeights w4{q.data(), s16.data(), g, k};
       for (int64_t m : {1, 3, 8, 16, 40}) {
-        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
-        std::vector<uint8_t> aq, as;
-        random_nvfp4(m, k, static_cast<uint32_t>(5 * m + k), aq, as);
-        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
-        for (int64_t piece : {default_piece, int64_t{1024}}) {
-          kern::set_e8m0_piece_bytes(piece);
-          for (int32_t threads : {1, 3}) {
-            INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k << " m=" << m << " piece " << piece
-                        << " threads " << threads);
-            kern::linear_nvfp4(kt, x.data(), m, w4, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::linear_nvfp4(kt, x.data(), m, we, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-            if (k % 16 != 0) continue;
-            kern::linear_nvfp4_int8(kt, x.data(), m, w4, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::linear_nvfp4_int8(kt, x.data(), m, we, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, w4, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, we, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-          }
-        }
+        INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k);
+        check_same_e2m1_products(kt, w4, we, n, k, m);
       }
     }
   }
-  kern::set_e8m0_piece_bytes(default_piece);
 }
 
 TEST_CASE(
@@ -2218,7 +2230,6 @@ TEST_CASE(
   // (here also pieces of one band, which tasks of 3 threads split) and all
   // at once for the small-batch and panel paths; N not a multiple of 128
   // leaves a partial last band.
-  const int64_t default_piece = kern::e8m0_piece_bytes();
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{300, 1024}, {77, 96}, {260, 2880}, {129, 64}}) {
@@ -2234,33 +2245,11 @@ TEST_CASE(
       kern::NvWeights ws{q.data(), nullptr, g, k};
       ws.swizzled = sw.data();
       for (int64_t m : {1, 3, 8, 16, 40}) {
-        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 3.0f);
-        std::vector<uint8_t> aq, as;
-        random_nvfp4(m, k, static_cast<uint32_t>(7 * m + k), aq, as);
-        std::vector<float> want(static_cast<size_t>(m * n)), got(want.size());
-        for (int64_t piece : {default_piece, int64_t{1024}}) {
-          kern::set_e8m0_piece_bytes(piece);
-          for (int32_t threads : {1, 3}) {
-            INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k << " m=" << m << " piece " << piece
-                        << " threads " << threads);
-            kern::linear_nvfp4(kt, x.data(), m, wl, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::linear_nvfp4(kt, x.data(), m, ws, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-            kern::linear_nvfp4_int8(kt, x.data(), m, wl, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::linear_nvfp4_int8(kt, x.data(), m, ws, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, wl, n, want.data(), threads);
-            std::fill(got.begin(), got.end(), -1.0f);
-            kern::scaled_mm_w4a4_int8(kt, aq.data(), as.data(), m, ws, n, got.data(), threads);
-            CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0);
-          }
-        }
+        INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k);
+        check_same_e2m1_products(kt, wl, ws, n, k, m);
       }
     }
   }
-  kern::set_e8m0_piece_bytes(default_piece);
 }
 
 TEST_CASE("integer GEMV entries: more rows of x than i8_gemv_max_m run in passes with the same bits",

@@ -99,10 +99,7 @@ void byte_ranges(const uint8_t* s, int64_t rows, int64_t cols, int64_t per, int3
   parallel_for(tasks, threads, [&](int64_t task) {
     const int64_t b0 = task * per * cols, b1 = std::min(rows, (task + 1) * per) * cols;
     uint8_t l = 255, h = 0;
-    for (int64_t b = b0; b < b1; ++b) {
-      l = std::min(l, s[b]);
-      h = std::max(h, s[b]);
-    }
+    kern::byte_range(s + b0, b1 - b0, &l, &h);
     lo[static_cast<size_t>(task)] = l;
     hi[static_cast<size_t>(task)] = h;
   });

@@ -19,6 +19,7 @@
 #include "formats/codec.h"
 #include "formats/mxfp4.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/kernel_table.h"
 
 namespace q4::core {
 namespace {
@@ -237,13 +238,7 @@ void require_finite_e8m0_range(Mxfp4Operand& o, int32_t threads, void* stream) {
   const uint8_t* bytes = o.s.data;
   parallel_for(pieces, threads, [&](int64_t p) {
     const int64_t b0 = p * kPiece, b1 = std::min(n, b0 + kPiece);
-    uint8_t l = 255, h = 0;
-    for (int64_t b = b0; b < b1; ++b) {
-      l = std::min(l, bytes[b]);
-      h = std::max(h, bytes[b]);
-    }
-    lo[static_cast<size_t>(p)] = l;
-    hi[static_cast<size_t>(p)] = h;
+    kern::byte_range(bytes + b0, b1 - b0, &lo[static_cast<size_t>(p)], &hi[static_cast<size_t>(p)]);
   });
   const int32_t l = *std::min_element(lo.begin(), lo.end()), h = *std::max_element(hi.begin(), hi.end());
   if (h == static_cast<int32_t>(fmt::kE8M0NaN)) require_finite_e8m0(o, stream);  // fails, naming the first

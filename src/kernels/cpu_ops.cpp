@@ -862,12 +862,19 @@ void set_e8m0_piece_bytes(int64_t bytes) {
   g_e8m0_piece_bytes.store(std::max<int64_t>(1, bytes), std::memory_order_relaxed);
 }
 
+void byte_range(const uint8_t* p, int64_t n, uint8_t* lo, uint8_t* hi) {
+  uint8_t l = 255, h = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    l = std::min(l, p[i]);
+    h = std::max(h, p[i]);
+  }
+  *lo = l;
+  *hi = h;
+}
+
 void e8m0_to_e4m3(const uint8_t* e8m0, int64_t n, int32_t t, uint8_t* out) {
   uint8_t lo = 255, hi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, e8m0[i]);
-    hi = std::max(hi, e8m0[i]);
-  }
+  byte_range(e8m0, n, &lo, &hi);
   if (static_cast<int32_t>(lo) - 120 - t >= 1 &&
       static_cast<int32_t>(hi) - fmt::kE8M0Bias - t <= fmt::kNvPow2High) {
     // Every code a normal E4M3 (the common case): exponent field e - 127 -

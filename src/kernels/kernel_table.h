@@ -68,6 +68,10 @@ struct NvWeights {
 // mx_nv_scale_byte_u8).
 void e8m0_to_e4m3(const uint8_t* e8m0, int64_t n, int32_t t, uint8_t* out);
 
+// The smallest and largest of n bytes (255 and 0 when n <= 0): one
+// vectorized pass (the MXFP4 scale checks).
+void byte_range(const uint8_t* p, int64_t n, uint8_t* lo, uint8_t* hi);
+
 // The tile order of 4-bit codes [N, K] (K % 128 == 0, K/2 bytes per row):
 // the rows of every full group of 16 (rows 16t .. 16t+15, t < N/16) at
 // the group's own offset 16t * K/2, chunk by chunk of 128 elements: for
