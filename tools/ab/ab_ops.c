@@ -13,8 +13,11 @@
  * the input), quant-nf4 (blocksize 64), quant-mxfp4: a ROWS x K fp32
  * input, rotated through COPIES copies (default 3: 11008 x 4096 then
  * reads from DRAM); linear-swizzled, linear-linear: NVFP4_linear of M rows
- * (default 1) on a ROWS x K weight with swizzled or linear scales, MODE 0
- * (exact, default) or 1 (fast); dequant-nvfp4, dequant-nf4 (blocksize 64),
+ * (default 1) on a ROWS x K weight with swizzled or linear scales,
+ * linear-mxfp4: MXFP4_linear of M rows on the weight quantized to MXFP4
+ * (linear E8M0 scales), MODE 0 (exact, default) or 1 (fast), the weight
+ * rotated through WCOPIES copies (default 1: in cache where it fits; 8
+ * reads 4096 x 4096 from DRAM); dequant-nvfp4, dequant-nf4 (blocksize 64),
  * dequant-mxfp4: the ROWS x K weight quantized from the same input, to
  * OUT=bf16 (default), f16 or f32. Environment: IN=bf16 (the quantize
  * input as bf16, rounded to nearest even from the same values), T (threads, default 2),
@@ -51,6 +54,8 @@ typedef int32_t (*NvDequantFn)(const DLTensor*, const DLTensor*, int32_t, float,
                                const Q4_op_options*);
 typedef int32_t (*Nf4DequantFn)(const DLTensor*, const NF4_state*, DLTensor*, const Q4_op_options*);
 typedef int32_t (*MxDequantFn)(const DLTensor*, const DLTensor*, int32_t, DLTensor*, const Q4_op_options*);
+typedef int32_t (*MxLinearFn)(const DLTensor*, const DLTensor*, const DLTensor*, int32_t, const DLTensor*,
+                              DLTensor*, const Q4_op_options*);
 
 static void* xalloc(size_t bytes) {
   void* p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -82,6 +87,7 @@ enum {
   kQuantMxfp4,
   kLinearSwizzled,
   kLinearLinear,
+  kLinearMxfp4,
   kDequantNvfp4,
   kDequantNf4,
   kDequantMxfp4
@@ -94,7 +100,9 @@ typedef struct {
   int64_t rows, k, m;
   float** in;
   int copies;
-  const uint8_t *wq, *ws, *wsw;
+  /* The products' weight copies (WCOPIES): codes, linear and swizzled
+     NVFP4 scales, MXFP4 codes and E8M0 scales. */
+  uint8_t **wq, **ws, **wsw, **mq, **ms;
   int64_t sw_bytes;
   const float* x;
   float g;
@@ -113,7 +121,7 @@ static int32_t call(const Work* w, Side* sd, int copy) {
           nf_a[1] = {n / 64}, sw_shape[1] = {w->sw_bytes}, x_shape[2] = {w->m, w->k},
           y_shape[2] = {w->m, w->rows};
   const uint8_t code = w->bf16 ? kDLBfloat : kDLFloat, bits = w->bf16 ? 16 : 32;
-  DLTensor tx = tensor(w->in[copy], in_shape, 2, code, bits);
+  DLTensor tx = tensor(w->in[w->op <= kQuantMxfp4 ? copy : 0], in_shape, 2, code, bits);
   switch (w->op) {
     case kQuantNvfp4:
     case kQuantNvfp4Amax: {
@@ -155,11 +163,19 @@ static int32_t call(const Work* w, Side* sd, int copy) {
       st.absmax = &ta;
       return ((Nf4DequantFn)sym(sd->lib, "NF4_dequantize"))(&tq, &st, &ty, &sd->opts);
     }
+    case kLinearMxfp4: {
+      DLTensor tq = tensor(w->mq[copy], q_shape, 2, kDLUInt, 8),
+               ts = tensor(w->ms[copy], mx_shape, 2, kDLUInt, 8),
+               txx = tensor((void*)w->x, x_shape, 2, kDLFloat, 32),
+               ty = tensor(sd->out[0], y_shape, 2, kDLFloat, 32);
+      return ((MxLinearFn)sym(sd->lib, "MXFP4_linear"))(&txx, &tq, &ts, Q4_SCALE_LINEAR, NULL, &ty,
+                                                        &sd->opts);
+    }
     default: {
       const int sw = w->op == kLinearSwizzled;
-      DLTensor tq = tensor((void*)w->wq, q_shape, 2, kDLUInt, 8),
-               ts = sw ? tensor((void*)w->wsw, sw_shape, 1, kDLUInt, 8)
-                       : tensor((void*)w->ws, s_shape, 2, kDLUInt, 8),
+      DLTensor tq = tensor(w->wq[copy], q_shape, 2, kDLUInt, 8),
+               ts = sw ? tensor(w->wsw[copy], sw_shape, 1, kDLUInt, 8)
+                       : tensor(w->ws[copy], s_shape, 2, kDLUInt, 8),
                txx = tensor((void*)w->x, x_shape, 2, kDLFloat, 32),
                ty = tensor(sd->out[0], y_shape, 2, kDLFloat, 32);
       return ((LinearFn)sym(sd->lib, "NVFP4_linear"))(
@@ -173,21 +189,22 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: ab_ops OLD.so NEW.so OP ROWS K [M]\n");
     return 2;
   }
-  const char* ops[] = {"quant-nvfp4",   "quant-nvfp4-amax", "quant-nf4",   "quant-mxfp4",  "linear-swizzled",
-                       "linear-linear", "dequant-nvfp4",    "dequant-nf4", "dequant-mxfp4"};
+  const char* ops[] = {"quant-nvfp4",   "quant-nvfp4-amax", "quant-nf4",     "quant-mxfp4", "linear-swizzled",
+                       "linear-linear", "linear-mxfp4",     "dequant-nvfp4", "dequant-nf4", "dequant-mxfp4"};
   int op = -1;
-  for (int i = 0; i < 9; ++i) {
+  for (int i = 0; i < 10; ++i) {
     if (strcmp(argv[3], ops[i]) == 0) op = i;
   }
   const int64_t rows = atoll(argv[4]), k = atoll(argv[5]), m = argc > 6 ? atoll(argv[6]) : 1;
-  const int copies = op <= kQuantMxfp4 ? (int)env_or("COPIES", 3) : 1;
+  const int linear_op = op >= kLinearSwizzled && op <= kLinearMxfp4;
+  const int copies = op <= kQuantMxfp4 ? (int)env_or("COPIES", 3) : linear_op ? (int)env_or("WCOPIES", 1) : 1;
   const double slice = env_or("SLICE", 0.003);
   const int rounds = (int)env_or("ROUNDS", 40);
   if (op < 0 || rows <= 0 || k <= 0 || k % 64 != 0 || m <= 0 || copies <= 0 || rounds <= 0) {
     fprintf(stderr,
             "ab_ops: OP one of quant-nvfp4, quant-nvfp4-amax, quant-nf4, quant-mxfp4, "
-            "linear-swizzled, linear-linear, dequant-nvfp4, dequant-nf4, dequant-mxfp4; ROWS, M, COPIES, "
-            "ROUNDS > 0; K a multiple of 64\n");
+            "linear-swizzled, linear-linear, linear-mxfp4, dequant-nvfp4, dequant-nf4, dequant-mxfp4; ROWS, "
+            "M, COPIES, WCOPIES, ROUNDS > 0; K a multiple of 64\n");
     return 2;
   }
   const int64_t n = rows * k;
@@ -199,10 +216,11 @@ int main(int argc, char** argv) {
   w.k = k;
   w.m = m;
   w.copies = copies;
-  w.in = xalloc((size_t)copies * sizeof(float*));
+  const int in_copies = op <= kQuantMxfp4 ? copies : 1;
+  w.in = xalloc((size_t)in_copies * sizeof(float*));
   w.in[0] = xalloc((size_t)n * 4);
   fill_normal(w.in[0], n);
-  for (int c = 1; c < copies; ++c) {
+  for (int c = 1; c < in_copies; ++c) {
     w.in[c] = xalloc((size_t)n * 4);
     memcpy(w.in[c], w.in[0], (size_t)n * 4);
   }
@@ -277,15 +295,34 @@ int main(int argc, char** argv) {
     }
     w.dq = dq;
     w.ds = ds;
-  } else if (op >= kLinearSwizzled) {
+  } else if (linear_op) {
     uint8_t* wsw = xalloc((size_t)w.sw_bytes);
     DLTensor tsw = tensor(wsw, sw_shape, 1, kDLUInt, 8);
     if (((SwizzleFn)sym(side[1].lib, "NVFP4_swizzle_scales"))(&ts, &tsw) != 0) return 2;
+    uint8_t* mq = xalloc((size_t)n / 2);
+    uint8_t* ms = xalloc((size_t)n / 32);
+    int64_t mx_s[2] = {rows, k / 32};
+    DLTensor tmq = tensor(mq, q_shape, 2, kDLUInt, 8), tms = tensor(ms, mx_s, 2, kDLUInt, 8);
+    if (op == kLinearMxfp4 &&
+        ((MxQuantFn)sym(side[1].lib, "MXFP4_quantize"))(&tin, &tmq, &tms, Q4_SCALE_LINEAR, NULL) != 0) {
+      fprintf(stderr, "ab_ops: the weight did not quantize\n");
+      return 2;
+    }
     float* x = xalloc((size_t)(m * k) * 4);
     fill_normal(x, m * k);
-    w.wq = wq;
-    w.ws = ws;
-    w.wsw = wsw;
+    /* WCOPIES copies of each part (the first the originals). */
+    uint8_t* first[5] = {wq, ws, wsw, mq, ms};
+    const size_t bytes[5] = {(size_t)n / 2, (size_t)n / 16, (size_t)w.sw_bytes, (size_t)n / 2,
+                             (size_t)n / 32};
+    uint8_t*** parts[5] = {&w.wq, &w.ws, &w.wsw, &w.mq, &w.ms};
+    for (int p = 0; p < 5; ++p) {
+      *parts[p] = xalloc((size_t)copies * sizeof(uint8_t*));
+      (*parts[p])[0] = first[p];
+      for (int c = 1; c < copies; ++c) {
+        (*parts[p])[c] = xalloc(bytes[p]);
+        memcpy((*parts[p])[c], first[p], bytes[p]);
+      }
+    }
     w.x = x;
   }
   double* t[2] = {xalloc((size_t)rounds * sizeof(double)), xalloc((size_t)rounds * sizeof(double))};
