@@ -1197,20 +1197,25 @@ struct E2m1Encoder {
   // the nibble pairs joined by a multiply-add, then one word permute puts
   // the bytes in order (per block: a quarter of the cross-lane narrowing
   // and of the 8-byte stores of store()).
-  template <class In = QuantInF32>
+  template <class In = QuantInF32, bool kClamp = true>
   void block4(const typename In::T* x, const float* dv, const float* yv, uint8_t* dst) const {
     __m512i c[4];
 #pragma GCC unroll 4
     for (int b = 0; b < 4; ++b) {
       const __m512i v = In::bits(x + int64_t{16} * b);
-      c[b] = code(v, quotient(v, _mm512_set1_ps(dv[b]), _mm512_set1_ps(yv[b])));
+      const __m512 q = quotient(v, _mm512_set1_ps(dv[b]), _mm512_set1_ps(yv[b]));
+      c[b] = kClamp ? code(v, q) : code_clamped(v, q);
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), pack_nibbles4<true>(c));
   }
 
   // The 16 codes (one per dword) of the block v given q = |v| / d correctly rounded.
   __m512i code(__m512i v, __m512 q) const {
-    const __m512 qc = _mm512_min_ps(q, six);  // (q >= 0)
+    return code_clamped(v, _mm512_min_ps(q, six));  // (q >= 0)
+  }
+  // The same given qc = q clamped to [0, 6], or any q in [0, 7) (a
+  // scale group whose divisors keep every quotient below 6.5).
+  __m512i code_clamped(__m512i v, __m512 qc) const {
     const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(qc), one), 23);
     const __m512 c = _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, magic));
     const __m512i sum = _mm512_castps_si512(_mm512_add_ps(qc, c));
@@ -1274,17 +1279,26 @@ inline __m512 block_amax16(const typename In::T* x, __m512 abs_mask) {
 
 // Scale codes of 16 consecutive blocks at x into s; their divisors d into
 // dv and, when the division-free element path may run for all of them
-// (returns true), y = RN(1/d) into yv.
+// (returns true), y = RN(1/d) into yv; *unclamped: every scale normal and
+// at most 448, so that no element's quotient reaches 7.
 template <class In = QuantInF32>
 inline bool scale_group16(const typename In::T* x, __m512 abs_mask, __m512 six_g, __m512 gv, uint8_t* s,
-                          float* dv, float* yv, __mmask16* non_finite) {
+                          float* dv, float* yv, __mmask16* non_finite, bool* unclamped) {
   const __m512 av = block_amax16<In>(x, abs_mask);
   *non_finite = _mm512_cmpge_epu32_mask(_mm512_castps_si512(av), _mm512_set1_epi32(0x7f800000));
   const __m512 sv = _mm512_div_ps(av, six_g);
   const __mmask16 nonzero = _mm512_cmp_ps_mask(av, _mm512_setzero_ps(), _CMP_GT_OQ);
   __m512i code;
   __m512 dec;
+  *unclamped = false;
   if (_mm512_cmplt_epu32_mask(_mm512_castps_si512(sv), _mm512_set1_epi32(121 << 23)) == 0) {
+    // None above 448 either: each scale is then within 2^-4 of amax / 6g,
+    // so every |x| / d <= 6 (1 + 3 2^-24) / ((1 - 2^-4) (1 - 2^-24)) < 6.5,
+    // and the E2M1 coding needs no clamp to 6 (E2m1Encoder::code_clamped:
+    // below 7 the adder's grid rounds to at most 6). Zen 4, one-process
+    // A/B both orders, 512x4096 in cache, one thread: 1.04-1.07x (fp32
+    // and bf16 input).
+    *unclamped = _mm512_cmp_ps_mask(sv, _mm512_set1_ps(448.0f), _CMP_LE_OQ) == 0xffff;
     // Every scale normal or saturating (the usual case): codes 0x08..0x7e,
     // decoded by their plain bit mapping, without the subnormal rounding
     // and the general decode (the scale pass 6.8 -> 4.1 cycles per block
@@ -1424,7 +1438,7 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
   const __m512 gv = _mm512_set1_ps(g);
   alignas(64) float dv[kGroups * 16];
   alignas(64) float yv[kGroups * 16];
-  bool rcp[kGroups];
+  bool rcp[kGroups], unclamped[kGroups];
   static const E2m1Encoder table;
   const E2m1Encoder enc = table;
   int64_t b0 = 0;
@@ -1433,7 +1447,8 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t b = b0 + 16 * j;
       __mmask16 bad = 0;
-      rcp[j] = scale_group16<In>(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad);
+      rcp[j] = scale_group16<In>(x + b * 16, abs_mask, six_g, gv, s + b, dv + 16 * j, yv + 16 * j, &bad,
+                                 &unclamped[j]);
       if (bad != 0) return false;
     }
     // While the elements are coded from L1/L2, the next groups' blocks are
@@ -1451,8 +1466,13 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
       }
       if (rcp[j] && _mm512_cmpeq_ps_mask(_mm512_load_ps(dv + g0), _mm512_setzero_ps()) == 0) {
         // No zero block: no test per block, four blocks packed together.
-        for (int64_t i = g0; i < g0 + 16; i += 4)
-          enc.block4<In>(x + (b0 + i) * 16, dv + i, yv + i, q + (b0 + i) * 8);
+        if (unclamped[j]) {
+          for (int64_t i = g0; i < g0 + 16; i += 4)
+            enc.block4<In, false>(x + (b0 + i) * 16, dv + i, yv + i, q + (b0 + i) * 8);
+        } else {
+          for (int64_t i = g0; i < g0 + 16; i += 4)
+            enc.block4<In, true>(x + (b0 + i) * 16, dv + i, yv + i, q + (b0 + i) * 8);
+        }
         continue;
       }
       if (rcp[j]) {
