@@ -29,6 +29,10 @@ void mxfp4_decode(const Mxfp4Operand& op, int32_t threads, kern::FloatOut dst);
 // or a block with nonzero codes outside the window; s16 is then garbage).
 std::string mxfp4_to_nvfp4_scales(const Mxfp4Operand& op, int32_t threads, uint8_t* s16, int32_t* t);
 
+// The smallest and largest byte of linear E8M0 scales [rows, cols], in
+// tasks of whole rows on `threads` threads (0 = default).
+void e8m0_byte_range(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t* lo, int32_t* hi);
+
 // The CPU path of an MXFP4 product under resolved options: the E2M1
 // kernels (backend auto or nvfp4-kernel) or dequant-matmul; nf4-kernel is
 // Q4_ERR_UNSUPPORTED, contradictory options as for NVFP4, fast math needs

@@ -105,6 +105,18 @@ void byte_ranges(const uint8_t* s, int64_t rows, int64_t cols, int64_t per, int3
   });
 }
 
+}  // namespace
+
+void e8m0_byte_range(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t* lo,
+                     int32_t* hi) {
+  std::vector<int32_t> l, h;
+  byte_ranges(s, rows, cols, scale_task_rows(cols), threads, l, h);
+  *lo = *std::min_element(l.begin(), l.end());
+  *hi = *std::max_element(h.begin(), h.end());
+}
+
+namespace {
+
 // Whether every byte of linear E8M0 scales [rows, cols] maps into one
 // window (no NaN, the smallest byte inside the window of the largest), and
 // then its global exponent *t. False: the full mapping
@@ -114,12 +126,7 @@ void byte_ranges(const uint8_t* s, int64_t rows, int64_t cols, int64_t per, int3
 bool scales_in_window(const uint8_t* s, int64_t rows, int64_t cols, int32_t threads, int32_t known_lo,
                       int32_t known_hi, int32_t* t) {
   int32_t e_lo = known_lo, e_hi = known_hi;
-  if (e_lo < 0 || e_hi < 0) {
-    std::vector<int32_t> lo, hi;
-    byte_ranges(s, rows, cols, scale_task_rows(cols), threads, lo, hi);
-    e_lo = *std::min_element(lo.begin(), lo.end());
-    e_hi = *std::max_element(hi.begin(), hi.end());
-  }
+  if (e_lo < 0 || e_hi < 0) e8m0_byte_range(s, rows, cols, threads, &e_lo, &e_hi);
   if (e_hi == static_cast<int32_t>(fmt::kE8M0NaN)) return false;
   *t = fmt::mx_nv_global_exponent(static_cast<uint32_t>(e_hi));
   return fmt::mx_nv_scale_byte(static_cast<uint32_t>(e_lo), *t) >= 0;
