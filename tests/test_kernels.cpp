@@ -2189,12 +2189,13 @@ TEST_CASE(
   // codes of fmt::mx_nv_scale_byte.
   struct Shape {
     int64_t n, k;
-    int lo, hi;  // E8M0 bytes: 18 binades (E4M3 subnormals) or all normal
+    int lo, hi;  // E8M0 bytes: 18 binades (E4M3 subnormals), all normal, or
+                 // normal and the largest subnormal (d = 0: {64, 1024, 112, 127})
   };
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
     for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9},
-                            Shape{60, 2880, 112, 129}}) {
+                            Shape{60, 2880, 112, 129}, Shape{64, 1024, 112, 127}}) {
       const int64_t n = sh.n, k = sh.k;
       std::mt19937 rng(static_cast<uint32_t>(n * k + isa));
       std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));

@@ -487,30 +487,40 @@ inline bool i8_transpose_scales(const uint8_t* s, const int64_t* row, int64_t kb
 // i8_transpose_scales from MXFP4's E8M0 scales in place (NvWeights::e8m0,
 // cols = K/32 bytes per row, every byte inside the window under 2^t): each
 // row's 32 bytes per span made into the E4M3 codes they stand for, each
-// twice, in registers (d = e - 120 - t = the exponent field: normal codes
-// d << 3 for d >= 1, subnormal 1 << (d + 2) for d = -2 .. 0), then the same
-// transpose. Returns whether every code is a normal E4M3.
+// twice, in registers, then the same transpose. With d = e - 120 - t (the
+// exponent field; -2 .. 15 inside the window), the code is d << 3 for d >=
+// 1 and 1 << (d + 2) (subnormal) for d = -2 .. 0: one word permute on d + 2
+// from a table of the 18 words (the code in both bytes). Returns whether
+// every code is a normal E4M3 (the smallest d + 2, kept in a vector, is at
+// least 3). Against the same arithmetic in registers with a compare into
+// a mask and mask arithmetic per row (one-process A/B both orders, Zen 4,
+// MXFP4 fast mode M = 1): 1 thread 1.08-1.09x, 2 threads 4096x4096 in L3
+// 1.05-1.07x.
 inline bool i8_transpose_e8m0(const uint8_t* e, const int64_t* row, int64_t cols, int32_t t, uint8_t* out) {
   const int64_t kb = 2 * cols;
-  const __m512i c = _mm512_set1_epi16(static_cast<int16_t>(120 + t)), one = _mm512_set1_epi16(1);
-  __mmask32 sub = 0;
+  alignas(64) uint16_t words[32] = {};
+  for (int i = 0; i < 18; ++i) {
+    const int d = i - 2;
+    const auto code = static_cast<uint16_t>(d >= 1 ? d << 3 : 1 << (d + 2));
+    words[i] = static_cast<uint16_t>(code | code << 8);
+  }
+  const __m512i table = _mm512_load_si512(words);
+  const __m512i c = _mm512_set1_epi16(static_cast<int16_t>(118 + t));
+  __m512i least = _mm512_set1_epi16(-1);
   for (int64_t s0 = 0; s0 < kb; s0 += 64) {
     const int64_t left = (kb - s0) / 2;  // E8M0 bytes of this span
     const __mmask32 lm = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
     __m512i z[16];
     for (int r = 0; r < 16; ++r) {
-      const __m512i d =
+      const __m512i i2 =
           _mm512_sub_epi16(_mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lm, e + row[r] * cols + s0 / 2)), c);
-      const __mmask32 normal = _mm512_cmpgt_epi16_mask(d, _mm512_setzero_si512());
-      sub |= ~normal & lm;
-      const __m512i code = _mm512_mask_blend_epi16(
-          normal, _mm512_sllv_epi16(one, _mm512_add_epi16(d, _mm512_set1_epi16(2))), _mm512_slli_epi16(d, 3));
-      // Each code in both bytes of its word; words past the row's end zero.
-      z[r] = _mm512_maskz_mov_epi16(lm, _mm512_or_si512(code, _mm512_slli_epi16(code, 8)));
+      least = _mm512_mask_min_epu16(least, lm, least, i2);
+      // Words past the row's end zero.
+      z[r] = _mm512_maskz_permutexvar_epi16(lm, i2, table);
     }
     i8_transpose16x64(z, out + s0 / 64 * 1024);
   }
-  return sub == 0;
+  return _mm512_cmplt_epu16_mask(least, _mm512_set1_epi16(3)) == 0;
 }
 
 // KernelTable::i8_tile_scale_group: i8_tile_scales for the 16 rows at s.
