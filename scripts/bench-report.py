@@ -10,6 +10,15 @@ import json
 import sys
 
 
+# A case during which the hypervisor gave more than this share of the
+# machine's CPU time to other guests (steal, /proc/stat) is marked "*".
+STEAL_MARK_PERCENT = 2.0
+
+
+def mark(r):
+    return "*" if r.get("steal_percent", 0.0) > STEAL_MARK_PERCENT else ""
+
+
 def cell(r):
     if r is None:
         return "—"
@@ -18,7 +27,7 @@ def cell(r):
     else:
         fig = f"{r['gflop_per_s']:.0f}"
     frac = r.get("fraction_of_limit")
-    return f"{fig} ({100 * frac:.0f} %)" if frac is not None else fig
+    return (f"{fig} ({100 * frac:.0f} %)" if frac is not None else fig) + mark(r)
 
 
 def icell(r):
@@ -26,7 +35,7 @@ def icell(r):
         return "—"
     blk = r.get("fraction_of_int8_block")
     tail = f" / {100 * blk:.0f} %" if blk is not None else ""
-    return f"{r['gflop_per_s']:.0f} ({100 * r['fraction_of_int8_dot']:.0f} %{tail})"
+    return f"{r['gflop_per_s']:.0f} ({100 * r['fraction_of_int8_dot']:.0f} %{tail}){mark(r)}"
 
 
 def main(path):
@@ -42,6 +51,15 @@ def main(path):
           f"int8 roof {lim['int8_dot_gop_per_s']:.0f} GOP/s ({lim['int8_dot_note'].split(',')[0]}), "
           f"block-scaled int8 roof {lim.get('int8_block_gop_per_s', 0):.0f} GOP/s; "
           f"load average {j.get('load_average_at_start', '?')} at start, {j.get('load_average_at_end', '?')} at end.")
+    end = j.get("limits_at_end")
+    if end is not None:
+        print(f"At the end: DRAM read {end['dram_read_gb_per_s']:.1f} GB/s, fp32 FMA roof "
+              f"{end['fp32_fma_gflop_per_s']:.0f} GFLOP/s, int8 roof {end['int8_dot_gop_per_s']:.0f} GOP/s, "
+              f"block-scaled {end['int8_block_gop_per_s']:.0f} GOP/s; steal over the run "
+              f"{j.get('steal_percent', 0.0):.1f} % of the CPU time.")
+    if any(r.get("steal_percent", 0.0) > STEAL_MARK_PERCENT for r in j["results"]):
+        print(f"Cells marked * ran while other guests took more than {STEAL_MARK_PERCENT:.0f} % of this "
+              "machine's CPU time (steal).")
     print()
     cols = [("gemv/gemm", "nvfp4", "exact"), ("gemv/gemm", "nvfp4", "fast"), ("gemv/gemm", "nvfp4", "fast-linear"),
             ("scaled_mm", "nvfp4-w4a4", "exact"), ("gemv/gemm", "nf4", "exact"), ("gemv/gemm", "nf4", "fast"),

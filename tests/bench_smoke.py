@@ -2,7 +2,8 @@
 """Smoke test of nvfp4-bench and scripts/bench-report.py (no timing is
 checked: the figures only have to be there and be positive).
 
-Runs the bench on a tiny shape, checks that the JSON carries every limit,
+Runs the bench on a tiny shape, checks that the JSON carries every limit
+(also measured again at the end) and the steal of the run and of each case,
 that each result has its limit and fraction, that the integer cases carry
 their fractions of the int8 roof and of the block-scaled int8 roof when the
 CPU has an int8 probe, and that the report script turns it into tables;
@@ -48,8 +49,14 @@ def main(bench, root):
     assert lim["fp32_fma_gflop_per_s"] > 0 and lim["dram_read_gb_per_s"] > 0
     has_int8 = lim["int8_dot_gop_per_s"] > 0
     assert (lim["int8_block_gop_per_s"] > 0) == has_int8, "the block-scaled probe goes with the int8 probe"
+    end = j["limits_at_end"]
+    for key in ("dram_read_gb_per_s", "fp32_fma_gflop_per_s", "int8_dot_gop_per_s", "int8_block_gop_per_s"):
+        assert key in end, f"limits_at_end.{key} missing"
+    assert end["fp32_fma_gflop_per_s"] > 0 and (end["int8_dot_gop_per_s"] > 0) == has_int8, end
+    assert 0.0 <= j["steal_percent"] <= 100.0, j["steal_percent"]
     rs = j["results"]
     assert {r["m"] for r in rs} == {1, 16}, "one case per M asked for"
+    assert all(0.0 <= r["steal_percent"] <= 100.0 for r in rs), "every case with its steal"
     integer = 0
     for r in rs:
         assert r["median_ms"] > 0 and r["fraction_of_limit"] > 0, r
@@ -66,6 +73,16 @@ def main(bench, root):
 
     text = report_of(root, out)
     assert "N×K = 256×256" in text and "block-scaled int8 roof" in text, text
+    assert "At the end: DRAM read" in text, text
+    # A case with steal above the mark is starred, with the note once; none
+    # without.
+    for r in rs:
+        r["steal_percent"] = 0.0
+    plain = report_of(root, json.dumps(j))
+    assert "(steal)" not in plain and "%)*" not in plain, plain
+    next(r for r in rs if r["format"] == "nvfp4" and r["mode"] == "exact")["steal_percent"] = 50.0  # one cell
+    starred = report_of(root, json.dumps(j))
+    assert starred.count("(steal)") == 1 and starred.count("%)*") == 1, starred
     if has_int8:
         assert "integer cases" in text and "NVFP4 fast linear" in text, text
     # --only gaps: the pool's watch against the former one, per gap.

@@ -84,6 +84,39 @@ double g_max_case_ms = 1e300;  // see --max-case-seconds
 double g_best_ms = 0;          // fastest run of the last median_ms
 double g_cpu_ms = 0;           // median process CPU time of the last median_ms
 double g_median_ms = 0;        // the last median_ms result
+double g_steal_pct = 0;        // steal during the last median_ms (cpu_ticks), % of all CPU time
+
+// All CPUs' time and the part of it the hypervisor gave to other guests
+// (steal), in ticks, from /proc/stat's cpu line (zeros where there is
+// none). On a shared VM a neighbour's load shows here, not in the load
+// average.
+struct CpuTicks {
+  double total = 0, steal = 0;
+};
+
+CpuTicks cpu_ticks() {
+  CpuTicks t;
+  if (std::FILE* f = std::fopen("/proc/stat", "r")) {
+    char buf[256] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr && std::strncmp(buf, "cpu ", 4) == 0) {
+      // user nice system idle iowait irq softirq steal (guest time is
+      // counted in user already)
+      double v[8] = {};
+      const int n = std::sscanf(buf + 4, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4],
+                                &v[5], &v[6], &v[7]);
+      for (int i = 0; i < n; ++i) t.total += v[i];
+      if (n == 8) t.steal = v[7];
+    }
+    std::fclose(f);
+  }
+  return t;
+}
+
+// Steal between two readings, % of all CPU time (0 without ticks).
+double steal_percent(const CpuTicks& a, const CpuTicks& b) {
+  const double d = b.total - a.total;
+  return d > 0 ? 100.0 * (b.steal - a.steal) / d : 0.0;
+}
 
 double process_cpu_ms() {
   timespec ts{};
@@ -96,6 +129,7 @@ double process_cpu_ms() {
 // machine shared with other work the wall time includes waiting for a core;
 // the fastest run and the CPU time show what the code itself needs).
 double median_ms(int reps, const std::function<void(int)>& fn) {
+  const CpuTicks s0 = cpu_ticks();
   const auto w0 = Clock::now();
   const double c0 = process_cpu_ms();
   fn(0);  // warm-up
@@ -104,6 +138,7 @@ double median_ms(int reps, const std::function<void(int)>& fn) {
     g_best_ms = warm;
     g_median_ms = warm;
     g_cpu_ms = process_cpu_ms() - c0;
+    g_steal_pct = steal_percent(s0, cpu_ticks());
     return warm;
   }
   std::vector<double> t, c;
@@ -119,6 +154,7 @@ double median_ms(int reps, const std::function<void(int)>& fn) {
   g_best_ms = t.front();
   g_cpu_ms = c[c.size() / 2];
   g_median_ms = t[t.size() / 2];
+  g_steal_pct = steal_percent(s0, cpu_ticks());
   return g_median_ms;
 }
 
@@ -625,6 +661,7 @@ json result(const std::string& name, const std::string& format, const std::strin
   r["median_ms"] = ms;
   r["best_ms"] = g_best_ms;
   r["cpu_ms_per_thread"] = g_cpu_ms / std::max(threads, 1);
+  r["steal_percent"] = g_steal_pct;
   r["gb_per_s"] = bytes / (ms * 1e6);
   r["gflop_per_s"] = flops / (ms * 1e6);
   if (bw > 0) r["fraction_of_read_bandwidth"] = bytes / (ms * 1e6) / bw;
@@ -923,6 +960,7 @@ int bench_main(int argc, char** argv) {
                     {"cpu_family", q4::cpu_info().family},
                     {"cpu_model", q4::cpu_info().model}};
   out["load_average_at_start"] = load_average();
+  const CpuTicks run_ticks = cpu_ticks();
   // Limits measured in this run.
   const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, 4 * l3);
   const double bw = read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5);
@@ -1141,15 +1179,18 @@ int bench_main(int argc, char** argv) {
       // a neighbour reads low (a roof below what the case then achieves),
       // so each limit is the larger of the run-start and the near-case
       // measurement: the fractions err on the low side, never above 100 %.
+      // The int8 roofs also for the GEMVs (M <= 8), whose integer cases are
+      // read against them as well: with the run-start probe alone, one
+      // disturbed probe had put fast M = 8 at 77-115 % of a roof half its
+      // usual value.
       const size_t first_of_case = results.size();
       const double bw_here = gemv ? std::max(bw, read_bandwidth(int64_t{128} << 20, threads, 3)) : bw;
       const double fma_here =
           gemv ? fma_roof : std::max(fma_roof, probe_rate(kt.fma_probe, probe_iters / 10, threads));
-      const double int8_here = gemv || int8_roof == 0
-                                   ? int8_roof
-                                   : std::max(int8_roof, probe_rate(int8_fn, probe_iters / 10, threads));
+      const double int8_here =
+          int8_roof == 0 ? int8_roof : std::max(int8_roof, probe_rate(int8_fn, probe_iters / 10, threads));
       const double int8_block_here =
-          gemv || int8_block_roof == 0
+          int8_block_roof == 0
               ? int8_block_roof
               : std::max(int8_block_roof, probe_rate(int8_block_fn, probe_iters / 40, threads));
       auto limit_of = [&](double ms, double bytes, bool integer) {
@@ -1595,6 +1636,15 @@ int bench_main(int argc, char** argv) {
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
+  // The run's steal, and the roofs and DRAM read once more: a report can
+  // tell a run whose start probes a neighbour disturbed (they read low).
+  out["steal_percent"] = steal_percent(run_ticks, cpu_ticks());
+  out["limits_at_end"] = {
+      {"dram_read_gb_per_s", read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5)},
+      {"fp32_fma_gflop_per_s", probe_rate(kt.fma_probe, probe_iters, threads)},
+      {"int8_dot_gop_per_s", int8_fn != nullptr ? probe_rate(int8_fn, probe_iters, threads) : 0.0},
+      {"int8_block_gop_per_s",
+       int8_block_fn != nullptr ? probe_rate(int8_block_fn, probe_iters / 4, threads) : 0.0}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
