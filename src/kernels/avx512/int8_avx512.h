@@ -994,7 +994,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
       } else {
         i8_load_quarters_at(qp, rb, rb3, T);
 #pragma GCC unroll 4
-        for (int64_t L = 0; L < 4; ++L) qp[L] += 16;
+        for (const uint8_t*& r : qp) r += 16;
         if constexpr (kStore) {
           uint8_t* o = tile_out + (c * 4 + h) * 256;
 #pragma GCC unroll 4
