@@ -907,27 +907,13 @@ constexpr int32_t kI8StepMajorRows = 2;
 // 4-8 KiB 1.15-1.27x the row form, 1 KiB 0.91-1.07x, none 0.70-0.94x.
 constexpr int64_t kTilePrefetchBytes = 8192;
 
-// The 16 bytes at p + r * rb of rows r = 0..15 (a quarter of a chunk) with
-// dword d of the 16 rows in T[d]: four rows per vector (lane L of z[g] =
-// row g + 4L, three inserts each), then a 4x4 dword transpose inside the
-// lanes.
-__attribute__((always_inline)) inline void i8_load_quarters(const uint8_t* p, int64_t rb, __m512i (&T)[4]) {
-  __m512i z[4];
-#pragma GCC unroll 4
-  for (int64_t g = 0; g < 4; ++g) {
-    const uint8_t* pg = p + g * rb;
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pg)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 4 * rb)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 8 * rb)), 2);
-    z[g] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(pg + 12 * rb)), 3);
-  }
-  i8_transpose_dwords(z, T);
-}
-
-// i8_load_quarters from four row pointers: qp[L] at row 4L of the 16 (the
-// quarter's first byte), rows 4L + g at qp[L] + g * rb (rb3 = 3 rb), so
-// that every load is one addressing mode off a pointer the caller advances
-// by 16 bytes per quarter. (From rows + c * 64 + h * 16 GCC 12 kept the
+// The 16 bytes of rows r = 0..15 of a quarter of a chunk with dword d of
+// the 16 rows in T[d]: four rows per vector (lane L of z[g] = row g + 4L,
+// three inserts each), then a 4x4 dword transpose inside the lanes. The
+// rows come from four row pointers: qp[L] at row 4L (the quarter's first
+// byte), rows 4L + g at qp[L] + g * rb (rb3 = 3 rb), so that every load is
+// one addressing mode off a pointer the caller advances by 16 bytes per
+// quarter (I8QuarterRows). (From rows + c * 64 + h * 16 GCC 12 kept the
 // 16 row addresses' parts in vector registers and on the stack, a dozen
 // moves per quarter; on a Zen 4, one-process A/B both orders, stateless
 // fast mode: M = 2-8 1.08-1.14x, 11008x4096 M = 8 from DRAM 1.10-1.12x,
@@ -945,6 +931,16 @@ __attribute__((always_inline)) inline void i8_load_quarters_at(const uint8_t* co
   }
   i8_transpose_dwords(z, T);
 }
+
+// The four row pointers of i8_load_quarters_at for the 16 rows at rows +
+// r * rb, and their step to the next quarter.
+struct I8QuarterRows {
+  const uint8_t* qp[4];
+  I8QuarterRows(const uint8_t* rows, int64_t rb) : qp{rows, rows + 4 * rb, rows + 8 * rb, rows + 12 * rb} {}
+  void next() {
+    for (const uint8_t*& r : qp) r += 16;
+  }
+};
 
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
 // of 128 elements), or (tile not null) the same rows in the tile order of
@@ -970,7 +966,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
   const int32_t* xc = x.c.data();
   const int64_t last_quarters = rb % 64 == 0 ? 4 : 2;
   const int64_t rb3 = 3 * rb;
-  const uint8_t* qp[4] = {rows, rows + 4 * rb, rows + 8 * rb, rows + 12 * rb};  // (advanced per quarter)
+  I8QuarterRows qr(rows, rb);
   for (int64_t c = 0; c < chunks; ++c) {
     if (next != nullptr) {
       next->step();
@@ -992,9 +988,8 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
           _mm_prefetch(reinterpret_cast<const char*>(p + 64 * d + kTilePrefetchBytes), _MM_HINT_T0);
         }
       } else {
-        i8_load_quarters_at(qp, rb, rb3, T);
-#pragma GCC unroll 4
-        for (const uint8_t*& r : qp) r += 16;
+        i8_load_quarters_at(qr.qp, rb, rb3, T);
+        qr.next();
         if constexpr (kStore) {
           uint8_t* o = tile_out + (c * 4 + h) * 256;
 #pragma GCC unroll 4
@@ -1052,15 +1047,17 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
     _mm512_mask_storeu_ps(y + i * ldy, km, _mm512_mul_ps(acc[i], _mm512_set1_ps(post)));
 }
 
-// KernelTable::i8_tile_group: i8_load_quarters of every chunk and
+// KernelTable::i8_tile_group: i8_load_quarters_at of every chunk and
 // quarter, stored (16 rows, `chunks` chunks of 128 elements, rows rb bytes
 // apart; out 64-byte aligned).
 inline void i8_tile_group_avx512(const uint8_t* rows, int64_t rb, int64_t chunks, uint8_t* out) {
+  I8QuarterRows qr(rows, rb);
   for (int64_t c = 0; c < chunks; ++c) {
 #pragma GCC unroll 4
     for (int64_t h = 0; h < 4; ++h) {
       __m512i T[4];
-      i8_load_quarters(rows + c * 64 + h * 16, rb, T);
+      i8_load_quarters_at(qr.qp, rb, 3 * rb, T);
+      qr.next();
       uint8_t* o = out + (c * 4 + h) * 256;
 #pragma GCC unroll 4
       for (int64_t d = 0; d < 4; ++d) _mm512_store_si512(o + 64 * d, T[d]);
