@@ -115,6 +115,79 @@ TEST_CASE("input structs: smaller means defaults, larger must be zero beyond", "
   }
 }
 
+TEST_CASE("input structs: a smaller struct_size must end where a field ends", "[abi][struct_size]") {
+  // (fuzz_api: an NF4_state of 12 bytes kept half of its absmax pointer,
+  // and the library read through the rest as zeros.)
+  auto refused = [](const char* name) {
+    const std::string e = Q4_last_error();
+    return e.find(std::string(name) + "->struct_size") != std::string::npos &&
+           e.find("ends inside a field") != std::string::npos;
+  };
+  t::Tensor w = t::random_float({4, 64}, t::f32(), 5);
+  t::Tensor q({4, 32}, t::u8());
+  t::Tensor am({4}, t::f32());
+  REQUIRE(NF4_quantize(w.t(), q.t(), am.t(), 64, nullptr) == Q4_OK);
+  t::Tensor out({4, 64}, t::f32());
+  {
+    NF4_state st{};
+    st.struct_size = sizeof st;
+    st.blocksize = 64;
+    st.absmax = am.t();
+    REQUIRE(NF4_dequantize(q.t(), &st, out.t(), nullptr) == Q4_OK);
+    // Up to and including absmax: the rest defaults.
+    st.struct_size = static_cast<uint32_t>(offsetof(NF4_state, absmax) + sizeof(void*));
+    CHECK(NF4_dequantize(q.t(), &st, out.t(), nullptr) == Q4_OK);
+    for (uint32_t cut : {9u, 12u, 15u, 20u, 44u + 2u}) {
+      st.struct_size = cut;
+      CHECK(NF4_dequantize(q.t(), &st, out.t(), nullptr) == Q4_ERR_INVALID_ARGUMENT);
+      CHECK(refused("state"));
+    }
+  }
+  t::Tensor x = t::random_float({4, 32}, t::f32(), 1);
+  t::Tensor nq({4, 16}, t::u8()), ns({4, 2}, t::u8());
+  {
+    // Options cut inside `stream`, inside `num_threads`; then at `stream`'s end.
+    for (uint32_t cut : {36u, 26u}) {
+      Canary<Q4_op_options> c(cut);
+      CHECK(NVFP4_quantize(x.t(), nq.t(), ns.t(), Q4_SCALE_LINEAR, 0.0f, nullptr, c.p()) ==
+            Q4_ERR_INVALID_ARGUMENT);
+      CHECK(refused("opts"));
+    }
+    Canary<Q4_op_options> c(static_cast<uint32_t>(offsetof(Q4_op_options, stream) + sizeof(void*)));
+    CHECK(NVFP4_quantize(x.t(), nq.t(), ns.t(), Q4_SCALE_LINEAR, 0.0f, nullptr, c.p()) == Q4_OK);
+  }
+  {
+    Canary<Q4_session_config> c(14);  // inside `target`
+    Q4_session* sess = nullptr;
+    CHECK(Q4_session_create(c.p(), &sess) == Q4_ERR_INVALID_ARGUMENT);
+    CHECK(sess == nullptr);
+    CHECK(refused("config"));
+  }
+  Q4_session* s = cpu_session();
+  t::Tensor wf = t::random_float({16, 32}, t::f32(), 3);
+  for (uint32_t cut : {20u, 60u}) {  // inside `weight`, inside `nf4`
+    Canary<Q4_weight_bundle> c(cut);
+    c.p()->format = Q4_FORMAT_NVFP4;
+    c.p()->source = Q4_WEIGHT_FLOAT;
+    if (cut > offsetof(Q4_weight_bundle, weight) + sizeof(void*)) c.p()->weight = wf.t();
+    Q4_linear* l = nullptr;
+    CHECK(Q4_linear_create(s, c.p(), &l) == Q4_ERR_INVALID_ARGUMENT);
+    CHECK(l == nullptr);
+    CHECK(refused("weight"));
+  }
+  {
+    // Up to and including `weight`: a float NVFP4 weight.
+    Canary<Q4_weight_bundle> c(static_cast<uint32_t>(offsetof(Q4_weight_bundle, weight) + sizeof(void*)));
+    c.p()->format = Q4_FORMAT_NVFP4;
+    c.p()->source = Q4_WEIGHT_FLOAT;
+    c.p()->weight = wf.t();
+    Q4_linear* l = nullptr;
+    CHECK(Q4_linear_create(s, c.p(), &l) == Q4_OK);
+    CHECK(Q4_linear_destroy(l) == Q4_OK);
+  }
+  CHECK(Q4_session_destroy(s) == Q4_OK);
+}
+
 TEST_CASE("output structs of any size are filled up to that size", "[abi][struct_size]") {
   {
     Canary<Q4_capabilities> c(64);

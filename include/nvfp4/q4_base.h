@@ -8,7 +8,8 @@
  *  - structs that may grow start with `uint32_t struct_size` (set it to
  *    sizeof(the struct) before the call) and end with reserved fields. A
  *    smaller (older) struct is accepted: input fields past its size take
- *    their zero defaults, output fields past it are not written; a larger
+ *    their zero defaults (an input size must end where a field ends, not
+ *    inside one), output fields past it are not written; a larger
  *    (newer) input struct may only carry zeros past what this library
  *    knows. The *_init functions write at most struct_size bytes; a
  *    struct_size of 0 (or any value that is not a size) means the ABI 1

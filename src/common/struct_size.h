@@ -4,7 +4,8 @@
 // with this library. One rule for every struct, implemented once here:
 //
 //  - input structs (options, configs, bundles, NF4 state): fields beyond the
-//    caller's size take their zero defaults; a larger caller struct may only
+//    caller's size take their zero defaults (the size must end where a field
+//    ends, never inside one); a larger caller struct may only
 //    carry zeros past the fields this library knows (a non-zero unknown
 //    field asks for something this version cannot do);
 //  - output structs (capabilities, stats, info, results): the library writes
@@ -23,7 +24,21 @@
 
 #include "common/error.h"
 
+// The input structs (nvfp4/ops.h, q4_base.h, session.h).
+struct NF4_state;
+struct Q4_op_options;
+struct Q4_session_config;
+struct Q4_weight_bundle;
+
 namespace q4 {
+
+// Where the fields of each input struct end (struct_size.cpp): a smaller
+// caller struct must end at one of them. One that ends inside a field (a
+// pointer cut in half, read back as a wild pointer) is refused.
+bool ends_at_field(const ::NF4_state*, uint32_t size);
+bool ends_at_field(const ::Q4_op_options*, uint32_t size);
+bool ends_at_field(const ::Q4_session_config*, uint32_t size);
+bool ends_at_field(const ::Q4_weight_bundle*, uint32_t size);
 
 // Smallest struct_size accepted: the size field plus one 4-byte field.
 constexpr uint32_t kMinStructSize = 8;
@@ -44,6 +59,11 @@ template <class T>
 T read_struct(const T* p, const char* name) {
   if (p == nullptr) fail(Q4_ERR_NULL_POINTER, name, "pointer is NULL");
   const uint32_t size = checked_struct_size(p->struct_size, name);
+  if (size < sizeof(T) && !ends_at_field(p, size)) {
+    fail(Q4_ERR_INVALID_ARGUMENT, std::string(name) + "->struct_size",
+         "expected sizeof(the struct) or, for an older and smaller struct, the end of one of its fields; " +
+             std::to_string(size) + " ends inside a field");
+  }
   T out;
   std::memset(&out, 0, sizeof out);
   std::memcpy(&out, p, size < sizeof(T) ? size : sizeof(T));
