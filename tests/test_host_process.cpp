@@ -48,21 +48,6 @@
 
 using t::Tensor;
 
-#if defined(__SANITIZE_THREAD__)
-#define Q4_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define Q4_TEST_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define Q4_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define Q4_TEST_ASAN 1
-#endif
-#endif
-
 namespace {
 
 // The exit status of child `pid`, 128 + signal when a signal ended it, or

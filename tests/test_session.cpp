@@ -593,7 +593,7 @@ TEST_CASE("100000 create/forward/destroy and fake-quantize/backward iterations l
   const long rss_end = rss_kb();
   INFO("RSS after warm-up " << rss_warm << " kB, at the end " << rss_end << " kB");
   CHECK(failures == 0);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(Q4_TEST_ASAN) || defined(Q4_TEST_TSAN)
   // Sanitizer quarantines and shadow memory grow RSS by design; there the
   // leak checker (LSan) and the session counters below are the evidence.
   (void)rss_end;

@@ -13,6 +13,23 @@
 #include "formats/codec.h"
 #include "nvfp4/nvfp4.h"
 
+// Q4_TEST_ASAN / Q4_TEST_TSAN: built with AddressSanitizer /
+// ThreadSanitizer (GCC's __SANITIZE_* macros, clang's __has_feature).
+#if defined(__SANITIZE_THREAD__)
+#define Q4_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define Q4_TEST_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define Q4_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define Q4_TEST_ASAN 1
+#endif
+#endif
+
 namespace t {
 
 // The NF4 codebook exactly as docs/formats.md lists it (decimals), for oracles
