@@ -1,10 +1,11 @@
-// libFuzzer harness over every stateless entry point and the session /
-// linear / mutable-tensor entry points. The input bytes describe DLTensor
-// descriptors (ndim, shapes, strides, byte offsets, dtypes, devices, NULL
-// pointers) and the scalar arguments. Each descriptor is backed by a buffer
-// of exactly the extent it claims (so ASan flags any access beyond it); a
-// descriptor claiming more than 1 MiB gets a NULL or unbacked data pointer,
-// which the library must reject before touching memory.
+// libFuzzer harness over every stateless entry point (NVFP4, NF4, MXFP4)
+// and the session / linear / mutable-tensor entry points. The input bytes
+// describe DLTensor descriptors (ndim, shapes, strides, byte offsets,
+// dtypes, devices, NULL pointers) and the scalar arguments. Each descriptor
+// is backed by a buffer of exactly the extent it claims (so ASan flags any
+// access beyond it); a descriptor claiming more than 1 MiB gets a NULL or
+// unbacked data pointer, which the library must reject before touching
+// memory.
 //
 // Contract checked: a status is returned, nothing crashes or reads/writes
 // out of bounds, and inputs are never modified (their bytes are compared
@@ -158,7 +159,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader r(data, size);
   const int64_t rows = 1 + r.small(5), k = 16 * (1 + r.small(4)), n = 1 + r.small(5);
   const DLDataType f32{kDLFloat, 32, 1}, u8{kDLUInt, 8, 1};
-  const int op = static_cast<int>(r.small(16));
+  // Ops 0-15 from the op byte's low bits; its top 16 values pick the
+  // MXFP4 entry points (16-20), added later: the older corpus keeps its
+  // meaning but for the inputs whose op byte is one of those.
+  const uint8_t op_byte = r.u8();
+  const int op = op_byte >= 240 ? 16 + (op_byte - 240) % 5 : op_byte % 16;
   Q4_op_options opts = pick_options(r);
   const Q4_op_options* o = (r.u8() & 7) == 0 ? nullptr : &opts;
   const int32_t layout = static_cast<int32_t>(r.small(3));
@@ -237,6 +242,50 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             (r.u8() & 1) ? &b->dl : nullptr, o);
       check_unchanged({out.get(), x.get(), c.get(), d.get()});
       break;
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 20: {
+      // MXFP4: E8M0 scales per 32 elements (k / 32 columns; k may be 16
+      // or 48, which the library must refuse).
+      auto as = make_tensor(r, {rows, std::max<int64_t>(1, k / 32)}, u8);
+      auto ws = make_tensor(r, {n, std::max<int64_t>(1, k / 32)}, u8);
+      as->snapshot();
+      ws->snapshot();
+      if (op == 16) {
+        MXFP4_quantize(&x->dl, &a->dl, &as->dl, layout, o);
+        check_unchanged({x.get()});
+      } else if (op == 17) {
+        MXFP4_dequantize(&a->dl, &as->dl, layout, &x->dl, o);
+        check_unchanged({a.get(), as.get()});
+      } else if (op == 18) {
+        MXFP4_linear(&x->dl, &c->dl, &ws->dl, layout, nullptr, &out->dl, o);
+        check_unchanged({x.get(), c.get(), ws.get()});
+      } else if (op == 19) {
+        MXFP4_scaled_mm(&a->dl, &as->dl, &c->dl, &ws->dl, layout, scalar, (r.u8() & 1) ? &b->dl : nullptr,
+                        &out->dl, o);
+        check_unchanged({a.get(), as.get(), c.get(), ws.get(), b.get()});
+      } else {
+        // Expert groups: counts, experts and row counts from the input,
+        // the arrays sometimes NULL (n_groups -1 .. 3).
+        const int64_t n_groups = r.small(5) - 1;
+        int32_t expert_of_group[3] = {};
+        int64_t group_rows[3] = {};
+        for (int g = 0; g < 3; ++g) {
+          expert_of_group[g] = static_cast<int32_t>(r.small(4)) - 1;
+          group_rows[g] = r.small(rows + 2) - 1;
+        }
+        const bool arrays = (r.u8() & 7) != 0;
+        // (n_groups > 3 would make the library read past these arrays,
+        // the caller's promise: at most 3.)
+        MXFP4_linear_experts(&x->dl, &c->dl, &ws->dl, layout, arrays ? expert_of_group : nullptr,
+                             arrays ? group_rows : nullptr, std::min<int64_t>(n_groups, 3),
+                             (r.u8() & 1) ? &d->dl : nullptr, &out->dl, o);
+        check_unchanged({x.get(), c.get(), ws.get(), d.get()});
+      }
+      break;
+    }
     default: {
       // Sessions, linears, mutable tensors.
       Q4_session_config cfg{};
