@@ -963,19 +963,30 @@ int bench_main(int argc, char** argv) {
   const CpuTicks run_ticks = cpu_ticks();
   // Limits measured in this run.
   const int64_t bw_bytes = std::max<int64_t>(int64_t{512} << 20, 4 * l3);
-  const double bw = read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5);
+  const q4::kern::KernelTable& kt = q4::kern::active_table();
+  const int64_t probe_iters = o.quick ? 2000000 : 10000000;
+  std::string int8_name;
+  ProbeFn int8_block_fn = nullptr;
+  const ProbeFn int8_fn = int8_probe(&int8_name, &int8_block_fn);
+  // DRAM read and the roofs, measured the same way at the start of the run
+  // and again at its end (limits_at_end).
+  struct Limits {
+    double bw = 0, fma = 0, int8 = 0, int8_block = 0;
+  };
+  auto measure_limits = [&] {
+    Limits m;
+    m.bw = read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5);
+    m.fma = probe_rate(kt.fma_probe, probe_iters, threads);
+    if (int8_fn != nullptr) m.int8 = probe_rate(int8_fn, probe_iters, threads);
+    if (int8_block_fn != nullptr) m.int8_block = probe_rate(int8_block_fn, probe_iters / 4, threads);
+    return m;
+  };
+  const Limits start = measure_limits();
+  const double bw = start.bw, fma_roof = start.fma, int8_roof = start.int8,
+               int8_block_roof = start.int8_block;
   const double bw_best = bw * read_bw_median_over_best();
   const double l3bw = l3_bandwidth(int64_t{8} << 20, threads, 20);
   const double l3_best = l3bw * read_bw_median_over_best();
-  const q4::kern::KernelTable& kt = q4::kern::active_table();
-  const int64_t probe_iters = o.quick ? 2000000 : 10000000;
-  const double fma_roof = probe_rate(kt.fma_probe, probe_iters, threads);
-  std::string int8_name;
-  double int8_roof = 0, int8_block_roof = 0;
-  ProbeFn int8_block_fn = nullptr;
-  const ProbeFn int8_fn = int8_probe(&int8_name, &int8_block_fn);
-  if (int8_fn != nullptr) int8_roof = probe_rate(int8_fn, probe_iters, threads);
-  if (int8_block_fn != nullptr) int8_block_roof = probe_rate(int8_block_fn, probe_iters / 4, threads);
   out["limits"] = {
       {"dram_read_gb_per_s", bw},
       {"dram_read_best_gb_per_s", bw_best},
@@ -1639,12 +1650,11 @@ int bench_main(int argc, char** argv) {
   // The run's steal, and the roofs and DRAM read once more: a report can
   // tell a run whose start probes a neighbour disturbed (they read low).
   out["steal_percent"] = steal_percent(run_ticks, cpu_ticks());
-  out["limits_at_end"] = {
-      {"dram_read_gb_per_s", read_bandwidth(bw_bytes, threads, o.quick ? 3 : 5)},
-      {"fp32_fma_gflop_per_s", probe_rate(kt.fma_probe, probe_iters, threads)},
-      {"int8_dot_gop_per_s", int8_fn != nullptr ? probe_rate(int8_fn, probe_iters, threads) : 0.0},
-      {"int8_block_gop_per_s",
-       int8_block_fn != nullptr ? probe_rate(int8_block_fn, probe_iters / 4, threads) : 0.0}};
+  const Limits end = measure_limits();
+  out["limits_at_end"] = {{"dram_read_gb_per_s", end.bw},
+                          {"fp32_fma_gflop_per_s", end.fma},
+                          {"int8_dot_gop_per_s", end.int8},
+                          {"int8_block_gop_per_s", end.int8_block}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
