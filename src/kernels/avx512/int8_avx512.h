@@ -771,7 +771,18 @@ inline __m512 i8_row_group(const uint8_t* p, int64_t rb, int64_t chunks, const i
       for (int s = 0; s < 2; ++s) {
         const uint8_t* ra = pq[h] + (s == 0 ? 0 : 2 * rb);
         const uint8_t* rbp = pq[h] + (s == 0 ? rb : rb3);
-        const __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
+        // One load per row and chunk, kept in a register: GCC had folded
+        // the load into the shift of the high nibbles (vpsrlw from memory)
+        // and loaded the row again for the low ones, and when the 16 rows
+        // share few L1 sets (rows a multiple of 4 KiB apart: K % 8192 ==
+        // 0) the line was gone by the second load. Zen 4, one-process A/B
+        // (ab_kernels, 1 thread, weight in L2/L3): 256x8192 1.12x (rows
+        // 64-byte aligned) to 1.18x (16 mod 64, as malloc places them),
+        // 512x4096 1.02-1.08x, 256x8320 1.00x; the library, 2 threads, in
+        // L3: 4096x8192 and 8192x8192 1.08-1.14x, 4096x4096 and
+        // 11008x4096 1.02-1.03x; from DRAM unchanged.
+        __m512i va = _mm512_loadu_si512(ra + c * 64), vb = _mm512_loadu_si512(rbp + c * 64);
+        __asm__("" : "+v"(va), "+v"(vb));
         i8_prefetch_row<kL2>(ra + c * 64, rb);
         i8_prefetch_row<kL2>(rbp + c * 64, rb);
         __m512i la, ha, lb, hb;
