@@ -2593,6 +2593,75 @@ TEST_CASE("integer kernels: NF4 fast mode is bit-identical on every table and wi
   }
 }
 
+// The weight codes as callers hand them over: at any byte offset from a
+// 64-byte line (glibc's large blocks start 16 bytes past one, safetensors
+// tensors 8), and with K % 8192 == 0 the 16 rows that a GEMV group reads
+// together are 4 KiB apart, in one L1 set. Neither may change a bit: each
+// offset's outputs equal those of the 64-byte aligned copy (exact mode) and
+// the reference (fast mode), on every table this CPU runs.
+TEST_CASE("GEMVs give the same bits at every byte alignment of the weight codes, rows 4 KiB apart too",
+          "[kernels][int8]") {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{1, 33, 8192}, {2, 20, 8192}, {8, 17, 8192}, {20, 16, 8192},
+                          {1, 40, 4096}, {3, 33, 1024}, {1, 21, 2880}};
+  const int64_t offsets[] = {0, 1, 8, 16, 32, 48};
+  const kern::KernelTable& scalar = kern::table_for(Q4_ISA_SCALAR);
+  for (const Shape& sh : shapes) {
+    const int64_t m = sh.m, n = sh.n, k = sh.k;
+    std::vector<uint8_t> wq, ws;
+    random_nvfp4(n, k, static_cast<uint32_t>(3 * n + k), wq, ws, true);
+    std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(m + k), 2.0f);
+    const size_t bytes = wq.size();
+    // 64-byte aligned storage with room for the largest offset.
+    kern::AlignedFloats buf = kern::aligned_floats(static_cast<int64_t>(bytes / 4 + 32));
+    uint8_t* base = reinterpret_cast<uint8_t*>(buf.get());
+    std::vector<int8_t> xq(static_cast<size_t>(m * k));
+    std::vector<float> xs(static_cast<size_t>(m * k / 16));
+    ref::i8_quantize(x.data(), m, k, xq.data(), xs.data());
+    std::vector<float> want_fast(static_cast<size_t>(m * n)), got(want_fast.size());
+    const float g = 0.5f;
+    ref::i8_product(xq.data(), xs.data(), m, kern::NvWeights{wq.data(), ws.data(), g, k}, n, 0.5f * g,
+                    want_fast.data());
+    // NF4 from the same codes (blocksize 64), its fast-mode reference from the scalar table.
+    Nf4Data nd = random_nf4(n, k, 64, static_cast<uint32_t>(n + 7 * k));
+    std::vector<float> want_nf4(want_fast.size());
+    {
+      kern::Nf4Weights nw = nd.w();
+      nw.k = k;
+      kern::linear_nf4_int8(scalar, x.data(), m, nw, n, want_nf4.data(), 1);
+    }
+    for (int32_t isa : compiled_tables(true)) {
+      const kern::KernelTable& kt = kern::table_for(isa);
+      std::vector<float> want_exact(want_fast.size());
+      for (int64_t off : offsets) {
+        INFO("isa " << q4::isa_name(isa) << " m=" << m << " n=" << n << " k=" << k
+                    << " codes at 64-byte line + " << off);
+        uint8_t* q = base + off;
+        std::memcpy(q, wq.data(), bytes);
+        const kern::NvWeights w{q, ws.data(), g, k};
+        std::fill(got.begin(), got.end(), -1.0f);
+        kern::linear_nvfp4(kt, x.data(), m, w, n, got.data(), 2);
+        if (off == 0) want_exact = got;
+        CHECK(std::memcmp(got.data(), want_exact.data(), got.size() * 4) == 0);
+        if (kt.i8_native) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          kern::linear_nvfp4_int8(kt, x.data(), m, w, n, got.data(), 2);
+          CHECK(std::memcmp(got.data(), want_fast.data(), got.size() * 4) == 0);
+          std::memcpy(q, nd.q.data(), nd.q.size());
+          kern::Nf4Weights nw = nd.w();
+          nw.q = q;
+          nw.k = k;
+          std::fill(got.begin(), got.end(), -1.0f);
+          kern::linear_nf4_int8(kt, x.data(), m, nw, n, got.data(), 2);
+          CHECK(std::memcmp(got.data(), want_nf4.data(), got.size() * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("fast mode reports the level that ran: the integer table, or its exact level on fallback",
           "[kernels][int8]") {
   const int64_t n = 32, k = 256;
