@@ -961,6 +961,68 @@ struct I8QuarterRows {
   }
 };
 
+// Whether the 16 rows of a GEMV group, rb bytes apart, all map to one L1
+// set (4 KiB per way on the CPUs these kernels run on: rb a multiple of
+// 4096, K % 8192 == 0).
+inline bool i8_rows_share_a_set(int64_t rb) {
+  return rb % 4096 == 0;
+}
+
+// The per-chunk copy of i8_direct_group for rows that share an L1 set
+// (kStage): the 16 rows' 64-byte lines are read once per chunk with
+// aligned loads, each stored at its row's place in two buffers (as the
+// second line of this chunk's and the first of the next one's), so that
+// buffer c % 2 holds lines c and c + 1 of every row, 128 bytes apart, and
+// the chunk's 64 bytes start `mis` bytes into its row (mis 0: one line per
+// row and chunk). Reads outside the rows (the part of the first line
+// before a row that starts past a line, the part of the last line after
+// it) are masked off. Without it the four quarter loads of a chunk each
+// missed L1 (16 lines in 8 ways). Zen 4, in-process A/B (ab_kernels,
+// avx512_vnni table), 256x8192 hot, one thread: M = 2 1.32x, M = 4 1.35x,
+// M = 8 1.23x, M = 16 1.13x (rows 16 bytes past a line; aligned rows
+// 1.23-1.25x, 8 past 1.48-1.70x), NF4 and MXFP4 M = 4 1.33-1.34x;
+// 4096x8192 from DRAM, 2 threads: M = 2 1.22x, M = 4 1.28x, M = 8 1.21x,
+// M = 16 1.14x, M = 32 1.05x. A template parameter: the same copy chosen
+// at run time in the loop made the other K 0.95-0.98x at M = 2-4.
+struct I8RowStage {
+  static constexpr int64_t kRowBytes = 128;
+  int64_t mis = 0;
+  const uint8_t* al = nullptr;  // the rows' first line
+  int64_t rb = 0;
+  alignas(64) uint8_t buf[2][16 * kRowBytes];
+  I8RowStage(const uint8_t* rows, int64_t row_bytes, bool stage) {
+    if (!stage) return;
+    mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(rows) % 64);
+    // (an integer address: the line may start before the weight)
+    al = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(rows) - static_cast<uintptr_t>(mis));
+    rb = row_bytes;
+    if (mis == 0) return;  // (chunk() loads each chunk's line itself)
+    const __mmask64 head = ~__mmask64{0} << mis;
+    for (int r = 0; r < 16; ++r) {
+      _mm512_store_si512(buf[0] + r * kRowBytes, _mm512_maskz_loadu_epi8(head, al + r * rb));
+    }
+  }
+  // The 16 rows of chunk c (of `chunks`) at the returned pointer + r * kRowBytes.
+  const uint8_t* chunk(int64_t c, int64_t chunks) {
+    uint8_t* cx = buf[c & 1];
+    if (mis == 0) {
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r)
+        _mm512_store_si512(cx + r * kRowBytes, _mm512_load_si512(al + r * rb + c * 64));
+      return cx;
+    }
+    uint8_t* cy = buf[(c & 1) ^ 1];
+    const __mmask64 keep = c + 1 < chunks ? ~__mmask64{0} : (__mmask64{1} << mis) - 1;
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) {
+      const __m512i v = _mm512_maskz_loadu_epi8(keep, al + r * rb + (c + 1) * 64);
+      _mm512_store_si512(cx + r * kRowBytes + 64, v);
+      _mm512_store_si512(cy + r * kRowBytes, v);
+    }
+    return cx + mis;
+  }
+};
+
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
 // of 128 elements), or (tile not null) the same rows in the tile order of
 // i8_tile_codes at `tile` (a weight's tiles, or the copy a first group
@@ -972,7 +1034,7 @@ struct I8QuarterRows {
 // are also stored at tile_out in the tile order, for the groups that
 // follow. K % 128 == 64 (rb % 64 == 32): the last of the `chunks` chunks
 // is half a chunk, its first two quarters.
-template <int M, bool kVnni, bool kStore, bool kL2, bool kVbmi, class Fmt>
+template <int M, bool kVnni, bool kStore, bool kL2, bool kVbmi, bool kStage, class Fmt>
 inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int64_t rb, int64_t chunks,
                             NextGroupPrefetch* next, float* sbuf, bool fill, float post, float* y,
                             int64_t ldy, __mmask16 km, const uint8_t* tile, uint8_t* tile_out) {
@@ -984,8 +1046,12 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
   const int64_t last_quarters = rb % 64 == 0 ? 4 : 2;
-  const int64_t rb3 = 3 * rb;
   I8QuarterRows qr(rows, rb);
+  // kStage (rows a multiple of 4 KiB apart, K % 8192 == 0, and no tiles):
+  // each chunk's 16 lines copied once into a stack buffer (I8RowStage),
+  // the quarters read from there.
+  I8RowStage stage(rows, rb, kStage);
+  const int64_t qrb = kStage ? I8RowStage::kRowBytes : rb, qrb3 = 3 * qrb;
   for (int64_t c = 0; c < chunks; ++c) {
     if (next != nullptr) {
       next->step();
@@ -994,6 +1060,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
         for (int r = 0; r < 16; ++r) i8_prefetch_row<kL2>(rows + r * rb + c * 64, rb);
       }
     }
+    if constexpr (kStage) qr = I8QuarterRows(stage.chunk(c, chunks), I8RowStage::kRowBytes);
     const int64_t quarters = c + 1 < chunks ? 4 : last_quarters;
 #pragma GCC unroll 1
     for (int64_t h = 0; h < quarters; ++h) {
@@ -1007,7 +1074,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
           _mm_prefetch(reinterpret_cast<const char*>(p + 64 * d + kTilePrefetchBytes), _MM_HINT_T0);
         }
       } else {
-        i8_load_quarters_at(qr.qp, rb, rb3, T);
+        i8_load_quarters_at(qr.qp, qrb, qrb3, T);
         qr.next();
         if constexpr (kStore) {
           uint8_t* o = tile_out + (c * 4 + h) * 256;
@@ -1087,24 +1154,24 @@ inline void i8_tile_group_avx512(const uint8_t* rows, int64_t rb, int64_t chunks
 // The first of several groups over codes without tiles, which also stores
 // them. Out of line: inlined beside the plain group in i8_gemv_direct, it
 // made the plain group 1-4 % slower on tiles at M = 1-8 (Zen 5).
-template <int M, bool kVnni, bool kL2, bool kVbmi, class Fmt>
+template <int M, bool kVnni, bool kL2, bool kVbmi, bool kStage, class Fmt>
 __attribute__((noinline)) void i8_direct_group_store(const I8Staged& x, Fmt& f, const uint8_t* rows,
                                                      int64_t rb, int64_t chunks, NextGroupPrefetch* next,
                                                      float* sbuf, float post, float* y, int64_t ldy,
                                                      __mmask16 km, uint8_t* tile_out) {
-  i8_direct_group<M, kVnni, true, kL2, kVbmi>(x, f, rows, rb, chunks, next, sbuf, true, post, y, ldy, km,
-                                              nullptr, tile_out);
+  i8_direct_group<M, kVnni, true, kL2, kVbmi, kStage>(x, f, rows, rb, chunks, next, sbuf, true, post, y, ldy,
+                                                      km, nullptr, tile_out);
 }
 
 // A plain group whose dot products run step-major, out of line (see
 // kI8StepMajorRows).
-template <int M, bool kVnni, bool kL2, bool kVbmi, class Fmt>
+template <int M, bool kVnni, bool kL2, bool kVbmi, bool kStage, class Fmt>
 __attribute__((noinline)) void i8_direct_group_step_major(const I8Staged& x, Fmt& f, const uint8_t* rows,
                                                           int64_t rb, int64_t chunks, NextGroupPrefetch* next,
                                                           float* sbuf, bool fill, float post, float* y,
                                                           int64_t ldy, __mmask16 km, const uint8_t* tile) {
-  i8_direct_group<M, kVnni, false, kL2, kVbmi>(x, f, rows, rb, chunks, next, sbuf, fill, post, y, ldy, km,
-                                               tile, nullptr);
+  i8_direct_group<M, kVnni, false, kL2, kVbmi, kStage>(x, f, rows, rb, chunks, next, sbuf, fill, post, y, ldy,
+                                                       km, tile, nullptr);
 }
 
 template <bool kVnni, bool kL2, bool kVbmi, class Fmt>
@@ -1132,7 +1199,8 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
   // L2 when the next group reads them), the others read that copy instead
   // of loading and transposing the rows again (Zen 5, 4096x4096, stateless
   // fast mode: M = 16 1.06-1.10x, M = 32 1.16-1.20x, M = 64 1.10-1.23x).
-  AlignedFloats tbuf;  // allocated at the first such group
+  AlignedFloats tbuf;                                // allocated at the first such group
+  const bool share_a_set = i8_rows_share_a_set(rb);  // (I8RowStage)
   for (int64_t j0 = n0; j0 < n1; j0 += 16) {
     const int32_t rows = static_cast<int32_t>(std::min<int64_t>(16, n1 - j0));
     const __mmask16 km =
@@ -1151,21 +1219,41 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
       if (g == 0 && scratch != nullptr) {  // (groups > 1: a full first group)
-        i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi>(st[g], f, base, rb, chunks, &next,
-                                                                 sbuf.get(), post, yg, ldy, km, scratch);
+        if (share_a_set) {
+          i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi, true>(
+              st[g], f, base, rb, chunks, &next, sbuf.get(), post, yg, ldy, km, scratch);
+        } else {
+          i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi, false>(
+              st[g], f, base, rb, chunks, &next, sbuf.get(), post, yg, ldy, km, scratch);
+        }
         continue;
       }
       const uint8_t* tg = tile != nullptr ? tile : g > 0 ? scratch : nullptr;
+      // The rows themselves are read (no tiles, no copy of a first group).
+      const bool stage = share_a_set && tg == nullptr;
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
         constexpr int kM = decltype(r)::value;
         NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
         float* sb = groups > 1 ? sbuf.get() : nullptr;
         if constexpr (kVnni && kM >= kI8StepMajorRows) {
-          i8_direct_group_step_major<kM, kVnni, kL2, kVbmi>(st[g], f, base, rb, chunks, ng, sb, g == 0, post,
-                                                            yg, ldy, km, tg);
+          if (stage) {
+            i8_direct_group_step_major<kM, kVnni, kL2, kVbmi, true>(st[g], f, base, rb, chunks, ng, sb,
+                                                                    g == 0, post, yg, ldy, km, tg);
+          } else {
+            i8_direct_group_step_major<kM, kVnni, kL2, kVbmi, false>(st[g], f, base, rb, chunks, ng, sb,
+                                                                     g == 0, post, yg, ldy, km, tg);
+          }
         } else {
-          i8_direct_group<kM, kVnni, false, kL2, kVbmi>(st[g], f, base, rb, chunks, ng, sb, g == 0, post, yg,
-                                                        ldy, km, tg, nullptr);
+          // (M = 1 on such rows runs the row GEMV: no tiles, K % 128 == 0.)
+          if constexpr (kM >= 2) {
+            if (stage) {
+              i8_direct_group<kM, kVnni, false, kL2, kVbmi, true>(st[g], f, base, rb, chunks, ng, sb, g == 0,
+                                                                  post, yg, ldy, km, tg, nullptr);
+              return;
+            }
+          }
+          i8_direct_group<kM, kVnni, false, kL2, kVbmi, false>(st[g], f, base, rb, chunks, ng, sb, g == 0,
+                                                               post, yg, ldy, km, tg, nullptr);
         }
       });
     }
