@@ -30,6 +30,12 @@ inline void with_rows(int32_t m, F&& f) {
   }
 }
 
+// f(std::bool_constant<b>{}): a run-time flag as a template argument.
+template <class F>
+inline decltype(auto) with_flag(bool b, F&& f) {
+  return b ? f(std::true_type{}) : f(std::false_type{});
+}
+
 // The scales of weight rows [r0, r0 + n), one contiguous span (*bytes).
 inline const char* nvfp4_scale_span(const NvWeights& w, int64_t r0, int64_t n, int64_t* bytes) {
   if (w.s == nullptr && w.e8m0 != nullptr) {  // (MXFP4's E8M0 scales in place)

@@ -1219,42 +1219,30 @@ void i8_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int32
     for (int32_t g = 0; g < groups; ++g) {
       float* yg = y + static_cast<int64_t>(g) * kI8DirectGroup * ldy + (j0 - n0);
       if (g == 0 && scratch != nullptr) {  // (groups > 1: a full first group)
-        if (share_a_set) {
-          i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi, true>(
+        with_flag(share_a_set, [&](auto stage) {
+          i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi, decltype(stage)::value>(
               st[g], f, base, rb, chunks, &next, sbuf.get(), post, yg, ldy, km, scratch);
-        } else {
-          i8_direct_group_store<kI8DirectGroup, kVnni, kL2, kVbmi, false>(
-              st[g], f, base, rb, chunks, &next, sbuf.get(), post, yg, ldy, km, scratch);
-        }
+        });
         continue;
       }
       const uint8_t* tg = tile != nullptr ? tile : g > 0 ? scratch : nullptr;
       // The rows themselves are read (no tiles, no copy of a first group).
-      const bool stage = share_a_set && tg == nullptr;
+      // M = 1 on such rows runs the row GEMV (no tiles, K % 128 == 0): no
+      // staged copy of the plain group at M = 1.
       with_rows<kI8DirectGroup>(st[g].gm, [&](auto r) {
         constexpr int kM = decltype(r)::value;
         NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
         float* sb = groups > 1 ? sbuf.get() : nullptr;
-        if constexpr (kVnni && kM >= kI8StepMajorRows) {
-          if (stage) {
-            i8_direct_group_step_major<kM, kVnni, kL2, kVbmi, true>(st[g], f, base, rb, chunks, ng, sb,
-                                                                    g == 0, post, yg, ldy, km, tg);
+        with_flag(share_a_set && tg == nullptr && kM >= 2, [&](auto stage) {
+          constexpr bool kStage = decltype(stage)::value && kM >= 2;
+          if constexpr (kVnni && kM >= kI8StepMajorRows) {
+            i8_direct_group_step_major<kM, kVnni, kL2, kVbmi, kStage>(st[g], f, base, rb, chunks, ng, sb,
+                                                                      g == 0, post, yg, ldy, km, tg);
           } else {
-            i8_direct_group_step_major<kM, kVnni, kL2, kVbmi, false>(st[g], f, base, rb, chunks, ng, sb,
-                                                                     g == 0, post, yg, ldy, km, tg);
-          }
-        } else {
-          // (M = 1 on such rows runs the row GEMV: no tiles, K % 128 == 0.)
-          if constexpr (kM >= 2) {
-            if (stage) {
-              i8_direct_group<kM, kVnni, false, kL2, kVbmi, true>(st[g], f, base, rb, chunks, ng, sb, g == 0,
+            i8_direct_group<kM, kVnni, false, kL2, kVbmi, kStage>(st[g], f, base, rb, chunks, ng, sb, g == 0,
                                                                   post, yg, ldy, km, tg, nullptr);
-              return;
-            }
           }
-          i8_direct_group<kM, kVnni, false, kL2, kVbmi, false>(st[g], f, base, rb, chunks, ng, sb, g == 0,
-                                                               post, yg, ldy, km, tg, nullptr);
-        }
+        });
       });
     }
   }
