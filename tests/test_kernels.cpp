@@ -4,6 +4,7 @@
 // of src/kernels/ref/ (second half of this file). Exact mode's documented bound:
 //   |y - y_ref| <= (K + 16) * 2^-24 * sum_k |x_k * w_k|   (+ output rounding)
 // where y_ref is the fp64 product of the same (dequantized) operands.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -88,6 +89,25 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
+
+// The per-core cache sizes that pick CPU-specific tunings
+// (intel_golden_cove_server) agree with glibc's, which reads the same
+// CPUID leaves; both may be 0 (a VM hiding them, another architecture).
+TEST_CASE("the L1d and L2 sizes read from CPUID agree with the C library's", "[kernels]") {
+  const q4::CpuInfo& c = q4::cpu_info();
+  CHECK(c.l1d_bytes >= 0);
+  CHECK(c.l2_bytes >= 0);
+#if defined(__x86_64__) && defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+  const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  INFO("CPUID: L1d " << c.l1d_bytes << " L2 " << c.l2_bytes << "; sysconf: L1d " << l1 << " L2 " << l2);
+  if (l1 > 0 && c.l1d_bytes > 0) CHECK(c.l1d_bytes == l1);
+  if (l2 > 0 && c.l2_bytes > 0) CHECK(c.l2_bytes == l2);
+  if ((c.vendor == "GenuineIntel" || c.vendor == "AuthenticAMD") && l1 > 0 && l2 > 0) {
+    CHECK(c.l1d_bytes > 0);
+    CHECK(c.l2_bytes > 0);
+  }
+#endif
+}
 
 TEST_CASE("every ISA variant: NVFP4_linear within the exact-mode bound, odd shapes", "[kernels]") {
   const auto isas = t::runnable_isas();

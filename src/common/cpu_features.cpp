@@ -30,6 +30,24 @@ uint64_t xgetbv0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
+// The L1 data and L2 sizes from a deterministic-cache-parameters leaf
+// (Intel 4, AMD 0x8000001D: one subleaf per cache until type 0; EAX bits
+// 4:0 the type, 1 data or 3 unified, 7:5 the level; size = ways x
+// partitions x line size x sets).
+void detect_x86_caches(uint32_t leaf, CpuInfo& info) {
+  for (uint32_t sub = 0; sub < 16; ++sub) {
+    uint32_t a = 0, b = 0, c = 0, d = 0;
+    __cpuid_count(leaf, sub, a, b, c, d);
+    const uint32_t type = a & 0x1fu;
+    if (type == 0) break;
+    const uint32_t level = (a >> 5) & 0x7u;
+    const int64_t bytes = int64_t{((b >> 22) & 0x3ffu) + 1} * (((b >> 12) & 0x3ffu) + 1) *
+                          ((b & 0xfffu) + 1) * (int64_t{c} + 1);
+    if (level == 1 && type == 1) info.l1d_bytes = bytes;
+    if (level == 2 && (type == 3 || type == 1)) info.l2_bytes = bytes;
+  }
+}
+
 void detect_x86(CpuInfo& info) {
   uint32_t a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return;
@@ -88,6 +106,15 @@ void detect_x86(CpuInfo& info) {
     const char* p = brand;
     while (*p == ' ') ++p;
     info.brand = p;
+  }
+  if (info.vendor == "GenuineIntel" && max_leaf >= 4) {
+    detect_x86_caches(4, info);
+  } else if (info.vendor == "AuthenticAMD") {
+    __get_cpuid(0x80000000u, &a, &b, &c, &d);
+    const uint32_t max_ext = a;
+    __get_cpuid(0x80000001u, &a, &b, &c, &d);
+    if (max_ext >= 0x8000001du && ((c >> 22) & 1u))
+      detect_x86_caches(0x8000001du, info);  // TopologyExtensions
   }
 }
 #endif

@@ -14,6 +14,11 @@ struct CpuInfo {
   int32_t family = 0;  // x86: CPUID's display family (base + extended; 0x19 Zen 3/4, 0x1a Zen 5); else 0
   int32_t model = 0;   // x86: CPUID's display model (families 6 and 15: extended << 4 + base); else 0
   int32_t num_cpus = 1;
+  // Per-core data caches in bytes, from CPUID's deterministic cache
+  // parameters (leaf 4 on Intel, 0x8000001D on AMD); 0 where the CPU (or a
+  // VM's CPUID) does not give them, and on other architectures.
+  int64_t l1d_bytes = 0;
+  int64_t l2_bytes = 0;
 };
 
 // Detected once per process (thread-safe).
