@@ -3202,3 +3202,67 @@ static void scratch_block_checks() {
 TEST_CASE("scratch blocks: a freed block is handed out again on its thread, never on another", "[kernels]") {
   std::thread(scratch_block_checks).join();
 }
+
+// The far quantize entries (an input read from memory, kQuantizeFarMinBytes
+// and up: prefetched further ahead, into L2) give the bytes of the scalar
+// table, for fp32, fp16 and bf16 input, and refuse a NaN or Inf as the
+// checked entries do. Whatever CPU picks them for its table, the AVX-512
+// variant with them set runs on every CPU with AVX-512.
+TEST_CASE("NVFP4 quantize for inputs read from memory (far entries) gives the scalar table's bytes",
+          "[kernels][quantize]") {
+  kern::KernelTable far;
+  if (!q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512) || !kern::avx512_quantize_far_variant(&far)) {
+    WARN("SKIPPED: the AVX-512 table is not compiled in or this CPU does not run it");
+    return;
+  }
+  REQUIRE(far.nvfp4_quantize_checked_far != nullptr);
+  REQUIRE(far.nvfp4_quantize_checked16_far != nullptr);
+  const kern::KernelTable& scalar = kern::scalar_table();
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // 37 rows of 1040 (65 blocks a row: groups of 16 blocks cross rows, 19
+  // batches of 8 groups and a tail of 5 blocks), one row of 16 (a tail
+  // only); blocks of very different magnitudes, zero blocks among them.
+  for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{37, 1040}, {1, 16}, {64, 4096}}) {
+    const int64_t n = rows * k;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t b = 0; b < n / 16; ++b) {
+      const float mag = b % 11 == 3 ? 0.0f : std::ldexp(1.0f, static_cast<int>(b % 23) - 11);
+      for (int64_t i = 0; i < 16; ++i) x[static_cast<size_t>(b * 16 + i)] = mag * normal(rng);
+    }
+    for (const float g : {1.0f, 0.0137f, 3.0e4f}) {
+      INFO("rows=" << rows << " k=" << k << " g=" << g);
+      std::vector<uint8_t> q0(static_cast<size_t>(n / 2)), s0(static_cast<size_t>(n / 16));
+      std::vector<uint8_t> q1(q0.size(), 0xEE), s1(s0.size(), 0xEE);
+      scalar.nvfp4_quantize(x.data(), rows, k, g, q0.data(), s0.data());
+      CHECK(far.nvfp4_quantize_checked_far(x.data(), rows, k, g, q1.data(), s1.data()));
+      CHECK(q0 == q1);
+      CHECK(s0 == s1);
+      for (const bool bf16 : {false, true}) {
+        // 16-bit input: the bytes of quantizing its fp32 values.
+        std::vector<uint16_t> h(x.size());
+        std::vector<float> hx(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          h[i] = bf16 ? q4::fmt::f32_to_bf16(x[i]) : q4::fmt::f32_to_f16(x[i]);
+          hx[i] = bf16 ? q4::fmt::bf16_to_f32(h[i]) : q4::fmt::f16_to_f32(h[i]);
+        }
+        scalar.nvfp4_quantize(hx.data(), rows, k, g, q0.data(), s0.data());
+        std::fill(q1.begin(), q1.end(), 0xEE);
+        std::fill(s1.begin(), s1.end(), 0xEE);
+        CHECK(far.nvfp4_quantize_checked16_far(h.data(), bf16, rows, k, g, q1.data(), s1.data()));
+        CHECK(q0 == q1);
+        CHECK(s0 == s1);
+      }
+    }
+    // A NaN, an Inf: refused (the first and the last block).
+    for (const float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      for (const int64_t at : {int64_t{5}, n - 1}) {
+        std::vector<float> xb = x;
+        xb[static_cast<size_t>(at)] = bad;
+        std::vector<uint8_t> q1(static_cast<size_t>(n / 2)), s1(static_cast<size_t>(n / 16));
+        CHECK_FALSE(far.nvfp4_quantize_checked_far(xb.data(), rows, k, 1.0f, q1.data(), s1.data()));
+      }
+    }
+  }
+}

@@ -53,6 +53,15 @@ bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out) {
   return false;
 #endif
 }
+bool avx512_quantize_far_variant(KernelTable* out) {
+#if defined(NVFP4_KERNELS_AVX512)
+  *out = avx512_table_quantize_far();
+  return true;
+#else
+  (void)out;
+  return false;
+#endif
+}
 bool avx512_dequant16_variant(bool cvtne, KernelTable* out) {
 #if defined(NVFP4_KERNELS_AVX512)
   *out = avx512_table_dequant16(cvtne);

@@ -86,6 +86,20 @@ inline bool intel_golden_cove_server() {
   return is;
 }
 
+// Whether the AVX-512 NVFP4 quantizer's table has the far entries
+// (KernelTable::nvfp4_quantize_checked_far: an input read from memory
+// prefetched into L2, each line three times, a batch apart, instead of
+// once into L1): on intel_golden_cove_server(), whose cores keep more
+// misses in flight through L2 than through L1's fill buffers. Measured on
+// a Xeon with those caches (model 0xa7 in a VM), 11008x4096 fp32 from
+// DRAM, 2 threads, in-process A/B: 1.14-1.22x (the next 8 KiB alone into
+// L2 1.06x; the two batches after it into L2 with the next into L1
+// 1.02x); in cache (1-32 MiB) 0.93-0.98x, hence only for large inputs.
+// Elsewhere the L1 prefetch measured on a Cascade Lake.
+inline bool quantize_prefetch_l2() {
+  return intel_golden_cove_server();
+}
+
 // Whether the AVX-512 chunk GEMV (the exact GEMV for K % 128 == 0 or 64)
 // prefetches each weight row into L2 where the next group of rows will
 // read: on the rows_to_l2() CPUs, and on intel_golden_cove_server() when

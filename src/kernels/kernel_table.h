@@ -287,6 +287,14 @@ struct KernelTable {
   // bytes are those of quantizing the fp32 values.
   bool (*nvfp4_quantize_checked16)(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g, uint8_t* q,
                                    uint8_t* s) = nullptr;
+  // Optional (null: the two entries above): the same bytes, for an input
+  // large enough to be read from memory (kQuantizeFarMinBytes): each line
+  // prefetched further ahead, into L2 (AVX-512 on quantize_prefetch_l2()
+  // CPUs; in cache it is 2-7 % slower than the entries above).
+  bool (*nvfp4_quantize_checked_far)(const float* x, int64_t rows, int64_t k, float g, uint8_t* q,
+                                     uint8_t* s) = nullptr;
+  bool (*nvfp4_quantize_checked16_far)(const uint16_t* x, bool bf16, int64_t rows, int64_t k, float g,
+                                       uint8_t* q, uint8_t* s) = nullptr;
   // NF4 quantization of blocks [b0, b1) of x (n elements, fp32/fp16/bf16):
   // the bytes and absmax of fmt::nf4_quantize_block (nf4_quantize_impl.h);
   // false when some element is NaN or Inf (every block is still coded).
@@ -516,6 +524,8 @@ KernelTable avx512_vnni_table_decode(bool vbmi);
 // vcvtne2ps2bf16 (cvtne, AVX512_BF16 CPUs) or by integer rounding instead
 // of the one this CPU's features pick (the same bits; for tests).
 KernelTable avx512_table_dequant16(bool cvtne);
+// avx512_table() with the far quantize entries set whatever the CPU (tests).
+KernelTable avx512_table_quantize_far();
 const KernelTable& neon_table();
 const KernelTable& neon_dotprod_table();
 const KernelTable& neon_i8mm_table();
