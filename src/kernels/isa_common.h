@@ -80,7 +80,8 @@ inline bool intel_golden_cove_server() {
   static const bool is = [] {
     const CpuInfo& c = cpu_info();
     if (c.vendor != "GenuineIntel" || c.family != 6) return false;
-    if (c.l1d_bytes > 0 && c.l2_bytes > 0) return c.l1d_bytes >= 48 * 1024 && c.l2_bytes >= 2 * 1024 * 1024;
+    if (c.l1d_bytes > 0 && c.l2_bytes > 0)
+      return c.l1d_bytes >= int64_t{48} << 10 && c.l2_bytes >= int64_t{2} << 20;
     return c.model == 0x8f || c.model == 0xcf;
   }();
   return is;
