@@ -60,6 +60,13 @@ int32_t threads_or_default(int32_t threads) {
   return threads > 0 ? threads : default_num_threads();
 }
 
+// The least input (bytes) that a quantization takes as read from memory,
+// coded by the table's far entries (nvfp4_quantize_checked_far): beyond
+// any L2 and most of an L3's share per core. Below it, in cache, those
+// entries' extra prefetches cost 2-7 % (measured with 1-32 MiB inputs on
+// the Xeon where they are 1.14-1.22x from DRAM).
+constexpr int64_t kQuantizeFarMinBytes = int64_t{64} << 20;
+
 // Elements of input per task of a quantization pass over n elements: up
 // to 256 Ki (1 MiB of fp32), at least four tasks per thread. Each task
 // starts its own stream from DRAM, and the kernels prefetch only within a
@@ -69,13 +76,6 @@ int32_t threads_or_default(int32_t threads) {
 // were 256 KiB) 1.06-1.07x, the global amax pass of a computed scale
 // 1.03x. (16-bit input converted into a buffer goes in pieces within a
 // task: for_f32_pieces.)
-// The least input (bytes) that a quantization takes as read from memory,
-// coded by the table's far entries (nvfp4_quantize_checked_far): beyond
-// any L2 and most of an L3's share per core. Below it, in cache, those
-// entries' extra prefetches cost 2-7 % (measured with 1-32 MiB inputs on
-// the Xeon where they are 1.14-1.22x from DRAM).
-constexpr int64_t kQuantizeFarMinBytes = int64_t{64} << 20;
-
 int64_t quantize_task_elems(int64_t n, int32_t threads) {
   constexpr int64_t kSmall = 16384, kLarge = 262144;
   return std::clamp<int64_t>(n / (4 * int64_t{threads_or_default(threads)}), kSmall, kLarge);
