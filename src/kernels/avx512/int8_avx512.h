@@ -990,8 +990,7 @@ struct I8RowStage {
   const uint8_t* al = nullptr;  // the rows' first line
   int64_t rb = 0;
   alignas(64) uint8_t buf[2][16 * kRowBytes];
-  I8RowStage(const uint8_t* rows, int64_t row_bytes, bool stage) {
-    if (!stage) return;
+  I8RowStage(const uint8_t* rows, int64_t row_bytes) {
     mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(rows) % 64);
     // (an integer address: the line may start before the weight)
     al = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(rows) - static_cast<uintptr_t>(mis));
@@ -1022,6 +1021,10 @@ struct I8RowStage {
     return cx + mis;
   }
 };
+// The plain groups' stand-in (no buffer in their frames).
+struct I8NoRowStage {
+  I8NoRowStage(const uint8_t*, int64_t) {}
+};
 
 // One group of M rows of x over the 16 rows of W at rows + r * rb (chunks
 // of 128 elements), or (tile not null) the same rows in the tile order of
@@ -1050,7 +1053,7 @@ inline void i8_direct_group(const I8Staged& x, Fmt& f, const uint8_t* rows, int6
   // kStage (rows a multiple of 4 KiB apart, K % 8192 == 0, and no tiles):
   // each chunk's 16 lines copied once into a stack buffer (I8RowStage),
   // the quarters read from there.
-  I8RowStage stage(rows, rb, kStage);
+  std::conditional_t<kStage, I8RowStage, I8NoRowStage> stage(rows, rb);
   const int64_t qrb = kStage ? I8RowStage::kRowBytes : rb, qrb3 = 3 * qrb;
   for (int64_t c = 0; c < chunks; ++c) {
     if (next != nullptr) {

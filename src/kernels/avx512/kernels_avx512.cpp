@@ -1472,10 +1472,10 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
         // (each line is asked for three times, a batch apart: asked for
         // once, the far lines spread over the batch, it measured 0.96x)
         for (int64_t i = g0; i < std::min(g0 + 16, ahead); i += kLineBlocks) {
-          _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T2);
           const uintptr_t line = reinterpret_cast<uintptr_t>(x + (next0 + i) * 16);
-          _mm_prefetch(reinterpret_cast<const char*>(line + batch_bytes), _MM_HINT_T2);
-          _mm_prefetch(reinterpret_cast<const char*>(line + 2 * batch_bytes), _MM_HINT_T2);
+#pragma GCC unroll 3
+          for (uintptr_t d = 0; d < 3; ++d)
+            _mm_prefetch(reinterpret_cast<const char*>(line + d * batch_bytes), _MM_HINT_T2);
         }
       } else {
         for (int64_t i = g0; i < std::min(g0 + 16, ahead); i += kLineBlocks)
