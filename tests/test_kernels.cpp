@@ -1522,10 +1522,11 @@ void warn_skipped_tables() {
 // m >= 2 blocked there) and one with K % 128 == 0 (AVX-512's chunk GEMV at
 // every m up to 16, blocked from m = 2 at this K); 17 rows are two row
 // blocks.
-TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for every m and row range",
-          "[kernels]") {
-  for (int32_t isa : compiled_tables(true)) {
-    const kern::KernelTable& t = kern::table_for(isa);
+namespace {
+// The body of the test below for one table (isa: its level, for the AVX2
+// tables' two kernels and the messages).
+void check_gemv_same_bits(const kern::KernelTable& t, int32_t isa) {
+  {
     // NVFP4: 1027 blocks of 16, a tail after the 256-element groups; NF4:
     // K % 32 == 0 (its vector kernels' condition).
     // K % 128 == 48 (NF4 32), == 64 (AVX-512: the chunk GEMV with a last
@@ -1540,11 +1541,12 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
       // _mm512_reduce_add_ps and those of a group four at a time by
       // reduce_add4, which must pair them the same way.)
       for (int32_t m : {1, 2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
-        // (K % 128 == 64: M <= 2 run the AVX-512 chunk GEMV, M = 3-8 the
-        // even/odd one; each keeps its own bits.)
-        if (m > (kmul == 1                                                              ? t.gemv_max_m_k128
-                 : kmul == 2 && (t.isa == Q4_ISA_AVX512 || t.isa == Q4_ISA_AVX512_VNNI) ? 2
-                                                                                        : kern::kGemvMaxRows))
+        // (K % 128 == 64: M <= gemv_chunk_max_m_k64 run the AVX-512 chunk
+        // GEMV, the rest the even/odd one; each keeps its own bits.)
+        if (m > (kmul == 1 ? t.gemv_max_m_k128
+                 : kmul == 2 && (t.isa == Q4_ISA_AVX512 || t.isa == Q4_ISA_AVX512_VNNI)
+                     ? t.gemv_chunk_max_m_k64
+                     : kern::kGemvMaxRows))
           continue;
         INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 = " << kn % 128);
         for (int fmt = 0; fmt < 2; ++fmt) {
@@ -1588,6 +1590,12 @@ TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for 
       }
     }
   }
+}
+}  // namespace
+
+TEST_CASE("kernel tables: the GEMV of x row i and W row j has the same bits for every m and row range",
+          "[kernels]") {
+  for (int32_t isa : compiled_tables(true)) check_gemv_same_bits(kern::table_for(isa), isa);
 }
 
 TEST_CASE("exact products: weights of few rows take the panel GEMM above the table's short-weight M",
@@ -2240,6 +2248,50 @@ TEST_CASE(
         check_same_e2m1_products(kt, w4, we, n, k, m);
       }
     }
+  }
+}
+
+// The AVX-512 exact GEMVs at K % 128 == 64 run the chunk kernel (a last
+// half chunk) up to gemv_chunk_max_m_k64 rows of x, which the CPU decides
+// (2, or every M on intel_golden_cove_server): both choices, whichever
+// this CPU makes, against the reference, with the same bits for a row at
+// every M the chunk kernel takes, and MXFP4's E8M0 scales read in place
+// through the drivers giving the bits of their E4M3 codes.
+TEST_CASE("AVX-512 exact GEMV at K % 128 == 64: both splits between the chunk and even/odd kernels",
+          "[kernels]") {
+  if (!q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) {
+    WARN("SKIPPED: this CPU does not run the AVX-512 table");
+    return;
+  }
+  for (const int32_t max_m : {2, kern::kGemvMaxRows}) {
+    kern::KernelTable t;
+    if (!kern::avx512_chunk_k64_variant(max_m, &t)) {
+      WARN("SKIPPED: the AVX-512 table is not compiled in");
+      return;
+    }
+    INFO("chunk kernel up to m=" << max_m);
+    REQUIRE(t.gemv_chunk_max_m_k64 == max_m);
+    Coverage cov;
+    check_nvfp4_gemv(t, cov);
+    check_nf4_gemv(t, cov);
+    check_gemv_same_bits(t, Q4_ISA_AVX512);
+    const int64_t n = 60, k = 2880;
+    std::mt19937 rng(77);
+    std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));
+    for (auto& b : q) b = static_cast<uint8_t>(rng());
+    for (auto& b : e) b = static_cast<uint8_t>(112 + static_cast<int>(rng() % 18));
+    const int32_t t8 = 129 - 135;
+    std::vector<uint8_t> s16(static_cast<size_t>(n * k / 16));
+    for (size_t i = 0; i < e.size(); ++i) {
+      const int32_t b = q4::fmt::mx_nv_scale_byte(e[i], t8);
+      REQUIRE(b >= 0);
+      s16[2 * i] = s16[2 * i + 1] = static_cast<uint8_t>(b);
+    }
+    kern::NvWeights we{q.data(), nullptr, std::ldexp(1.0f, t8), k};
+    we.e8m0 = e.data();
+    we.e8m0_t = t8;
+    const kern::NvWeights w4{q.data(), s16.data(), std::ldexp(1.0f, t8), k};
+    for (int64_t m : {1, 2, 3, 4, 8}) check_same_e2m1_products(t, w4, we, n, k, m);
   }
 }
 

@@ -53,6 +53,16 @@ bool avx512_vnni_decode_variant(bool vbmi, KernelTable* out) {
   return false;
 #endif
 }
+bool avx512_chunk_k64_variant(int32_t max_m, KernelTable* out) {
+#if defined(NVFP4_KERNELS_AVX512)
+  *out = avx512_table_chunk_k64(max_m);
+  return true;
+#else
+  (void)max_m;
+  (void)out;
+  return false;
+#endif
+}
 bool avx512_quantize_far_variant(KernelTable* out) {
 #if defined(NVFP4_KERNELS_AVX512)
   *out = avx512_table_quantize_far();

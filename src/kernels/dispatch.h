@@ -30,6 +30,10 @@ bool avx512_dequant16_variant(bool cvtne, KernelTable* out);
 // avx512_table_quantize_far() into *out when the AVX-512 table is compiled
 // in (true), else false (tests; the caller checks that the CPU runs it).
 bool avx512_quantize_far_variant(KernelTable* out);
+// avx512_table_chunk_k64(max_m) into *out when the AVX-512 table is
+// compiled in (true), else false (tests; the caller checks that the CPU
+// runs it).
+bool avx512_chunk_k64_variant(int32_t max_m, KernelTable* out);
 // The table for the active ISA; records it as this thread's last ISA used.
 // (active_table() in kernel_table.h is the same function.)
 int32_t last_isa_used();

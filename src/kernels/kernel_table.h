@@ -412,7 +412,8 @@ struct KernelTable {
   // each group of rows, so MXFP4's scales cross memory once, as E8M0).
   bool reads_e8m0 = false;
   // Up to this many rows of x nvfp4_gemv runs its chunk kernel (a last
-  // half chunk) when K % 128 == 64 (AVX-512: 2; 0: never).
+  // half chunk) when K % 128 == 64 (AVX-512: 2, or kGemvMaxRows on the
+  // Intel server cores of intel_golden_cove_server; 0: never).
   int32_t gemv_chunk_max_m_k64 = 0;
   // Whether the integer GEMV entries also take k % 128 == 64 (a last half
   // chunk: the AVX-512 tables, whose direct GEMV steps 32 elements at a
@@ -526,6 +527,10 @@ KernelTable avx512_vnni_table_decode(bool vbmi);
 KernelTable avx512_table_dequant16(bool cvtne);
 // avx512_table() with the far quantize entries set whatever the CPU (tests).
 KernelTable avx512_table_quantize_far();
+// avx512_table() whose exact GEMVs run the chunk kernel at K % 128 == 64
+// for M <= 2 (max_m <= 2) or every M up to kGemvMaxRows (otherwise), the
+// even/odd one for the rest, whichever this CPU picks (tests).
+KernelTable avx512_table_chunk_k64(int32_t max_m);
 const KernelTable& neon_table();
 const KernelTable& neon_dotprod_table();
 const KernelTable& neon_i8mm_table();

@@ -428,8 +428,21 @@ inline int64_t gemv128_min_kblock_chunks() {
   return intel_golden_cove_server() ? 8 : 1;
 }
 
-// KernelTable::gemv_chunk_max_m_k64 (see nvfp4_gemv).
-constexpr int32_t kGemvChunkMaxMK64 = 2;
+// KernelTable::gemv_chunk_max_m_k64 (see nvfp4_gemv): up to how many rows
+// of x the chunk GEMV takes K % 128 == 64 (a last half chunk), the
+// even/odd GEMV the rest. 2 as measured on a Zen 5 (M = 3-7 0.82-0.99x
+// the even/odd GEMV there); every M of the GEMV on the CPUs of
+// intel_golden_cove_server, where its K blocks and prefetch into L2 make
+// it the faster one: Emerald Rapids-class Xeon, 2 threads, one-process
+// A/B against the even/odd GEMV, NVFP4 2880x2880: M = 3 1.24x hot, 1.09x
+// from DRAM; M = 4 1.14x hot, 0.99x from DRAM; M = 5-7 1.20-1.36x hot,
+// 1.10-1.33x from DRAM; M = 8 1.25x hot and from DRAM; 4096x4160 from
+// DRAM M = 4 0.98x, M = 8 1.45x; NF4 (blocksize 64) M = 4 1.04x, M = 8
+// 1.23x hot. (M = 4 keeps the one kernel too, so that a row has the same
+// bits at every M there, as at K % 128 == 0.)
+inline int32_t gemv_chunk_max_m_k64() {
+  return intel_golden_cove_server() ? kGemvMaxRows : 2;
+}
 constexpr int64_t kGemv128BlockAbove = 32768;
 
 // Whether the chunk GEMV K-blocks x of m rows (4 m k bytes above
@@ -713,20 +726,24 @@ void gemv_passes(ActRows x, int64_t ldx, int32_t m, int32_t rows, float* y, int6
   }
 }
 
+// kK64: the chunk GEMV's rows of x at K % 128 == 64 (0: this CPU's
+// gemv_chunk_max_m_k64(); another value for tests, avx512_table_chunk_k64).
+template <int32_t kK64>
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   const int32_t most = w.k % 128 == 0 ? 2 * kGemvMaxRows : kGemvMaxRows;
   if (m > most) {
     return gemv_passes(x, ldx, m, most, y, ldy, [&](ActRows xi, int32_t mi, float* yi) {
-      nvfp4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy);
+      nvfp4_gemv<kK64>(xi, ldx, mi, w, n0, n1, yi, ldy);
     });
   }
+  const int32_t k64 = kK64 > 0 ? kK64 : gemv_chunk_max_m_k64();
   // The chunk GEMV; K % 128 == 64 with a last half chunk at M <=
-  // kGemvChunkMaxMK64 only (gpt-oss's K = 2880 and 4096x4160, Zen 5,
+  // gemv_chunk_max_m_k64() only (gpt-oss's K = 2880 and 4096x4160, Zen 5,
   // against the even/odd GEMV: M = 1 1.25-1.35x hot, 1.5x from DRAM, M = 2
-  // 1.09-1.12x, M = 3-7 0.82-0.99x), so at that K the rows of M <= 2 and
-  // of M = 3-8 differ in their last bits.
-  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= kGemvChunkMaxMK64)) {
+  // 1.09-1.12x, M = 3-7 0.82-0.99x), so on such CPUs the rows of M <= 2
+  // and of M = 3-8 differ in their last bits at that K.
+  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= k64)) {
     const int64_t kb = w.k / 16;
     const auto span = [&](int64_t r0, int64_t n, int64_t* bytes) {
       return nvfp4_scale_span(w, r0, n, bytes);
@@ -823,17 +840,20 @@ void nf4_gemv_rows(const float* xe, const float* xo, int64_t h, const Nf4Weights
   ga.end(mem, k1 == k, 1.0f, y, ldy);
 }
 
+template <int32_t kK64>  // (as nvfp4_gemv's)
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   const int32_t most = w.k % 128 == 0 && w.blocksize % 32 == 0 ? 2 * kGemvMaxRows : kGemvMaxRows;
   if (m > most) {
-    return gemv_passes(x, ldx, m, most, y, ldy,
-                       [&](ActRows xi, int32_t mi, float* yi) { nf4_gemv(xi, ldx, mi, w, n0, n1, yi, ldy); });
+    return gemv_passes(x, ldx, m, most, y, ldy, [&](ActRows xi, int32_t mi, float* yi) {
+      nf4_gemv<kK64>(xi, ldx, mi, w, n0, n1, yi, ldy);
+    });
   }
+  const int32_t k64 = kK64 > 0 ? kK64 : gemv_chunk_max_m_k64();
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  // The chunk GEMV, as nvfp4_gemv (K % 128 == 64: M <= kGemvChunkMaxMK64
-  // and blocksize <= 64).
-  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= kGemvChunkMaxMK64 && w.blocksize <= 64)) {
+  // The chunk GEMV, as nvfp4_gemv (K % 128 == 64: M <= k64 and blocksize
+  // <= 64).
+  if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= k64 && w.blocksize <= 64)) {
     // The chunk's absmax values are contiguous: 128 >> shift of them (at
     // least 1; blocksize >= 32 here), lane l takes (16 (l / 2)) >> shift.
     const int32_t sh = w.block_shift;
@@ -1785,8 +1805,8 @@ const KernelTable& avx512_table() {
     f.isa = Q4_ISA_AVX512;
     f.panel_nr = kNR;
     f.micro_mr = kMR;
-    f.nvfp4_gemv = nvfp4_gemv;
-    f.nf4_gemv = nf4_gemv;
+    f.nvfp4_gemv = nvfp4_gemv<0>;
+    f.nf4_gemv = nf4_gemv<0>;
     f.nvfp4_small = sb_nvfp4_small<SbAvx512>;
     f.nf4_small = sb_nf4_small<SbAvx512>;
     f.act_to_f32 = sb_act_to_f32<SbAvx512>;
@@ -1830,7 +1850,7 @@ const KernelTable& avx512_table() {
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     f.reads_e8m0 = true;   // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)
     f.i8_gemv_k64 = true;  // i8_gemv_direct
-    f.gemv_chunk_max_m_k64 = kGemvChunkMaxMK64;
+    f.gemv_chunk_max_m_k64 = gemv_chunk_max_m_k64();
     f.gemv_max_m_k128 = 2 * kGemvMaxRows;
     f.small_batch_max_m = 16;
     return f;
@@ -1842,6 +1862,14 @@ KernelTable avx512_table_quantize_far() {
   KernelTable f = avx512_table();
   f.nvfp4_quantize_checked_far = nvfp4_quantize_checked_far;
   f.nvfp4_quantize_checked16_far = nvfp4_quantize_checked16_far;
+  return f;
+}
+
+KernelTable avx512_table_chunk_k64(int32_t max_m) {
+  KernelTable f = avx512_table();
+  f.nvfp4_gemv = max_m <= 2 ? nvfp4_gemv<2> : nvfp4_gemv<kGemvMaxRows>;
+  f.nf4_gemv = max_m <= 2 ? nf4_gemv<2> : nf4_gemv<kGemvMaxRows>;
+  f.gemv_chunk_max_m_k64 = max_m <= 2 ? 2 : kGemvMaxRows;
   return f;
 }
 
