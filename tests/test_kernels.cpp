@@ -1526,67 +1526,63 @@ namespace {
 // The body of the test below for one table (isa: its level, for the AVX2
 // tables' two kernels and the messages).
 void check_gemv_same_bits(const kern::KernelTable& t, int32_t isa) {
-  {
-    // NVFP4: 1027 blocks of 16, a tail after the 256-element groups; NF4:
-    // K % 32 == 0 (its vector kernels' condition).
-    // K % 128 == 48 (NF4 32), == 64 (AVX-512: the chunk GEMV with a last
-    // half chunk), == 0.
-    for (const int64_t kmul : {int64_t{0}, int64_t{2}, int64_t{1}}) {
-      const int64_t kn = kmul == 1 ? 4224 : kmul == 2 ? 4160 : 16432, kf = kmul == 0 ? 16416 : kn, n = 17;
-      NvMatrix nv(n, kn, 5);
-      Nf4Matrix nf(n, kf, 6, 6);
-      // Row groups of 4 and 2, odd, the most; with K % 128 == 0 also the
-      // wider M the table's GEMV takes there (AVX-512: two groups of x rows).
-      // (M = 1: the AVX-512 GEMVs reduce the lanes of a row alone by
-      // _mm512_reduce_add_ps and those of a group four at a time by
-      // reduce_add4, which must pair them the same way.)
-      for (int32_t m : {1, 2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
-        // (K % 128 == 64: M <= gemv_chunk_max_m_k64 run the AVX-512 chunk
-        // GEMV, the rest the even/odd one; each keeps its own bits.)
-        if (m > (kmul == 1 ? t.gemv_max_m_k128
-                 : kmul == 2 && (t.isa == Q4_ISA_AVX512 || t.isa == Q4_ISA_AVX512_VNNI)
-                     ? t.gemv_chunk_max_m_k64
-                     : kern::kGemvMaxRows))
-          continue;
-        INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 = " << kn % 128);
-        for (int fmt = 0; fmt < 2; ++fmt) {
-          INFO((fmt == 0 ? "nvfp4" : "nf4"));
-          const int64_t k = fmt == 0 ? kn : kf;
-          const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(40 + m));
-          auto gemv = [&](const float* xr, int32_t mm, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-            if (fmt == 0) {
-              t.nvfp4_gemv(xr, k, mm, nv.w, n0, n1, y, ldy);
-            } else {
-              t.nf4_gemv(xr, k, mm, nf.w, n0, n1, y, ldy);
-            }
-          };
-          std::vector<float> all(static_cast<size_t>(m * n));
-          gemv(x.data(), m, 0, n, all.data(), n);
-          CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
-                  return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
-                }) == 0);
-          // (The AVX2 tables' GEMVs with K % 32 == 0 have two kernels, M <=
-          // 2 and M = 3-8, each with its own bits: a row of M >= 3 is
-          // compared with the same row alone in a call of 3 rows.)
-          const bool avx2 = t.isa == Q4_ISA_AVX2 || t.isa == Q4_ISA_AVX_VNNI;
-          const int32_t alone = avx2 && k % 32 == 0 && m > 2 ? 3 : 1;
-          size_t differ = 0;
-          for (int32_t i = 0; i < m; ++i) {
-            std::vector<float> xi, one(static_cast<size_t>(alone * n));
-            for (int32_t a = 0; a < alone; ++a)
-              xi.insert(xi.end(), x.begin() + i * k, x.begin() + (i + 1) * k);
-            gemv(xi.data(), alone, 0, n, one.data(), n);
-            differ += same_floats(one.data(), all.data() + i * n, static_cast<size_t>(n)) ? 0 : 1;
+  // NVFP4: 1027 blocks of 16, a tail after the 256-element groups; NF4:
+  // K % 32 == 0 (its vector kernels' condition).
+  // K % 128 == 48 (NF4 32), == 64 (AVX-512: the chunk GEMV with a last
+  // half chunk), == 0.
+  for (const int64_t kmul : {int64_t{0}, int64_t{2}, int64_t{1}}) {
+    const int64_t kn = kmul == 1 ? 4224 : kmul == 2 ? 4160 : 16432, kf = kmul == 0 ? 16416 : kn, n = 17;
+    NvMatrix nv(n, kn, 5);
+    Nf4Matrix nf(n, kf, 6, 6);
+    // Row groups of 4 and 2, odd, the most; with K % 128 == 0 also the
+    // wider M the table's GEMV takes there (AVX-512: two groups of x rows).
+    // (M = 1: the AVX-512 GEMVs reduce the lanes of a row alone by
+    // _mm512_reduce_add_ps and those of a group four at a time by
+    // reduce_add4, which must pair them the same way.)
+    for (int32_t m : {1, 2, 3, 4, 5, kern::kGemvMaxRows, 9, 16}) {
+      // (K % 128 == 64: M <= gemv_chunk_max_m_k64 run the AVX-512 chunk
+      // GEMV, the rest the even/odd one; each keeps its own bits.)
+      if (m > (kmul == 1                                                              ? t.gemv_max_m_k128
+               : kmul == 2 && (t.isa == Q4_ISA_AVX512 || t.isa == Q4_ISA_AVX512_VNNI) ? t.gemv_chunk_max_m_k64
+                                                                                      : kern::kGemvMaxRows))
+        continue;
+      INFO(Q4_isa_name(isa) << " m=" << m << " K % 128 = " << kn % 128);
+      for (int fmt = 0; fmt < 2; ++fmt) {
+        INFO((fmt == 0 ? "nvfp4" : "nf4"));
+        const int64_t k = fmt == 0 ? kn : kf;
+        const std::vector<float> x = randoms(static_cast<size_t>(m * k), static_cast<uint32_t>(40 + m));
+        auto gemv = [&](const float* xr, int32_t mm, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+          if (fmt == 0) {
+            t.nvfp4_gemv(xr, k, mm, nv.w, n0, n1, y, ldy);
+          } else {
+            t.nf4_gemv(xr, k, mm, nf.w, n0, n1, y, ldy);
           }
-          for (int64_t j : {0, 3, 15, 16}) {  // W rows one at a time: no row groups
-            std::vector<float> col(static_cast<size_t>(m));
-            gemv(x.data(), m, j, j + 1, col.data(), 1);
-            for (int32_t i = 0; i < m; ++i)
-              differ +=
-                  same_floats(&col[static_cast<size_t>(i)], &all[static_cast<size_t>(i * n + j)], 1) ? 0 : 1;
-          }
-          CHECK(differ == 0);
+        };
+        std::vector<float> all(static_cast<size_t>(m * n));
+        gemv(x.data(), m, 0, n, all.data(), n);
+        CHECK(gemv_violations(x.data(), k, m, k, 0, n, all.data(), n, [&](const float* xi, int64_t j) {
+                return fmt == 0 ? ref::nvfp4_dot(xi, nv.w, j) : ref::nf4_dot(xi, nf.w, j);
+              }) == 0);
+        // (The AVX2 tables' GEMVs with K % 32 == 0 have two kernels, M <=
+        // 2 and M = 3-8, each with its own bits: a row of M >= 3 is
+        // compared with the same row alone in a call of 3 rows.)
+        const bool avx2 = t.isa == Q4_ISA_AVX2 || t.isa == Q4_ISA_AVX_VNNI;
+        const int32_t alone = avx2 && k % 32 == 0 && m > 2 ? 3 : 1;
+        size_t differ = 0;
+        for (int32_t i = 0; i < m; ++i) {
+          std::vector<float> xi, one(static_cast<size_t>(alone * n));
+          for (int32_t a = 0; a < alone; ++a) xi.insert(xi.end(), x.begin() + i * k, x.begin() + (i + 1) * k);
+          gemv(xi.data(), alone, 0, n, one.data(), n);
+          differ += same_floats(one.data(), all.data() + i * n, static_cast<size_t>(n)) ? 0 : 1;
         }
+        for (int64_t j : {0, 3, 15, 16}) {  // W rows one at a time: no row groups
+          std::vector<float> col(static_cast<size_t>(m));
+          gemv(x.data(), m, j, j + 1, col.data(), 1);
+          for (int32_t i = 0; i < m; ++i)
+            differ +=
+                same_floats(&col[static_cast<size_t>(i)], &all[static_cast<size_t>(i * n + j)], 1) ? 0 : 1;
+        }
+        CHECK(differ == 0);
       }
     }
   }

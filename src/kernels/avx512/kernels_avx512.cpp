@@ -741,7 +741,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
   // The chunk GEMV; K % 128 == 64 with a last half chunk at M <=
   // gemv_chunk_max_m_k64() only (gpt-oss's K = 2880 and 4096x4160, Zen 5,
   // against the even/odd GEMV: M = 1 1.25-1.35x hot, 1.5x from DRAM, M = 2
-  // 1.09-1.12x, M = 3-7 0.82-0.99x), so on such CPUs the rows of M <= 2
+  // 1.09-1.12x, M = 3-7 0.82-0.99x), so where that is 2 the rows of M <= 2
   // and of M = 3-8 differ in their last bits at that K.
   if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= k64)) {
     const int64_t kb = w.k / 16;
