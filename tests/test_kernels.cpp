@@ -2200,6 +2200,36 @@ void check_same_e2m1_products(const kern::KernelTable& kt, const kern::NvWeights
   kern::set_e8m0_piece_bytes(default_piece);
 }
 
+// A random MXFP4 weight [n, k] (E8M0 bytes in [lo, hi], the first two
+// bytes hi and lo) as NvWeights twice: its E8M0 scales in place (e8m0, t =
+// max(hi - 135, -126)) and the E4M3 codes they stand for (linear, s16).
+struct E8m0Weight {
+  std::vector<uint8_t> q, e, s16;
+  kern::NvWeights e8m0, e4m3;
+  E8m0Weight(int64_t n, int64_t k, int lo, int hi, uint32_t seed)
+      : q(static_cast<size_t>(n * k / 2)),
+        e(static_cast<size_t>(n * k / 32)),
+        s16(static_cast<size_t>(n * k / 16)),
+        e8m0{q.data(), nullptr, 1.0f, k},
+        e4m3{q.data(), s16.data(), 1.0f, k} {
+    std::mt19937 rng(seed);
+    for (auto& b : q) b = static_cast<uint8_t>(rng());
+    for (auto& b : e) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
+    e[0] = static_cast<uint8_t>(hi);
+    e[1] = static_cast<uint8_t>(lo);
+    const int32_t t = std::max(hi - 135, -126);
+    for (size_t i = 0; i < e.size(); ++i) {
+      const int32_t b = q4::fmt::mx_nv_scale_byte(e[i], t);
+      REQUIRE(b >= 0);
+      s16[2 * i] = s16[2 * i + 1] = static_cast<uint8_t>(b);
+    }
+    const float g = std::ldexp(1.0f, t);
+    e8m0.g = e4m3.g = g;
+    e8m0.e8m0 = e.data();
+    e8m0.e8m0_t = t;
+  }
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -2221,27 +2251,10 @@ TEST_CASE(
     for (const Shape& sh : {Shape{200, 1024, 110, 127}, Shape{77, 96, 120, 126}, Shape{50, 1152, 3, 9},
                             Shape{60, 2880, 112, 129}, Shape{64, 1024, 112, 127}}) {
       const int64_t n = sh.n, k = sh.k;
-      std::mt19937 rng(static_cast<uint32_t>(n * k + isa));
-      std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));
-      for (auto& b : q) b = static_cast<uint8_t>(rng());
-      for (auto& b : e) b = static_cast<uint8_t>(sh.lo + static_cast<int>(rng() % (sh.hi - sh.lo + 1)));
-      e[0] = static_cast<uint8_t>(sh.hi);
-      e[1] = static_cast<uint8_t>(sh.lo);
-      const int32_t t = std::max(sh.hi - 135, -126);
-      std::vector<uint8_t> s16(static_cast<size_t>(n * k / 16));
-      for (size_t i = 0; i < e.size(); ++i) {
-        const int32_t b = q4::fmt::mx_nv_scale_byte(e[i], t);
-        REQUIRE(b >= 0);
-        s16[2 * i] = s16[2 * i + 1] = static_cast<uint8_t>(b);
-      }
-      const float g = std::ldexp(1.0f, t);
-      kern::NvWeights we{q.data(), nullptr, g, k};
-      we.e8m0 = e.data();
-      we.e8m0_t = t;
-      const kern::NvWeights w4{q.data(), s16.data(), g, k};
+      const E8m0Weight w(n, k, sh.lo, sh.hi, static_cast<uint32_t>(n * k + isa));
       for (int64_t m : {1, 3, 8, 16, 40}) {
         INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k);
-        check_same_e2m1_products(kt, w4, we, n, k, m);
+        check_same_e2m1_products(kt, w.e4m3, w.e8m0, n, k, m);
       }
     }
   }
@@ -2272,22 +2285,8 @@ TEST_CASE("AVX-512 exact GEMV at K % 128 == 64: both splits between the chunk an
     check_nf4_gemv(t, cov);
     check_gemv_same_bits(t, Q4_ISA_AVX512);
     const int64_t n = 60, k = 2880;
-    std::mt19937 rng(77);
-    std::vector<uint8_t> q(static_cast<size_t>(n * k / 2)), e(static_cast<size_t>(n * k / 32));
-    for (auto& b : q) b = static_cast<uint8_t>(rng());
-    for (auto& b : e) b = static_cast<uint8_t>(112 + static_cast<int>(rng() % 18));
-    const int32_t t8 = 129 - 135;
-    std::vector<uint8_t> s16(static_cast<size_t>(n * k / 16));
-    for (size_t i = 0; i < e.size(); ++i) {
-      const int32_t b = q4::fmt::mx_nv_scale_byte(e[i], t8);
-      REQUIRE(b >= 0);
-      s16[2 * i] = s16[2 * i + 1] = static_cast<uint8_t>(b);
-    }
-    kern::NvWeights we{q.data(), nullptr, std::ldexp(1.0f, t8), k};
-    we.e8m0 = e.data();
-    we.e8m0_t = t8;
-    const kern::NvWeights w4{q.data(), s16.data(), std::ldexp(1.0f, t8), k};
-    for (int64_t m : {1, 2, 3, 4, 8}) check_same_e2m1_products(t, w4, we, n, k, m);
+    const E8m0Weight w(n, k, 112, 129, 77);
+    for (int64_t m : {1, 2, 3, 4, 8}) check_same_e2m1_products(t, w.e4m3, w.e8m0, n, k, m);
   }
 }
 

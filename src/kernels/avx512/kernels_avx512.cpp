@@ -849,8 +849,8 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
       nf4_gemv<kK64>(xi, ldx, mi, w, n0, n1, yi, ldy);
     });
   }
-  const int32_t k64 = kK64 > 0 ? kK64 : gemv_chunk_max_m_k64();
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
+  const int32_t k64 = kK64 > 0 ? kK64 : gemv_chunk_max_m_k64();
   // The chunk GEMV, as nvfp4_gemv (K % 128 == 64: M <= k64 and blocksize
   // <= 64).
   if (w.k % 128 == 0 || (w.k % 64 == 0 && m <= k64 && w.blocksize <= 64)) {
