@@ -295,10 +295,12 @@ TEST_CASE("products over weights of more than 2^32 elements", "[.][big]") {
   for (size_t i = 0; i < absmax.size(); ++i) absmax[i] = 0.5f + static_cast<float>(i % 97) / 64.0f;
   const int64_t picks[] = {
       0, 1, (int64_t{1} << 31) / k, (int64_t{1} << 32) / k - 1, (int64_t{1} << 32) / k, n - 1};
-  // The picked rows alone, then copies of the first up to 64 rows (fast
-  // mode runs its integer kernels only on enough weight rows: the product
-  // of the picks alone must take the same math as the big one).
-  const int64_t picked = 6, np = 64;
+  // The picked rows alone, then copies of the first up to 320 rows: the
+  // product of the picks alone must take the same kernels as the big one,
+  // and the choice looks at the weight's rows (fast mode runs its integer
+  // kernels only from 64 rows; the AVX2 tables give exact products of
+  // weights of at most 256 rows at M = 17-64 to the panel GEMM).
+  const int64_t picked = 6, np = 320;
   std::vector<uint8_t> qp(static_cast<size_t>(np * k / 2)), sp(static_cast<size_t>(np * k / 16));
   std::vector<float> ap(static_cast<size_t>(np * k / 64));
   for (int64_t i = 0; i < np; ++i) {
