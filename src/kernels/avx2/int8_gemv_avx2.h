@@ -436,6 +436,19 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // span within the first half of the group for NVFP4 and NF4 and runs on
 // into the scales of the group after, read 1.00-1.07x that from DRAM,
 // 0.99-1.01x in cache).
+// Where the runs of the next group's rows go: into L1 (prefetcht0) as
+// measured on the Zen 3, or into L2 (prefetcht2) on the rows_to_l2() CPUs
+// (kNextL2), where the L1 hardware prefetcher then brings each row's lines
+// in as it reads them: the next group's 16 KiB (K = 4096) beside the
+// current group's in a 32 KiB L1 had evicted lines before their use. On an
+// AVX2-only Zen 4 (AVX-512 hidden by its VM), 2 threads, A/B in one
+// process, same bits, weights rotated through 150 MB: NVFP4 M = 1 4096^2
+// 1.41x, 11008x4096 1.34-1.45x (from 23 to 32-34 GB/s against a 31-36 GB/s
+// probe), 2880^2 1.26x, NF4 4096^2 1.38x, MXFP4 11008x4096 1.51x; in cache
+// 1.02-1.05x. (Into L2 with each row's own prefetch into L1 as well, or two
+// groups ahead, read the same; two groups ahead into L1 0.98-1.00x.) The
+// Zen 3 keeps what was measured there (both are AMD family 0x19 but the
+// Zen 3 was never timed with prefetcht2 here: rows_to_l2() is true on it).
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 // Whether the row GEMV prefetches whole rows (above): rows of at most
@@ -449,7 +462,7 @@ bool i8y_whole_rows(const Fmt& f, int64_t k) {
   return k / 2 <= kI8yWholeRowPrefetchBytes && bytes <= 64 * (k / 64);
 }
 
-template <int M, bool kVnni, bool kWholeRows, class Fmt>
+template <int M, bool kVnni, bool kWholeRows, bool kNextL2, class Fmt>
 void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, int64_t ldxs, const Fmt& f,
                    __m256i lut, int64_t k, int64_t n0, int64_t n1, float post, float* y, int64_t ldy,
                    __m256i* st) {
@@ -519,7 +532,8 @@ void i8y_gemv_rows(const int8_t* xs_split, const float* xs, const int32_t* xc, i
         if constexpr (kWholeRows) {  // (the next group's runs: 256 bytes of rows a chunk)
           for (int64_t l = 0; l < 4; ++l)
             __builtin_prefetch(
-                reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0, 3);
+                reinterpret_cast<const void*>(next_rows + static_cast<uintptr_t>(c * 256 + 64 * l)), 0,
+                kNextL2 ? 1 : 3);
           __builtin_prefetch(reinterpret_cast<const void*>(next_scales + static_cast<uintptr_t>(c * 64)), 0,
                              3);
         }
@@ -638,8 +652,17 @@ inline __m256i i8y_lut(const uint8_t* v16) {
 constexpr int32_t kI8yDirectGroup = 8;
 constexpr int32_t kI8yDirectMaxRows = 8;
 // Bytes ahead in a tile stream (NvWeights::tiles) that the direct GEMV
-// prefetches (as the AVX-512 GEMV's kTilePrefetchBytes).
+// prefetches into L1 (as the AVX-512 GEMV's kTilePrefetchBytes), or on the
+// rows_to_l2() CPUs kI8yTileL2PrefetchBytes ahead into L2 (prefetcht2). On
+// an AVX2-only Zen 4, 2 threads, A/B in one process, same bits, weights
+// rotated through 150 MB: tiled M = 1 4096^2 1.09-1.15x, 11008x4096
+// 1.04-1.19x, M = 2-8 0.98-1.04x, in cache 1.02x (into L2 8 KiB ahead
+// 1.13-1.14x, 24-32 KiB ahead 1.10-1.14x; into L1 16 KiB ahead 0.89x, 4
+// KiB ahead 1.02x; 16 KiB into L2 with 2 KiB into L1 1.06-1.09x). At M = 3-8,
+// where the kernel reads far below DRAM speed, into L2 read 0.95-1.00x: those
+// keep the L1 prefetch.
 constexpr int64_t kI8yTilePrefetchBytes = 8192;
+constexpr int64_t kI8yTileL2PrefetchBytes = 16384;
 
 // One group of M rows of x over H groups of 8 rows of W: rows + r * rb
 // (row r of half hh at + 8 hh rb), or (tile not null) the halves of a
@@ -676,11 +699,14 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
   const int8_t* xq = x.q.data();
   const float* xs = x.s.data();
   const int32_t* xc = x.c.data();
+  const bool tile_l2 = tile != nullptr && M <= 2 && rows_to_l2();
   for (int64_t c = 0; c < chunks; ++c) {  // 64 elements: 4 blocks
     if (next != nullptr) {
       next->step();
-      if (tile != nullptr) {
-        // (every line of the tile stream, kI8yTilePrefetchBytes ahead)
+      if (tile_l2) {  // (every line of the tile stream, ahead as above)
+        const uint8_t* tp = tile + c * 512 + kI8yTileL2PrefetchBytes;
+        for (int64_t l = 0; l < 8; ++l) __builtin_prefetch(tp + 64 * l, 0, 1);
+      } else if (tile != nullptr) {
         const uint8_t* tp = tile + c * 512 + kI8yTilePrefetchBytes;
         for (int64_t l = 0; l < 8; ++l) __builtin_prefetch(tp + 64 * l, 0, 3);
       } else if (c % 2 == 0) {
@@ -855,15 +881,17 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
     const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
     // (kWholeRows a template argument: a run-time line count in the
     // prefetch cursor read 0.94x from DRAM with the long rows)
-    const auto rows = [&](auto whole) {
-      i8y_gemv_rows<1, kVnni, decltype(whole)::value>(split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0,
-                                                      n1, post, y, ldy,
-                                                      reinterpret_cast<__m256i*>(stb.get()));
+    const auto rows = [&](auto whole, auto next_l2) {
+      i8y_gemv_rows<1, kVnni, decltype(whole)::value, decltype(next_l2)::value>(
+          split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+          reinterpret_cast<__m256i*>(stb.get()));
     };
-    if (i8y_whole_rows(f, k)) {
-      rows(std::true_type{});
+    if (!i8y_whole_rows(f, k)) {
+      rows(std::false_type{}, std::false_type{});
+    } else if (rows_to_l2()) {
+      rows(std::true_type{}, std::true_type{});
     } else {
-      rows(std::false_type{});
+      rows(std::true_type{}, std::false_type{});
     }
     return;
   }
