@@ -447,8 +447,8 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // probe), 2880^2 1.26x, NF4 4096^2 1.38x, MXFP4 11008x4096 1.51x; in cache
 // 1.02-1.05x. (Into L2 with each row's own prefetch into L1 as well, or two
 // groups ahead, read the same; two groups ahead into L1 0.98-1.00x.) The
-// Zen 3 keeps what was measured there (both are AMD family 0x19 but the
-// Zen 3 was never timed with prefetcht2 here: rows_to_l2() is true on it).
+// Zen 3, also AMD family 0x19, takes the L2 prefetch too, though it was
+// only ever timed with the L1 one; other CPUs keep the L1 prefetch.
 constexpr int64_t kI8yWholeRowPrefetchBytes = 2048;
 
 // Whether the row GEMV prefetches whole rows (above): rows of at most
