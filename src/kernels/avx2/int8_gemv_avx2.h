@@ -425,7 +425,8 @@ const uint8_t* i8y_group_rows(const Fmt& f, int64_t j0, int32_t rows, int64_t rb
 // same lines by NextGroupPrefetch's row runs, 32 lines a row, had read
 // 1.31-1.50x from DRAM but 0.82-0.87x in cache: its cursor's branches
 // cost more than the lines.) With 5.5 KB rows (4096x11008) whole rows
-// read 0.93x from DRAM: those keep the short prefetch. The next group's
+// into L1 read 0.93x from DRAM there: those keep the short prefetch, except
+// on the CPUs that prefetch into L2 (below, i8y_whole_rows). The next group's
 // scales are one span too (scale_span), and a second run takes them, a
 // line a chunk from the span's start, where NextGroupPrefetch's cursor
 // had run for them every chunk (a loop, its counters on the stack): same
