@@ -49,11 +49,15 @@ struct SbAvx2 {
   // integer rounding to nearest even, a NaN as (bits >> 16) | 0x40.
   static __m256i bf16_dwords(__m256 v) {
     const __m256i bits = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i r =
-        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-    return _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40)),
+    return _mm256_blendv_epi8(bf16_dwords_no_nan(v),
+                              _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40)),
                               _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  }
+  // The same for v without NaN lanes (the caller checked).
+  static __m256i bf16_dwords_no_nan(__m256 v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   }
 
   // load_act's inverse, as SbAvx512::store_act (fp16 by vcvtps2ph with
