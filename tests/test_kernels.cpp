@@ -1251,6 +1251,30 @@ void check_amax(const kern::KernelTable& t, Coverage& cov) {
       }
     }
   }
+  // absmax_bits16 (where the table has it): the bits absmax_bits gives on
+  // the widened values, for random 16-bit patterns (NaN, Inf, subnormals,
+  // both zeros among them) and finite ones, at lengths around 16 and 32.
+  if (t.absmax_bits16 != nullptr) {
+    std::mt19937 gen(16);
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 47, 1000}) {
+      for (bool bf16 : {false, true}) {
+        for (bool finite : {false, true}) {
+          INFO("absmax_bits16 n=" << n << (bf16 ? " bf16" : " fp16") << (finite ? " finite" : " any"));
+          std::vector<uint16_t> h(static_cast<size_t>(n) + 1);
+          std::vector<float> wide(static_cast<size_t>(n));
+          for (size_t i = 0; i < h.size(); ++i) {
+            h[i] = static_cast<uint16_t>(gen());
+            const uint16_t exp_mask = bf16 ? 0x7f80 : 0x7c00;
+            if (finite && (h[i] & exp_mask) == exp_mask) h[i] = static_cast<uint16_t>(h[i] & ~0x4000u);
+          }
+          h[static_cast<size_t>(n)] = 0x7fff;  // past the end: never read
+          for (size_t i = 0; i < wide.size(); ++i)
+            wide[i] = bf16 ? q4::fmt::bf16_to_f32(h[i]) : q4::fmt::f16_to_f32(h[i]);
+          CHECK(t.absmax_bits16(h.data(), n, bf16) == t.absmax_bits(wide.data(), n));
+        }
+      }
+    }
+  }
   cov.insert({t.isa, kAmax});
 }
 

@@ -1175,10 +1175,13 @@ int64_t first_non_finite(ActRows x, int64_t i0, int64_t n) {
   return n;  // not reached when the caller saw a non-finite value
 }
 
-// KernelTable::absmax_bits of elements [i0, i0 + n) of x: fp16/bf16 are
-// converted (exactly, NaN/Inf preserved) a piece in L1 at a time.
+// KernelTable::absmax_bits of elements [i0, i0 + n) of x: fp16/bf16 read
+// in place by absmax_bits16 where the table has it, else converted
+// (exactly, NaN/Inf preserved) a piece in L1 at a time.
 uint32_t absmax_bits_of(const KernelTable& kt, ActRows x, int64_t i0, int64_t n) {
   if (x.type == FType::F32) return kt.absmax_bits(static_cast<const float*>(x.data) + i0, n);
+  if (kt.absmax_bits16 != nullptr)
+    return kt.absmax_bits16(static_cast<const uint16_t*>(x.data) + i0, n, x.type == FType::BF16);
   constexpr int64_t kPiece = 2048;
   const AlignedFloats buf = aligned_floats(std::min(kPiece, n));  // (L1-sized, not zero-filled)
   uint32_t mx = 0;

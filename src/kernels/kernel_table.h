@@ -307,6 +307,12 @@ struct KernelTable {
   // Inf, else the bits of max |x_i|. One read gives the finite check and the
   // amax together.
   uint32_t (*absmax_bits)(const float* x, int64_t n) = nullptr;
+  // Optional (null: the drivers convert fp16/bf16 input to fp32 first):
+  // absmax_bits of n fp16 (bf16 false) or bf16 elements read in place. The
+  // same bits as on the fp32 values: widening keeps the order of |x| bit
+  // patterns (NaN and Inf above every finite one), so it is the largest
+  // 16-bit |x| pattern widened.
+  uint32_t (*absmax_bits16)(const uint16_t* x, int64_t n, bool bf16) = nullptr;
 
   // ---- Integer block dot products (W4A4 NVFP4_scaled_mm, fast math mode).
   // Operands, the same for every ISA (kI8PanelNr = 16 weight rows a panel):
