@@ -877,47 +877,74 @@ void fill_panel(int32_t rows, int64_t kc, float* panel, const Decode& decode) {
   }
 }
 
-// NVFP4 panel: (e2m1 * scale) * g per element, the reference's two roundings.
+// 32 E2M1 codes (16 bytes, element 2j in the low nibble) -> their values
+// in element order, v[0] .. v[3] (8 each), by the byte-table decode of
+// sbl_decode_nvfp4: sbl_codes32's order, two vpshufb (the values' bf16
+// bytes) and four unpacks that leave each bf16 in the high half of an fp32.
+// 13 instructions where e2m1_decode16_ordered takes 28, 4 vpermps among
+// them. Code 8 gives -0, as fmt::e2m1_decode.
+inline void e2m1_decode32_ordered(const uint8_t* q16, __m256i th, __m256i tl, __m256 (&v)[4]) {
+  const __m256i codes = sbl_codes32<false>(q16);
+  const __m256i hb = _mm256_shuffle_epi8(th, codes), lb = _mm256_shuffle_epi8(tl, codes);
+  const __m256i wl = _mm256_unpacklo_epi8(lb, hb), wh = _mm256_unpackhi_epi8(lb, hb);  // bf16 words
+  const __m256i zero = _mm256_setzero_si256();
+  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wl));
+  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wl));
+  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wh));
+  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wh));
+}
+
+// NVFP4 panel: (e2m1 * scale) * g per element, the reference's two
+// roundings; 32 elements at a time by the byte-table decode (a last 16 by
+// the permute decode), the scales from the E4M3 table (nf4_panel says what
+// it gains).
 void nvfp4_panel(const NvWeights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
   if (k0 % 16 != 0 || kc % 16 != 0) return portable::nvfp4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
   const __m256 lut = e2m1_mag_lut();
+  const __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
+  const float* e4m3 = sb_e4m3_table();
   const __m256 g = _mm256_set1_ps(w.g);
   fill_panel(rows, kc, panel, [&](int32_t r, int64_t c0, int64_t len, float* row) {
     const uint8_t* q = w.q + (n0 + r) * (w.k / 2);
     const uint8_t* s = w.s + (n0 + r) * (w.k / 16);
-    for (int64_t kk = 0; kk < len; kk += 16) {
+    int64_t kk = 0;
+    for (; kk + 32 <= len; kk += 32) {
+      const int64_t c = k0 + c0 + kk;
+      __m256 v[4];
+      e2m1_decode32_ordered(q + c / 2, th, tl, v);
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m256 sc = _mm256_broadcast_ss(e4m3 + s[c / 16 + t / 2]);
+        _mm256_store_ps(row + kk + int64_t{8} * t, _mm256_mul_ps(_mm256_mul_ps(v[t], sc), g));
+      }
+    }
+    for (; kk < len; kk += 16) {
       const int64_t c = k0 + c0 + kk;
       __m256i lo, hi;
       nibbles16<true>(q + c / 2, &lo, &hi);
-      const __m256 sc = _mm256_set1_ps(fmt::e4m3_decode(s[c / 16]));
+      const __m256 sc = _mm256_broadcast_ss(e4m3 + s[c / 16]);
       _mm256_store_ps(row + kk, _mm256_mul_ps(_mm256_mul_ps(e2m1_decode8(lo, lut), sc), g));
       _mm256_store_ps(row + kk + 8, _mm256_mul_ps(_mm256_mul_ps(e2m1_decode8(hi, lut), sc), g));
     }
   });
 }
 
-// NF4 panel: code value * absmax (one rounding, as the reference); the
-// 16-entry codebook by two 8-entry permutes and a blend on bit 3.
+// NF4 panel: code value * absmax (one rounding, as the reference), by the
+// small-batch kernels' byte-plane decode (sbl_decode_nf4: 32 codes by four
+// vpshufb and eight unpacks) where two 8-entry permutes and a blend on
+// bit 3 took 8 codes. Same bits; kernel A/B (tools/ab prod-nf4, 2
+// threads, in cache) on a Zen 4 whose VM hides AVX-512: the panel GEMM at
+// M = 24-32 on 128-256 rows 1.04-1.06x, M = 64-512 0.995-1.02x. NVFP4's
+// panel (nvfp4_panel, with its byte-table decode and table scales) gains
+// more there: 1.09-1.12x at M = 24-64 on 128-256 rows, 1.02x at M = 128,
+// 1.01x at M = 512.
 void nf4_panel(const Nf4Weights& w, int64_t n0, int32_t rows, int64_t k0, int64_t kc, float* panel) {
   if (w.k % 16 != 0 || k0 % 16 != 0 || kc % 16 != 0 || w.blocksize % 16 != 0) {
     return portable::nf4_panel_nr(w, n0, rows, k0, kc, panel, kNR);
   }
-  const __m256 lut_lo = _mm256_loadu_ps(w.lut), lut_hi = _mm256_loadu_ps(w.lut + 8);
-  auto lookup = [&](__m256i codes) {
-    const __m256 sel = _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28));  // bit 3 -> sign bit
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lut_lo, codes), _mm256_permutevar8x32_ps(lut_hi, codes),
-                            sel);
-  };
+  const Nf4Planes planes(w.lut);
   fill_panel(rows, kc, panel, [&](int32_t r, int64_t c0, int64_t len, float* row) {
-    const int64_t f0 = (n0 + r) * w.k + k0 + c0;
-    for (int64_t kk = 0; kk < len; kk += 16) {
-      const int64_t f = f0 + kk;
-      __m256i lo, hi;
-      nibbles16<false>(w.q + f / 2, &lo, &hi);
-      const __m256 a = _mm256_set1_ps(w.absmax[f >> w.block_shift]);
-      _mm256_store_ps(row + kk, _mm256_mul_ps(lookup(lo), a));
-      _mm256_store_ps(row + kk + 8, _mm256_mul_ps(lookup(hi), a));
-    }
+    sbl_decode_nf4(planes, w, (n0 + r) * w.k + k0 + c0, len, row);
   });
 }
 
@@ -1507,23 +1534,6 @@ struct DqOut16 {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + off), h);
   }
 };
-
-// 32 E2M1 codes (16 bytes, element 2j in the low nibble) -> their values
-// in element order, v[0] .. v[3] (8 each), by the byte-table decode of
-// sbl_decode_nvfp4: sbl_codes32's order, two vpshufb (the values' bf16
-// bytes) and four unpacks that leave each bf16 in the high half of an fp32.
-// 13 instructions where e2m1_decode16_ordered takes 28, 4 vpermps among
-// them. Code 8 gives -0, as fmt::e2m1_decode.
-inline void e2m1_decode32_ordered(const uint8_t* q16, __m256i th, __m256i tl, __m256 (&v)[4]) {
-  const __m256i codes = sbl_codes32<false>(q16);
-  const __m256i hb = _mm256_shuffle_epi8(th, codes), lb = _mm256_shuffle_epi8(tl, codes);
-  const __m256i wl = _mm256_unpacklo_epi8(lb, hb), wh = _mm256_unpackhi_epi8(lb, hb);  // bf16 words
-  const __m256i zero = _mm256_setzero_si256();
-  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wl));
-  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wl));
-  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wh));
-  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wh));
-}
 
 // The dequantize loops, each taking an output policy (DqOutF32 for the
 // fp32 entries, DqOut16 for the 16-bit ones: set_dequantize_entries).
