@@ -1054,7 +1054,6 @@ struct QuantIn8F16 {
 };
 
 // |x| bits of the 8 floats at x (compare as signed integers).
-
 template <class In = QuantIn8F32>
 inline __m256i abs_bits8(const typename In::T* x) {
   return _mm256_and_si256(In::bits(x), _mm256_set1_epi32(0x7fffffff));
