@@ -134,6 +134,9 @@ inline bool i8y_excess_normal(__m256i t) {
 // GEMV's K chunks at M = 5, 7 and 8 scan 72 or 48 codes a row: against a
 // byte loop for the rest, on an AVX2 Zen 3, 2 threads, A/B in one process,
 // M = 8 1.08-1.12x, M = 5 and 7 1.00-1.01x).
+// Below 32 codes, two overlapping 16- or 8-byte loads (the exact GEMV at
+// M = 1-2 scans 8 codes a row at K = 128, 16 at K = 256; see
+// nvfp4_gemv64_rows for what that gained over a byte loop).
 inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
   const auto excess = [s](int64_t i) {
     return i8y_code_excess(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
@@ -142,6 +145,21 @@ inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
     __m256i hi = excess(n - 32);
     for (int64_t i = 0; i + 32 < n; i += 32) hi = _mm256_max_epu8(hi, excess(i));
     return i8y_excess_normal(hi);
+  }
+  if (n >= 8) {
+    __m128i a, b;
+    if (n >= 16) {
+      a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + n - 16));
+    } else {
+      a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
+      b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + n - 8));
+    }
+    const __m128i eight = _mm_set1_epi8(8), lim = _mm_set1_epi8(0x76);
+    const __m128i t = _mm_max_epu8(_mm_sub_epi8(a, eight), _mm_sub_epi8(b, eight));
+    // (8-byte loads zero the high bytes: 0 - 8 = 0xf8, so only the low 8 count)
+    const int ok = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(t, lim), lim));
+    return n >= 16 ? ok == 0xffff : (ok & 0xff) == 0xff;
   }
   for (int64_t i = 0; i < n; ++i) {
     if (static_cast<uint8_t>(s[i] - 8) > 0x76) return false;

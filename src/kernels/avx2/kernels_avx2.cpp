@@ -581,6 +581,10 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
       group(g0 + 1, H4{}, false);
     }
   };
+  // (the scan of 8-31 codes by two overlapping 8- or 16-byte loads
+  // instead of a byte loop, i8y_codes_normal: on a Zen 4 whose VM hides
+  // AVX-512, kernel A/B, one thread, 256 rows in cache, M = 1 K = 128
+  // 1.17x, K = 256 1.28x, K = 384 1.29x, M = 2-4 K = 256 1.15x)
   bool normal = !mx;
   const int64_t scanned = std::max<int64_t>(0, full_end - ch.ga) * 4;  // codes the scan reads per row
   // M = 3-8 (K chunks): the codes the next R rows' scan of this chunk reads,
