@@ -303,6 +303,11 @@ inline int nvfp4_elem(int v, int lane) {
 // x is 32 KiB, read 0.96x chunked and stays one pass.
 constexpr int64_t kGemv64RowBlock = 64;
 constexpr int64_t kGemv64ChunkBytes = 24576;
+// The kernels take it by reference: passed by value, its 24 bytes were
+// written as 8-byte stores and read back by a 16-byte load at every call
+// (a store-forwarding stall), which on a Zen 4 whose VM hides AVX-512 cost
+// the exact M = 1 GEMV through the library (2 threads, one process) 1.25x
+// at 256x256, 1.14x at 64x128 and 1024x1024 (calls of 2-50 us).
 struct Gemv64Chunk {
   int64_t ga = 0, gb = 0;  // groups [ga, gb): ga even
   float* part = nullptr;   // the R rows' M x 8 accumulators; nullptr: one pass
@@ -494,7 +499,7 @@ inline void gemv64_acc_store(const Gemv64Chunk& ch, int64_t groups, const __m256
 template <int M, int R>
 __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups, const NvWeights& w,
                                                  int64_t j0, float* y, int64_t ldy, bool far,
-                                                 Gemv64Chunk ch) {
+                                                 const Gemv64Chunk& ch) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
   const E2m1Words dec;
@@ -643,7 +648,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
   if (w.k % 32 == 0) {
     gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
                          [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj,
-                             bool far, Gemv64Chunk ch) {
+                             bool far, const Gemv64Chunk& ch) {
                            nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj,
                                                                                        ldy, far, ch);
                          });
@@ -694,7 +699,8 @@ inline __m256 nf4_group_scale(const Nf4Weights& w, int64_t f, bool half) {
 
 template <int M, int R>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
-                                               int64_t j0, float* y, int64_t ldy, bool far, Gemv64Chunk ch) {
+                                               int64_t j0, float* y, int64_t ldy, bool far,
+                                               const Gemv64Chunk& ch) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, rb = k / 2;
   const Nf4Planes planes(w.lut);  // (small_batch_lanes_avx2.h)
@@ -768,11 +774,12 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
-  gemv64<kGemvMaxRows>(
-      x, ldx, m, w.k, n0, n1, y, nf4_elem,
-      [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far, Gemv64Chunk ch) {
-        nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy, far, ch);
-      });
+  gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
+                       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far,
+                           const Gemv64Chunk& ch) {
+                         nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy,
+                                                                                   far, ch);
+                       });
 }
 
 inline __m256i tail_mask(int32_t n) {
