@@ -196,6 +196,24 @@ inline __m256i sbl_codes32(const uint8_t* q16) {
   return first_hi ? _mm256_unpacklo_epi8(hi, lo) : _mm256_unpacklo_epi8(lo, hi);
 }
 
+// 32 E2M1 codes (16 bytes, element 2j in the low nibble) -> their values
+// in element order, v[0] .. v[3] (8 each): sbl_codes32's order, two
+// vpshufb (th, tl: the values' bf16 bytes) and four unpacks that leave
+// each bf16 in the high half of an fp32. 13 instructions where the
+// per-dword permute decode takes 28, 4 vpermps among them. Code 8 gives
+// -0, as fmt::e2m1_decode. (sbl_decode_nvfp4, and the AVX2 table's
+// dequantize loops and NVFP4 panels.)
+inline void e2m1_decode32_ordered(const uint8_t* q16, __m256i th, __m256i tl, __m256 (&v)[4]) {
+  const __m256i codes = sbl_codes32<false>(q16);
+  const __m256i hb = _mm256_shuffle_epi8(th, codes), lb = _mm256_shuffle_epi8(tl, codes);
+  const __m256i wl = _mm256_unpacklo_epi8(lb, hb), wh = _mm256_unpackhi_epi8(lb, hb);  // bf16 words
+  const __m256i zero = _mm256_setzero_si256();
+  v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wl));
+  v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wl));
+  v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wh));
+  v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wh));
+}
+
 // nblocks NVFP4 blocks (codes q, E4M3 scales s) -> 16 * nblocks fp32
 // e2m1 * scale, in element order. Every E2M1 value is a bf16, so two
 // vpshufb give its high and low bytes and two unpacks place them in the
@@ -205,18 +223,14 @@ inline __m256i sbl_codes32(const uint8_t* q16) {
 inline void sbl_decode_nvfp4(const uint8_t* q, const uint8_t* s, int64_t nblocks, float* dst) {
   const __m256i th = e2m1_bf16_high_bytes(), tl = e2m1_bf16_low_bytes();
   const float* e4m3 = sb_e4m3_table();
-  const __m256i zero = _mm256_setzero_si256();
   int64_t b = 0;
   for (; b + 2 <= nblocks; b += 2) {
-    const __m256i codes = sbl_codes32<false>(q + b * 8);
-    const __m256i hb = _mm256_shuffle_epi8(th, codes), lb = _mm256_shuffle_epi8(tl, codes);
-    const __m256i wl = _mm256_unpacklo_epi8(lb, hb), wh = _mm256_unpackhi_epi8(lb, hb);  // bf16 words
-    const __m256i d[4] = {_mm256_unpacklo_epi16(zero, wl), _mm256_unpackhi_epi16(zero, wl),
-                          _mm256_unpacklo_epi16(zero, wh), _mm256_unpackhi_epi16(zero, wh)};
+    __m256 d[4];
+    e2m1_decode32_ordered(q + b * 8, th, tl, d);
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
       const __m256 sc = _mm256_broadcast_ss(e4m3 + s[b + t / 2]);
-      _mm256_storeu_ps(dst + b * 16 + int64_t{8} * t, _mm256_mul_ps(_mm256_castsi256_ps(d[t]), sc));
+      _mm256_storeu_ps(dst + b * 16 + int64_t{8} * t, _mm256_mul_ps(d[t], sc));
     }
   }
   if (b < nblocks) SbAvx2::decode_nvfp4(q + b * 8, s + b, nblocks - b, dst + b * 16);
