@@ -36,6 +36,8 @@
 // per thread on the old side, b on the new; default the library's 4),
 // AB_SB_MAX_M=a,b (the largest M of the exact small-batch kernels per
 // side, SmallBatchConfig::max_m; 0: the table's),
+// AB_SB_MIN_M=a,b (the least M of the small-batch kernels per side,
+// SmallBatchConfig::min_m; default 9: below it the GEMV),
 // AB_I8_MIN_WORK=a,b (the least work of an integer GEMV task that splits
 // the rows of x, in Ki multiply-adds per side; 0: the library's 256).
 // Prints one JSON object per run.
@@ -129,10 +131,10 @@ int main(int argc, char** argv) {
   const std::array<int32_t, 2> q_align = side_pair("AB_Q_ALIGN", -1),
                                gemv_tasks = side_pair("AB_GEMV_TASKS", 0),
                                i8_min_work = side_pair("AB_I8_MIN_WORK", 0),
-                               sb_max_m = side_pair("AB_SB_MAX_M", 0);
+                               sb_max_m = side_pair("AB_SB_MAX_M", 0), sb_min_m = side_pair("AB_SB_MIN_M", 9);
   // (set on both sides when given: a 0 there is the default, not the other
   // side's value left in place)
-  const bool sb_given = std::getenv("AB_SB_MAX_M") != nullptr,
+  const bool sb_given = std::getenv("AB_SB_MAX_M") != nullptr || std::getenv("AB_SB_MIN_M") != nullptr,
              min_work_given = std::getenv("AB_I8_MIN_WORK") != nullptr;
   const bool with_tiles = tiles_bits != 0 && !quant && k % 128 == 0 && n >= 16;
   // (the drivers, prod*, and the quantizer take K = 64 as well)
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
     if (sb_given) {
       SmallBatchConfig sbc = small_batch_config();
       sbc.max_m = sb_max_m[t];
+      sbc.min_m = sb_min_m[t];
       set_small_batch_config(sbc);
     }
     if (min_work_given) set_i8_xsplit_min_task_work(int64_t{i8_min_work[t]} << 10);

@@ -899,16 +899,30 @@ void i8y_gemv(const int8_t* xq, int64_t ldxq, const float* xs, const int32_t* xc
   // for MXFP4, which took it; since the row GEMV keeps its accumulator in a
   // register, it reads NF4 1.04-1.10x in cache, 1.02x from DRAM, and MXFP4
   // 1.12-1.15x, 1.05x, against the direct one, and all three take it.)
-  if (m == 1 && f.tiles() == nullptr) {
-    std::vector<int8_t> split(static_cast<size_t>(k));
-    i8y_split_x(xq, ldxq, 1, k, split.data());
+  // Without VNNI M = 2 takes the row GEMV too (its two rows of x share
+  // each decoded row of W and the scale stage): on a Zen 4 whose VM hides
+  // AVX-512 (the avx2 table), 2 threads, A/B in one process, same bits,
+  // weights rotated through 150 MB: NVFP4 4096^2 1.11x, 11008x4096 1.21x,
+  // 4096x11008 1.04x, 2880^2 1.15x, NF4 1.14x, MXFP4 1.22x; in cache
+  // 1.03x (one thread, 256 rows in L2: 1.07x); through the library
+  // (stateless fast products, M = 2) 1.04-1.11x on those shapes, 1.12-1.21x
+  // on 64x128 to 1024x1024. At M = 3-4 it read 0.93-1.06x. (The direct
+  // GEMV, above, had read 1.02-1.06x the row GEMV at M = 2 on a Cascade
+  // Lake-class Xeon with this table forced, before the row GEMV's later
+  // changes.) The AVX-VNNI table, not measured, keeps M = 1.
+  constexpr int32_t kRowMaxM = kVnni ? 1 : 2;
+  if (m <= kRowMaxM && f.tiles() == nullptr) {
+    std::vector<int8_t> split(static_cast<size_t>(m * k));
+    i8y_split_x(xq, ldxq, m, k, split.data());
     const AlignedFloats stb = aligned_floats(k / 64 * kI8yStagedPerChunk * 8);
     // (kWholeRows a template argument: a run-time line count in the
     // prefetch cursor read 0.94x from DRAM with the long rows)
     const auto rows = [&](auto whole, auto next_l2) {
-      i8y_gemv_rows<1, kVnni, decltype(whole)::value, decltype(next_l2)::value>(
-          split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
-          reinterpret_cast<__m256i*>(stb.get()));
+      with_rows<kRowMaxM>(m, [&](auto mm) {
+        i8y_gemv_rows<decltype(mm)::value, kVnni, decltype(whole)::value, decltype(next_l2)::value>(
+            split.data(), xs, xc, ldxs, f, i8y_lut(lut16), k, n0, n1, post, y, ldy,
+            reinterpret_cast<__m256i*>(stb.get()));
+      });
     };
     if (!i8y_whole_rows(f, k)) {
       rows(std::false_type{}, std::false_type{});
