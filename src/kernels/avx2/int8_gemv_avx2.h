@@ -653,8 +653,8 @@ inline __m256i i8y_lut(const uint8_t* v16) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(l), l, 1);
 }
 
-// m <= kI8yDirectMaxRows rows of x (more: passes of that many; m = 1 only
-// with tiles, i8y_gemv): the weights are decoded once per
+// m <= kI8yDirectMaxRows rows of x (more: passes of that many; m = 1, and
+// m = 2 without VNNI, only with tiles, i8y_gemv): the weights are decoded once per
 // 8 rows of W and 32 elements into the panel operand order (lanes = rows)
 // in registers and used by every row of x, which then costs the
 // micro-kernel's work per block (four 4-byte dot products on a broadcast of
