@@ -128,6 +128,15 @@ inline bool i8y_excess_normal(__m256i t) {
   const __m256i lim = _mm256_set1_epi8(0x76);
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(t, lim), lim)) == -1;
 }
+// The same on 16 bytes: code - 8 per byte, and the mask of the bytes of t
+// that are <= 0x76 (bit i: byte i).
+inline __m128i i8y_code_excess(__m128i codes) {
+  return _mm_sub_epi8(codes, _mm_set1_epi8(8));
+}
+inline int i8y_excess_normal_mask(__m128i t) {
+  const __m128i lim = _mm_set1_epi8(0x76);
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(t, lim), lim));
+}
 // Whether all of s[0, n) are normal and positive (the GEMVs' scale decodes
 // then take the plain bit mapping, (code << 20) + (120 << 23), unchecked).
 // From 32 codes on, the last 32 cover the rest, overlapping (the exact
@@ -155,10 +164,8 @@ inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
       a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s));
       b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + n - 8));
     }
-    const __m128i eight = _mm_set1_epi8(8), lim = _mm_set1_epi8(0x76);
-    const __m128i t = _mm_max_epu8(_mm_sub_epi8(a, eight), _mm_sub_epi8(b, eight));
     // (8-byte loads zero the high bytes: 0 - 8 = 0xf8, so only the low 8 count)
-    const int ok = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(t, lim), lim));
+    const int ok = i8y_excess_normal_mask(_mm_max_epu8(i8y_code_excess(a), i8y_code_excess(b)));
     return n >= 16 ? ok == 0xffff : (ok & 0xff) == 0xff;
   }
   for (int64_t i = 0; i < n; ++i) {

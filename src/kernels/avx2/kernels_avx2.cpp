@@ -383,11 +383,7 @@ inline __m256 scales8_normal(__m128i codes) {
 inline __m256 scales8(const uint8_t* s, int64_t n) {
   if (n == 8) {
     const __m128i b = scale_codes8(s);
-    const __m128i lim = _mm_set1_epi8(0x76);
-    if ((_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(_mm_sub_epi8(b, _mm_set1_epi8(8)), lim), lim)) &
-         0xff) == 0xff) {
-      return scales8_normal(b);
-    }
+    if ((i8y_excess_normal_mask(i8y_code_excess(b)) & 0xff) == 0xff) return scales8_normal(b);
     return e4m3_decode8(_mm256_cvtepu8_epi32(b));
   }
   alignas(32) float sc[8];
@@ -879,10 +875,8 @@ void fill_panel(int32_t rows, int64_t kc, float* panel, const Decode& decode) {
 // values in element order, v[0] and v[1].
 inline void e2m1_decode16_ordered(const uint8_t* q8, __m256 lut, __m256 (&v)[2]) {
   const __m256i shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q8));
-  const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
-  v[0] = e2m1_decode8(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(dup), shifts), lut);
-  v[1] = e2m1_decode8(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8)), shifts), lut);
+  v[0] = e2m1_decode8(SbAvx2::nibbles8(q8, shifts), lut);
+  v[1] = e2m1_decode8(SbAvx2::nibbles8(q8 + 4, shifts), lut);
 }
 
 // Where the dequantizers put 16 values (v[0]: elements off .. off + 7,
@@ -1008,13 +1002,10 @@ struct DqLoops {
     const __m256 lo = _mm256_loadu_ps(lut), hi = _mm256_loadu_ps(lut + 8);
     const __m256i shifts = _mm256_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0);
     for (int64_t i = i0; i < n; i += 16) {
-      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i / 2));
-      const __m128i dup = _mm_unpacklo_epi8(bytes, bytes);  // b0 b0 b1 b1 ...
       const __m256 am = _mm256_set1_ps(absmax[i / blocksize]);
       __m256 v[2];
       for (int64_t h = 0; h < 2; ++h) {
-        const __m128i src = h ? _mm_srli_si128(dup, 8) : dup;
-        const __m256i c = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(src), shifts);  // bits 0-3
+        const __m256i c = SbAvx2::nibbles8(q + i / 2 + 4 * h, shifts);  // bits 0-3
         v[h] =
             _mm256_mul_ps(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, c), _mm256_permutevar8x32_ps(hi, c),
                                            _mm256_castsi256_ps(_mm256_slli_epi32(c, 28))),
