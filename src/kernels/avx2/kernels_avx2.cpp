@@ -423,6 +423,27 @@ inline __m256i load_group32(const uint8_t* p, bool half) {
               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// The base of x for each row of W of a group of R rows (the byte-table
+// and byte-plane kernels below): one address, made opaque for rows r > 0
+// by an empty asm, so that every row loads x again, as a memory operand of
+// its FMAs (the load ports: three a cycle on a Zen 4), where GCC kept a
+// group's x vectors in registers across the rows and spilled the
+// accumulators, partial sums and decode constants for them (NVFP4 M = 1:
+// 10 stack accesses in the 166 instructions of two groups of two rows; 157
+// and none now). As the AVX-512 GEMV does at M = 2-3. On a Zen 4 whose VM
+// hides AVX-512, kernel A/B in one process, same bits: one thread, 256
+// rows in L2, M = 1 NVFP4 1.035x, NF4 1.035-1.045x, MXFP4 1.034x, M = 3-4
+// (R = 2) NVFP4 1.09-1.10x, NF4 1.05-1.08x, MXFP4 1.03x; 2 threads, 4096^2
+// from DRAM M = 1 NVFP4 1.04x, NF4 1.11x, 11008x4096 M = 4 1.13x, in L3
+// (4096x11008, 2880^2) 1.06-1.08x. M = 2 and 5-8 (R = 1): 1.00x.
+template <int R>
+inline void x_per_row(const float* x, const float* (&xr)[R]) {
+  for (int r = 0; r < R; ++r) {
+    xr[r] = x;
+    if (r > 0) __asm__("" : "+r"(xr[r]));
+  }
+}
+
 // The byte-table decode: words(v, c, wd) gives the bf16 values of nibble c
 // (0: low) of a group's bytes v as the words of unpack u in wd[u]; even()
 // and odd() make fp32 of a vector's even and odd words.
@@ -502,6 +523,8 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
   __m256 acc[M][R];
   gemv64_acc_load(ch, acc);
   __m256 sv[R];
+  const float* xrow[R];
+  x_per_row(xa, xrow);
   // Group g (its first block h in sv: 0 or 4) of the R rows.
   auto group = [&](int64_t g, auto hh, bool half) {
     constexpr int32_t h = decltype(hh)::value;
@@ -521,7 +544,7 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
             const __m256 su = group_scale(sv[r], h, u);
             const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
             const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
-            const float* xv = xa + g * M * kX64Group + int64_t{32} * c + int64_t{16} * u;
+            const float* xv = xrow[r] + g * M * kX64Group + int64_t{32} * c + int64_t{16} * u;
 #pragma GCC unroll 8
             for (int i = 0; i < M; ++i) {
               acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
@@ -530,7 +553,7 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
           } else {
 #pragma GCC unroll 2
             for (int i = 0; i < M; ++i) {
-              const float* xg = xa + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
+              const float* xg = xrow[r] + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
               const __m256 x0 = _mm256_load_ps(xg), x1 = _mm256_load_ps(xg + 8);
               t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), x0)
                                : _mm256_fmadd_ps(E2m1Words::even(wd[u]), x0, t[i][u]);
@@ -703,6 +726,8 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
   const __m256i nib = _mm256_set1_epi8(0x0f);
   __m256 acc[M][R];
   gemv64_acc_load(ch, acc);
+  const float* xrow[R];
+  x_per_row(xa, xrow);
   // Group g of the R rows; pf: prefetch (every other group: once per 64
   // bytes).
   auto group = [&](int64_t g, bool pf, bool half) {
@@ -723,14 +748,15 @@ __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, 
         for (int qv = 0; qv < 4; ++qv) {
           if constexpr (kScaleFirst) {
             const __m256 wv = _mm256_mul_ps(val[qv], scale);
-            const float* xv = xa + g * M * kX64Group + int64_t{8} * (4 * c + qv);
+            const float* xv = xrow[r] + g * M * kX64Group + int64_t{8} * (4 * c + qv);
 #pragma GCC unroll 8
             for (int i = 0; i < M; ++i)
               acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
           } else {
 #pragma GCC unroll 2
             for (int i = 0; i < M; ++i) {
-              const __m256 xv = _mm256_load_ps(xa + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
+              const __m256 xv =
+                  _mm256_load_ps(xrow[r] + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
               t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
             }
           }
