@@ -2980,6 +2980,28 @@ TEST_CASE("AVX-512 VNNI integer GEMVs: the vpermb and the vpshufb nibble decode 
   }
 }
 
+namespace {
+
+// The tables this CPU runs that have 16-bit dequantize entries (AVX-512,
+// AVX2, AVX-VNNI), by name.
+std::vector<std::pair<std::string, kern::KernelTable>> dequantize16_tables() {
+  std::vector<std::pair<std::string, kern::KernelTable>> tables;
+  for (int32_t isa : t::runnable_isas()) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    if (kt.nvfp4_dequantize16 != nullptr) tables.emplace_back(Q4_isa_name(isa), kt);
+  }
+  return tables;
+}
+
+// fp32 values rounded to fp16 or bf16 by the codec.
+std::vector<uint16_t> codec_rounded(const std::vector<float>& v, bool bf16) {
+  std::vector<uint16_t> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16 ? q4::fmt::f32_to_bf16(v[i]) : q4::fmt::f32_to_f16(v[i]);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("16-bit dequantize entries: the fp32 values rounded once, every table and bf16 conversion",
           "[kernels][dequantize]") {
   // Every table this CPU runs that has the entries (AVX-512, AVX2,
@@ -2990,11 +3012,7 @@ TEST_CASE("16-bit dequantize entries: the fp32 values rounded once, every table 
   // E8M0 / absmax values that make denormal, overflowing (Inf) and halfway
   // (ties) fp32 values; E4M3 0x7f and E8M0 0xff (NaN), a NaN with a
   // payload in the NF4 codebook; an odd block count (a last block alone).
-  std::vector<std::pair<std::string, kern::KernelTable>> tables;
-  for (int32_t isa : t::runnable_isas()) {
-    const kern::KernelTable& kt = kern::table_for(isa);
-    if (kt.nvfp4_dequantize16 != nullptr) tables.emplace_back(Q4_isa_name(isa), kt);
-  }
+  std::vector<std::pair<std::string, kern::KernelTable>> tables = dequantize16_tables();
   if (q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX512)) {
     const bool bf16_cpu = (q4::cpu_info().features & Q4_CPU_AVX512BF16) != 0;
     kern::KernelTable other;
@@ -3011,26 +3029,26 @@ TEST_CASE("16-bit dequantize entries: the fp32 values rounded once, every table 
   }
   const kern::KernelTable& ref = kern::table_for(Q4_ISA_SCALAR);
   const int64_t rows = 7, k = 464;  // NVFP4: 203 blocks; MXFP4: rows of 448 (98 blocks)
+  // (with_nan false: no factor makes a NaN, so the tables run their
+  // unchecked conversions on the ties, denormals and infinities)
+  const bool with_nan = GENERATE(true, false);
+  INFO((with_nan ? "NaN scales and codebook entry" : "no NaN"));
   std::mt19937 gen(464);
   std::vector<uint8_t> q(static_cast<size_t>(rows * k / 2)), s(static_cast<size_t>(rows * k / 16)),
       e8(static_cast<size_t>(rows * 448 / 32));
   for (auto& b : q) b = static_cast<uint8_t>(gen());
-  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(i % 61 == 3 ? 0x7f : gen() % 0x7f);
-  for (size_t i = 0; i < e8.size(); ++i) e8[i] = static_cast<uint8_t>(i % 23 == 5 ? 0xff : gen() % 256);
+  for (size_t i = 0; i < s.size(); ++i)
+    s[i] = static_cast<uint8_t>(with_nan && i % 61 == 3 ? 0x7f : gen() % 0x7f);
+  for (size_t i = 0; i < e8.size(); ++i)
+    e8[i] = static_cast<uint8_t>(with_nan && i % 23 == 5 ? 0xff : gen() % 255);
   float lut[16];
   for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
   const uint32_t payload_nan = 0xffa12345u;  // (a custom codebook's NaN with a payload)
-  std::memcpy(&lut[13], &payload_nan, 4);
+  if (with_nan) std::memcpy(&lut[13], &payload_nan, 4);
   const int64_t nbs = 64, nn = rows * k;  // NF4: 3248 elements, 51 blocks of 64 (the last short)
   std::vector<float> absmax(static_cast<size_t>((nn + nbs - 1) / nbs));
   for (size_t i = 0; i < absmax.size(); ++i)
     absmax[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 64, static_cast<int>(i % 9) * 33 - 140);
-  const auto rounded = [](const std::vector<float>& v, bool bf16) {
-    std::vector<uint16_t> r(v.size());
-    for (size_t i = 0; i < v.size(); ++i)
-      r[i] = bf16 ? q4::fmt::f32_to_bf16(v[i]) : q4::fmt::f32_to_f16(v[i]);
-    return r;
-  };
   for (float g : {0.37f, 1.0f + 0x1p-8f, 1.5f + 0x1p-8f, 0x1p-135f, 0x1p120f}) {
     std::vector<float> nv(static_cast<size_t>(nn)), mx(static_cast<size_t>(rows * 448)), nf(nv.size());
     ref.nvfp4_dequantize(q.data(), s.data(), g, rows, k, nv.data());
@@ -3042,14 +3060,65 @@ TEST_CASE("16-bit dequantize entries: the fp32 values rounded once, every table 
         INFO("g " << g << " table " << name << (bf16 ? " bf16" : " fp16"));
         std::vector<uint16_t> got(nv.size(), 0xdead);
         table.nvfp4_dequantize16(q.data(), s.data(), g, rows, k, got.data(), bf16);
-        CHECK(got == rounded(nv, bf16));
+        CHECK(got == codec_rounded(nv, bf16));
         got.assign(mx.size(), 0xdead);
         table.mxfp4_dequantize16(q.data(), e8.data(), rows, 448, got.data(), bf16);
-        CHECK(got == rounded(mx, bf16));
+        CHECK(got == codec_rounded(mx, bf16));
         got.assign(nf.size(), 0xdead);
         table.nf4_dequantize16(q.data(), lut, absmax.data(), nbs, static_cast<int64_t>(nf.size()), got.data(),
                                bf16);
-        CHECK(got == rounded(nf, bf16));
+        CHECK(got == codec_rounded(nf, bf16));
+      }
+    }
+  }
+}
+
+TEST_CASE("16-bit dequantize entries: a NaN factor in one stretch of a long tensor, NaN global scales",
+          "[kernels][dequantize]") {
+  // The tables convert without a NaN check per 16 values where no factor
+  // of a stretch (1024 blocks or elements) can make a NaN. A NaN whose
+  // payload fills its low bits (0x7fbfffff, quieted to 0x7fffffff by the
+  // product) shows a missing check: bf16 rounding without it carries into
+  // the sign (-0.0), where the codec writes 0x7fff. So: an NF4 absmax of
+  // that NaN in the third of 32 stretches (an Inf, which times the code
+  // 0.0 makes a NaN, in the fifth), and NVFP4 with that NaN or +Inf as the
+  // global scale; every other stretch converts unchecked.
+  std::vector<std::pair<std::string, kern::KernelTable>> tables = dequantize16_tables();
+  if (tables.empty()) {
+    WARN("SKIPPED: no table this CPU runs has 16-bit dequantize entries (AVX-512 and AVX2 do)");
+    return;
+  }
+  const kern::KernelTable& ref = kern::table_for(Q4_ISA_SCALAR);
+  float payload_nan;
+  const uint32_t payload_bits = 0x7fbfffffu;
+  std::memcpy(&payload_nan, &payload_bits, 4);
+  const int64_t rows = 16, k = 2048, n = rows * k, nbs = 64;  // NVFP4: 2048 blocks, two stretches
+  std::mt19937 gen(2048);
+  std::vector<uint8_t> q(static_cast<size_t>(n / 2)), s(static_cast<size_t>(n / 16));
+  for (auto& b : q) b = static_cast<uint8_t>(gen());
+  for (auto& b : s) b = static_cast<uint8_t>(gen() % 0x7f);
+  float lut[16];
+  for (uint32_t c = 0; c < 16; ++c) lut[c] = q4::fmt::nf4_decode(c);
+  std::vector<float> absmax(static_cast<size_t>(n / nbs));
+  for (auto& a : absmax)
+    a = std::ldexp(1.0f + static_cast<float>(gen() % 64) / 64, static_cast<int>(gen() % 20) - 10);
+  absmax[2 * 1024 / nbs + 5] = payload_nan;
+  absmax[4 * 1024 / nbs + 3] = std::numeric_limits<float>::infinity();
+  std::vector<float> nf(static_cast<size_t>(n));
+  ref.nf4_dequantize(q.data(), lut, absmax.data(), nbs, n, nf.data());
+  for (const auto& [name, table] : tables) {
+    for (bool bf16 : {false, true}) {
+      INFO("table " << name << (bf16 ? " bf16" : " fp16"));
+      std::vector<uint16_t> got(nf.size(), 0xdead);
+      table.nf4_dequantize16(q.data(), lut, absmax.data(), nbs, n, got.data(), bf16);
+      CHECK(got == codec_rounded(nf, bf16));
+      for (float g : {payload_nan, std::numeric_limits<float>::infinity()}) {
+        INFO("g " << g);
+        std::vector<float> nv(static_cast<size_t>(n));
+        ref.nvfp4_dequantize(q.data(), s.data(), g, rows, k, nv.data());
+        got.assign(nv.size(), 0xdead);
+        table.nvfp4_dequantize16(q.data(), s.data(), g, rows, k, got.data(), bf16);
+        CHECK(got == codec_rounded(nv, bf16));
       }
     }
   }
