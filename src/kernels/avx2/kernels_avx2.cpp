@@ -958,9 +958,10 @@ struct DqOut16 {
 // values is finite or an infinity), else with the checked policy. One scan
 // of the stretch's scales (its bytes, a 32nd of the output's for NVFP4) in
 // place of a compare and a mask move per 16 values. On a Zen 4 whose VM
-// hides AVX-512, 2 threads, through the library (tools/ab/ab_ops.c,
-// OUT=bf16): the check removed altogether read NVFP4 1.06x, NF4 1.05-1.09x,
-// MXFP4 1.05-1.13x (256 x 2048 and 1024 x 4096).
+// hides AVX-512, 2 threads, A/B through the library (tools/ab/ab_ops.c),
+// same bits, 256 x 2048 and 1024 x 2048-4096: fp16 out NVFP4 1.10-1.11x,
+// NF4 1.04-1.07x; bf16 out NVFP4 1.03-1.06x, NF4 1.00-1.06x, MXFP4
+// 1.03-1.05x; fp32 out (unchecked before) 0.99-1.00x.
 constexpr int64_t kDqStretch = 1024;
 template <class Out, class NanFree, class Body>
 void dq_stretches(const Out& out, int64_t n, NanFree&& nan_free, Body&& body) {
