@@ -427,9 +427,9 @@ inline __m256i load_group32(const uint8_t* p, bool half) {
 // The base of x for each row of W of a group of R rows (the byte-table
 // and byte-plane kernels below): one address, made opaque for rows r > 0
 // by an empty asm, so that every row loads x again, as a memory operand of
-// its FMAs (the load ports: three a cycle on a Zen 4), where GCC kept a
-// group's x vectors in registers across the rows and spilled the
-// accumulators, partial sums and decode constants for them (NVFP4 M = 1:
+// its FMAs (the load ports: two 32-byte loads a cycle on a Zen 4), where
+// GCC kept a group's x vectors in registers across the rows and spilled
+// the accumulators, partial sums and decode constants for them (NVFP4 M = 1:
 // 10 stack accesses in the 166 instructions of two groups of two rows; 157
 // and none now). As the AVX-512 GEMV does at M = 2-3. On a Zen 4 whose VM
 // hides AVX-512, kernel A/B in one process, same bits: one thread, 256
