@@ -15,7 +15,11 @@ than once (a busy neighbour lowers every figure).
     N=20 python3 tools/ab/pipe_pairs.py mul+unpck+slld+and+mul+shufb
 
 A mix is kinds joined by '+'; the loop holds N operations (default 8)
-taking the kinds in turn. Kinds: see KINDS below.
+taking the kinds in turn. Kinds: see KINDS below. Every kind but fma is
+independent of the others; an FMA always reads its destination, so fma
+forms one chain per destination register and, in a mix with fewer than
+about 8 of them per loop, measures its latency (4 cycles) instead of its
+pipes: use mul for the FMA pipes.
 """
 import os
 import subprocess
