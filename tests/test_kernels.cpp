@@ -3172,13 +3172,13 @@ TEST_CASE("fast-mode session linears keep tiled codes where the table reads them
         Q4_session_destroy(s);
       }
       // The tiles: the 64 rows of the four full groups of 16, K/2 bytes each
-      // (where the table reads them, i8_reads_tile_scales: NF4's K/64 fp32
-      // absmax; NVFP4's and MXFP4's E4M3 scales in spans of 64 blocks, and a
-      // flag byte per group).
+      // (where the table reads them, i8_reads_tile_absmax: NF4's K/64 fp32
+      // absmax; i8_reads_tile_scales: NVFP4's and MXFP4's E4M3 scales in
+      // spans of 64 blocks, and a flag byte per group).
       const int64_t tiles =
-          64 * k / 2 + (!kt.i8_reads_tile_scales  ? 0
-                        : format == Q4_FORMAT_NF4 ? 64 * (k / 64) * 4
-                                                  : 4 * kern::i8_tile_scale_group_bytes(k) + 4);
+          64 * k / 2 + (format == Q4_FORMAT_NF4
+                            ? (kt.i8_reads_tile_absmax ? 64 * (k / 64) * 4 : 0)
+                            : (kt.i8_reads_tile_scales ? 4 * kern::i8_tile_scale_group_bytes(k) + 4 : 0));
       CHECK(bytes[1] - bytes[0] == (kt.i8_reads_tiles ? tiles : 0));
     }
   }

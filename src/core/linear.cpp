@@ -226,9 +226,9 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
 // 1.2-1.3x on an AVX2 Zen 3 when the tiles came, 0.9-1.1x against the
 // faster row GEMV there since), kept beside the row form that every other
 // kernel reads: N*K/2 more bytes (where the table reads them too,
-// i8_reads_tile_scales: NF4's absmax regrouped, NVFP4's and MXFP4's E4M3
-// scales in the GEMV's transposed order, kern::i8_tile_scales), counted in
-// the linear's bytes.
+// i8_reads_tile_absmax: NF4's absmax regrouped; i8_reads_tile_scales:
+// NVFP4's and MXFP4's E4M3 scales in the GEMV's transposed order,
+// kern::i8_tile_scales), counted in the linear's bytes.
 void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters& c) {
   const kern::KernelTable& kt = kern::table_for(active_isa());
   if (st.on_cuda() || st.ops.math_mode != Q4_MATH_FAST || p.path != CpuPath::Kernel || p.e8m0_scales ||
@@ -239,8 +239,7 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
   uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
   kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads);
   p.tiles = t;
-  if (!kt.i8_reads_tile_scales) return;
-  if (p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
+  if (kt.i8_reads_tile_scales && p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
     // (N*K/16 + N/16 bytes more: the E4M3 scales as the GEMV transposes
     // them, and a flag per group of 16 rows)
     const int64_t groups = p.n / 16;
@@ -250,7 +249,7 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
     p.tile_scales = ts;
     p.tile_flags = tf;
   }
-  if (p.format == Q4_FORMAT_NF4 && p.absmax != nullptr && p.k % p.blocksize == 0) {
+  if (kt.i8_reads_tile_absmax && p.format == Q4_FORMAT_NF4 && p.absmax != nullptr && p.k % p.blocksize == 0) {
     // (N*K/blocksize floats more: the absmax in the same groups of rows)
     auto* a = reinterpret_cast<float*>(allocate(
         p, c, kern::i8_tile_absmax_floats(p.n, p.k, p.blocksize) * static_cast<int64_t>(sizeof(float))));

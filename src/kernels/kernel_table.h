@@ -409,10 +409,11 @@ struct KernelTable {
   // for such a table.
   bool i8_reads_tiles = false;
   // With i8_reads_tiles: whether they also read NvWeights::tile_scales /
-  // tile_flags and Nf4Weights::tile_absmax (the AVX-512 tables; the AVX2
-  // GEMV stages each group's scales from the row form), which the linears
-  // then keep too.
+  // tile_flags (the AVX-512 and AVX2 tables), and Nf4Weights::tile_absmax
+  // (the AVX-512 tables; the AVX2 GEMV stages each group's absmax from the
+  // row form), which the linears then keep too.
   bool i8_reads_tile_scales = false;
+  bool i8_reads_tile_absmax = false;
   // Whether nvfp4_gemv (as NvWeights::e8m0 says) and i8_gemv_nvfp4 read
   // NvWeights::e8m0 (the AVX-512 tables: decoded in registers as they reach
   // each group of rows, so MXFP4's scales cross memory once, as E8M0).

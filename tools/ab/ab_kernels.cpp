@@ -27,7 +27,9 @@
 // any value, zero and subnormal ones among them), AB_TILES=b (bit 0: the
 // old side, bit 1: the new side also gets the codes in the tile order of
 // i8_tile_codes, NvWeights::tiles / Nf4Weights::tiles, as a fast-mode
-// session linear does; a table that does not read tiles ignores them),
+// session linear does, with the scales and absmax in the tile order for a
+// table that reads those too; a table that does not read tiles ignores
+// them),
 // AB_Q_ALIGN=a[,b] (the weight codes start at a byte a mod 64 on the old
 // side and b, default a, on the new side: with the same table on both
 // sides, the cost of a misaligned weight measured in one process; unset,
@@ -99,7 +101,8 @@ std::array<int32_t, 2> side_pair(const char* name, int32_t unset) {
 }
 
 struct Copy {  // one copy of the operands
-  std::vector<uint8_t> q, s, e8m0, tiles;
+  std::vector<uint8_t> q, s, e8m0, tiles, tile_scales, tile_flags;
+  std::vector<float> tile_absmax;
   std::vector<uint8_t> qa[2];                 // AB_Q_ALIGN copies of q per side
   const uint8_t* qp[2] = {nullptr, nullptr};  // the codes each side reads
   std::vector<float> absmax, x;
@@ -198,6 +201,14 @@ int main(int argc, char** argv) {
     if (with_tiles) {
       c.tiles.resize(static_cast<size_t>(i8_tile_bytes(n, k)));
       i8_tile_codes(c.qp[0], n, k, c.tiles.data());
+      // The scales and absmax in the tile order too (a side's table reads
+      // them where i8_reads_tile_scales / _absmax say, as a linear keeps
+      // them).
+      c.tile_scales.resize(static_cast<size_t>(n / 16 * i8_tile_scale_group_bytes(k)));
+      c.tile_flags.resize(static_cast<size_t>(n / 16));
+      i8_tile_scales(c.s.data(), n, k, c.tile_scales.data(), c.tile_flags.data());
+      c.tile_absmax.resize(static_cast<size_t>(i8_tile_absmax_floats(n, k, 64)));
+      i8_tile_absmax(c.absmax.data(), n, k, 64, c.tile_absmax.data());
     }
   }
 
@@ -252,6 +263,10 @@ int main(int argc, char** argv) {
     if ((signs & (1 << t)) != 0) w.signs = &sg;
     const bool tiled = with_tiles && (tiles_bits & (1 << t)) != 0;
     if (tiled) w.tiles = c.tiles.data();
+    if (tiled && kt.i8_reads_tile_scales && !mx) {
+      w.tile_scales = c.tile_scales.data();
+      w.tile_flags = c.tile_flags.data();
+    }
     if (mx) {
       w.s = nullptr;
       w.e8m0 = c.e8m0.data();
@@ -265,6 +280,7 @@ int main(int argc, char** argv) {
     f.blocksize = 64;
     f.block_shift = 6;
     if (tiled) f.tiles = c.tiles.data();
+    if (tiled && kt.i8_reads_tile_absmax) f.tile_absmax = c.tile_absmax.data();
     const ActRows xr(x.data());
     float* yt = y[t].data();
     if (op == "gemv-nvfp4" || op == "gemv-mxfp4") {

@@ -242,9 +242,23 @@ struct I8yNvfp4 {
       : w(wt), kb(wt.k / 16), negative(neg) {}
   static constexpr bool kEvenLow = true;                    // element 2j in the low nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNvfp4;  // the largest biased weight
+  static constexpr bool kTileScales = true;                 // tile_group() may give them
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const uint8_t* tiles() const { return w.tiles; }
+  // The tiled group of 16 rows at j0's scale codes (NvWeights::tile_scales,
+  // i8_tile_scales' order), or null: none, or the sign rule asked (stage()
+  // checks it).
+  const void* tile_group(int64_t j0) const {
+    return w.tile_scales != nullptr && w.signs == nullptr
+               ? w.tile_scales + j0 / 16 * i8_tile_scale_group_bytes(w.k)
+               : nullptr;
+  }
+  bool tile_group_normal(int64_t j0) const { return (w.tile_flags[j0 / 16] & 1) != 0; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    if (n == 16 && r0 % 16 == 0 && tile_group(r0) != nullptr) {  // (a tiled group, as the GEMV reads it)
+      *bytes = i8_tile_scale_group_bytes(w.k);
+      return static_cast<const char*>(tile_group(r0));
+    }
     return nvfp4_scale_span(w, r0, n, bytes);
   }
   // Stages the scale codes of rows j0 + rr[0..7]: st[c * kI8yStagedPerChunk]
@@ -305,6 +319,22 @@ struct I8yNvfp4 {
     for (int q = 0; q < 4; ++q)
       sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
   }
+  // staged()'s scales of half hh of a tiled group from its tile scales ts
+  // (tile_group): block 4c + q of the 16 rows is 16 bytes at 1024 (c / 16)
+  // + 256 (c % 4) + 64 q + 16 ((c % 16) / 4), the half's rows its 8 at + 8
+  // hh, zero-extended by one load each; normal as staged().
+  __attribute__((always_inline)) void tile_staged(const void* ts, int64_t c, int hh, bool normal,
+                                                  __m256 (&sc)[4]) const {
+    const uint8_t* p =
+        static_cast<const uint8_t*>(ts) + c / 16 * 1024 + (c % 4) * 256 + (c % 16) / 4 * 16 + int64_t{8} * hh;
+    for (int64_t q = 0; q < 4; ++q) {
+      const __m256i g = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 64 * q)));
+      sc[q] =
+          normal
+              ? _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(g, 20), _mm256_set1_epi32(120 << 23)))
+              : i8y_e4m3_decode8(g);
+    }
+  }
 };
 
 // MXFP4's E8M0 scales in place (NvWeights::e8m0 with s null, every byte
@@ -314,6 +344,11 @@ struct I8yNvfp4 {
 // keep no branch for it (one there cost NVFP4 M = 1-4 7-10 %).
 struct I8yMx : I8yNvfp4 {
   using I8yNvfp4::I8yNvfp4;
+  static constexpr bool kTileScales = false;
+  const void* tile_group(int64_t /*j0*/) const { return nullptr; }  // (MXFP4 linears keep no tiles)
+  const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
+    return nvfp4_scale_span(w, r0, n, bytes);
+  }
   // st[c * kI8yStagedPerChunk] dword r: the E8M0 bytes of chunk c of row
   // rr[r] in its low 16 bits. A 32-byte load per row holds 16 chunks: after
   // the transpose, dword d of row r holds chunks 2d and 2d + 1.
@@ -358,8 +393,14 @@ struct I8yNf4 {
       : w(wt), per(wt.block_shift >= 6 ? 4 : (wt.block_shift == 5 ? 2 : 1)) {}
   static constexpr bool kEvenLow = false;                 // element 2j in the high nibble
   static constexpr int32_t kMaxBiased = kI8MaxBiasedNf4;  // the largest biased weight
+  static constexpr bool kTileScales = false;
   const uint8_t* row(int64_t r) const { return w.q + r * (w.k / 2); }
   const uint8_t* tiles() const { return w.tiles; }
+  // (The staged absmax serve tiled groups too: read from the linear's
+  // Nf4Weights::tile_absmax per chunk instead, on a Zen 4, one-process A/B,
+  // same bits, 0.98-1.01x at M = 1 and 8, in cache and from DRAM.)
+  static const void* tile_group(int64_t /*j0*/) { return nullptr; }
+  static bool tile_group_normal(int64_t /*j0*/) { return true; }
   const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
     return nf4_scale_span(w, r0, n, bytes);
   }
@@ -709,10 +750,14 @@ constexpr int64_t kI8yTileL2PrefetchBytes = 16384;
 // decode without its check: on an AVX2 Zen 3, 2 threads, A/B in one
 // process, same bits, tiled M = 1-2 in cache NVFP4 and NF4 1.03-1.09x
 // (4096^2, 11008x4096), MXFP4 1.00-1.03x, from DRAM 1.00x.
-template <int M, int H, bool kVnni, class Fmt, bool kNormal = false>
+//
+// kTileSc: the scales from the group's tile scales ts (Fmt::tile_group;
+// half0: the first half taken) instead of the staged st.
+template <int M, int H, bool kVnni, class Fmt, bool kNormal = false, bool kTileSc = false>
 void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int64_t rb, const __m256i* st,
                       const bool* normal, __m256i lut, int64_t chunks, NextGroupPrefetch* next, float post,
-                      float* y, int64_t ldy, int32_t nrows, const uint8_t* tile) {
+                      float* y, int64_t ldy, int32_t nrows, const uint8_t* tile, const void* ts = nullptr,
+                      int half0 = 0) {
   static_assert(H == 1 || H == 2, "one or both halves of a group of 16 rows");
   const __m256i nib = _mm256_set1_epi8(0x0f);
   // The loops over rows of x (i), halves (hh) and blocks (e) unrolled by
@@ -748,7 +793,11 @@ void i8y_direct_group(const I8Staged& x, const Fmt& f, const uint8_t* rows, int6
 #pragma GCC unroll 2
     for (int hh = 0; hh < H; ++hh) {
       __m256 s4[4];
-      f.staged(st + hh * chunks * kI8yStagedPerChunk, c, kNormal || normal[hh], s4);
+      if constexpr (kTileSc) {
+        f.tile_staged(ts, c, half0 + hh, kNormal || normal[hh], s4);
+      } else {
+        f.staged(st + hh * chunks * kI8yStagedPerChunk, c, kNormal || normal[hh], s4);
+      }
       for (int64_t q = 0; q < 4; ++q) _mm256_store_ps(sc[hh][q], s4[q]);
     }
     for (int64_t h = 0; h < 2; ++h) {
@@ -848,30 +897,50 @@ void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int3
     // kI8yTileBothMaxRows rows of x (each line of the stream read once).
     if (f.tiles() != nullptr && j0 % 16 == 0 && j0 + 16 <= n1) {
       const uint8_t* tile = f.tiles() + j0 * rb;
-      const bool normal[2] = {f.stage(j0, all, chunks, st), f.stage(j0 + 8, all, chunks, st + staged)};
+      // The group's scales from the weight's tile scales where it keeps
+      // them (a session linear, Fmt::tile_group), else staged from its rows.
+      const void* ts = f.tile_group(j0);
+      bool normal[2];
+      if (ts != nullptr) {
+        normal[0] = normal[1] = f.tile_group_normal(j0);
+      } else {
+        normal[0] = f.stage(j0, all, chunks, st);
+        normal[1] = f.stage(j0 + 8, all, chunks, st + staged);
+      }
       NextGroupPrefetch next(
           [&](int64_t r0, int64_t n, int64_t* bytes) { return f.scale_span(r0, n, bytes); }, f.row(0), rb,
           j0 + 16, std::min<int64_t>(16, n1 - j0 - 16), chunks, false);
-      for (int32_t g = 0; g < groups; ++g) {
-        float* yg = y + static_cast<int64_t>(g) * kI8yDirectGroup * ldy + (j0 - n0);
-        NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
-        with_rows<kI8yDirectGroup>(xg[g].gm, [&](auto r) {
-          constexpr int M = decltype(r)::value;
-          if constexpr (M <= kI8yTileBothMaxRows) {
-            if (normal[0] && normal[1]) {
-              i8y_direct_group<M, 2, kVnni, Fmt, true>(xg[g], f, nullptr, rb, st, normal, lut, chunks, ng,
-                                                       post, yg, ldy, 16, tile);
+      // Both halves' kernels, with the scales from the tiles (kTileSc) or
+      // staged.
+      auto run = [&](auto tile_sc) {
+        constexpr bool kTileSc = decltype(tile_sc)::value;
+        for (int32_t g = 0; g < groups; ++g) {
+          float* yg = y + static_cast<int64_t>(g) * kI8yDirectGroup * ldy + (j0 - n0);
+          NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
+          with_rows<kI8yDirectGroup>(xg[g].gm, [&](auto r) {
+            constexpr int M = decltype(r)::value;
+            if constexpr (M <= kI8yTileBothMaxRows) {
+              if (normal[0] && normal[1]) {
+                i8y_direct_group<M, 2, kVnni, Fmt, true, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
+                                                                  chunks, ng, post, yg, ldy, 16, tile, ts);
+              } else {
+                i8y_direct_group<M, 2, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
+                                                                   chunks, ng, post, yg, ldy, 16, tile, ts);
+              }
             } else {
-              i8y_direct_group<M, 2, kVnni>(xg[g], f, nullptr, rb, st, normal, lut, chunks, ng, post, yg, ldy,
-                                            16, tile);
+              i8y_direct_group<M, 1, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
+                                                                 chunks, ng, post, yg, ldy, 8, tile, ts, 0);
+              i8y_direct_group<M, 1, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st + staged,
+                                                                 normal + 1, lut, chunks, nullptr, post,
+                                                                 yg + 8, ldy, 8, tile + 32, ts, 1);
             }
-          } else {
-            i8y_direct_group<M, 1, kVnni>(xg[g], f, nullptr, rb, st, normal, lut, chunks, ng, post, yg, ldy,
-                                          8, tile);
-            i8y_direct_group<M, 1, kVnni>(xg[g], f, nullptr, rb, st + staged, normal + 1, lut, chunks,
-                                          nullptr, post, yg + 8, ldy, 8, tile + 32);
-          }
-        });
+          });
+        }
+      };
+      if (Fmt::kTileScales && ts != nullptr) {
+        if constexpr (Fmt::kTileScales) run(std::true_type{});
+      } else {
+        run(std::false_type{});
       }
       j0 += 16;
       continue;

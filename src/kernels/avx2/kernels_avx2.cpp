@@ -1875,8 +1875,9 @@ const KernelTable& avx2_table() {
     // nvfp4_gemv (scales8_e8m0) and i8_gemv_nvfp4 (I8yMx::stage) read
     // MXFP4's E8M0 scales in place.
     f.reads_e8m0 = true;
-    f.i8_gemv_max_m = 16;     // (int8_gemv_avx2.h: the direct GEMV against the panels)
-    f.i8_reads_tiles = true;  // i8y_gemv_direct, every m
+    f.i8_gemv_max_m = 16;           // (int8_gemv_avx2.h: the direct GEMV against the panels)
+    f.i8_reads_tiles = true;        // i8y_gemv_direct, every m
+    f.i8_reads_tile_scales = true;  // (I8yNvfp4::tile_staged; NF4's absmax staged)
     // Measured on an AVX2-only EPYC (Zen 3 class): the integer kernels beat
     // exact at every M (1.4-1.7x at M = 16..512), so fast mode is integer
     // everywhere and its bits do not depend on M.

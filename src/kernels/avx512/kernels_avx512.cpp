@@ -1845,7 +1845,8 @@ const KernelTable& avx512_table() {
     f.i8_gemv_nf4 = to_l2 ? i8_gemv_nf4_avx512<false, true, false> : i8_gemv_nf4_avx512<false, false, false>;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;        // i8_gemv_direct, every m
-    f.i8_reads_tile_scales = true;  // (I8zNvfp4, I8zNf4)
+    f.i8_reads_tile_scales = true;  // (I8zNvfp4)
+    f.i8_reads_tile_absmax = true;  // (I8zNf4)
     f.i8_tile_group = i8_tile_group_avx512;
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     f.reads_e8m0 = true;   // nvfp4_gemv (Gemv128MxScale), i8_gemv_nvfp4 (I8zNvfp4)

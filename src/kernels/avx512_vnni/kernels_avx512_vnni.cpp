@@ -41,7 +41,8 @@ const KernelTable& avx512_vnni_table() {
     f.i8_pack_nf4 = i8_pack_nf4_avx512;
     f.i8_gemv_max_m = kI8DirectMaxRows;
     f.i8_reads_tiles = true;        // i8_gemv_direct, every m
-    f.i8_reads_tile_scales = true;  // (I8zNvfp4, I8zNf4)
+    f.i8_reads_tile_scales = true;  // (I8zNvfp4)
+    f.i8_reads_tile_absmax = true;  // (I8zNf4)
     f.i8_tile_group = i8_tile_group_avx512;
     f.i8_tile_scale_group = i8_tile_scale_group_avx512;
     return f;
