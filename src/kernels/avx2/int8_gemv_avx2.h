@@ -319,10 +319,9 @@ struct I8yNvfp4 {
     for (int q = 0; q < 4; ++q)
       sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
   }
-  // staged()'s scales of half hh of a tiled group from its tile scales ts
-  // (tile_group): block 4c + q of the 16 rows is 16 bytes at 1024 (c / 16)
-  // + 256 (c % 4) + 64 q + 16 ((c % 16) / 4), the half's rows its 8 at + 8
-  // hh, zero-extended by one load each; normal as staged().
+  // The 8 codes of block 4c + q of half hh of a tiled group in its tile
+  // scales ts (tile_group): the block's 16 rows are 16 bytes at 1024 (c /
+  // 16) + 256 (c % 4) + 64 q + 16 ((c % 16) / 4), the half's 8 at + 8 hh.
   static const uint8_t* tile_codes8(const void* ts, int64_t c, int hh, int64_t q) {
     return static_cast<const uint8_t*>(ts) + c / 16 * 1024 + (c % 4) * 256 + (c % 16) / 4 * 16 +
            int64_t{8} * hh + 64 * q;
@@ -334,6 +333,8 @@ struct I8yNvfp4 {
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile_codes8(ts, c, hh, q))));
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(g, 20), _mm256_set1_epi32(120 << 23)));
   }
+  // staged()'s scales of half hh from the tile scales (each block's codes
+  // zero-extended by one load; normal as staged()).
   __attribute__((always_inline)) void tile_staged(const void* ts, int64_t c, int hh, bool normal,
                                                   __m256 (&sc)[4]) const {
     for (int64_t q = 0; q < 4; ++q) {
@@ -351,11 +352,10 @@ struct I8yNvfp4 {
 // keep no branch for it (one there cost NVFP4 M = 1-4 7-10 %).
 struct I8yMx : I8yNvfp4 {
   using I8yNvfp4::I8yNvfp4;
+  // (A stateless product's E8M0 scales: never tiled. Linears run MXFP4 in
+  // its NVFP4 form, on I8yNvfp4.)
   static constexpr bool kTileScales = false;
-  const void* tile_group(int64_t /*j0*/) const { return nullptr; }  // (MXFP4 linears keep no tiles)
-  const char* scale_span(int64_t r0, int64_t n, int64_t* bytes) const {
-    return nvfp4_scale_span(w, r0, n, bytes);
-  }
+  static const void* tile_group(int64_t /*j0*/) { return nullptr; }
   // st[c * kI8yStagedPerChunk] dword r: the E8M0 bytes of chunk c of row
   // rr[r] in its low 16 bits. A 32-byte load per row holds 16 chunks: after
   // the transpose, dword d of row r holds chunks 2d and 2d + 1.
