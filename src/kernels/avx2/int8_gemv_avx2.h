@@ -103,6 +103,13 @@ inline void i8y_transpose_dwords(const __m256i (&z)[4], __m256i (&T)[4]) {
   T[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+// 8 E4M3 codes (the low 8 bytes of c) that are all normal and positive ->
+// fp32, by the plain bit mapping (code << 20) + (120 << 23).
+inline __m256 i8y_e4m3_normal8(__m128i c) {
+  return _mm256_castsi256_ps(
+      _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(c), 20), _mm256_set1_epi32(120 << 23)));
+}
+
 // 8 E4M3 codes (one per dword, low byte) -> fp32, exactly as e4m3_decode.
 inline __m256 i8y_e4m3_decode8(__m256i c) {
   const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
@@ -320,27 +327,25 @@ struct I8yNvfp4 {
       sc[q] = i8y_e4m3_decode8(_mm256_and_si256(_mm256_srli_epi32(g, 8 * q), _mm256_set1_epi32(0xff)));
   }
   // The 8 codes of block 4c + q of half hh of a tiled group in its tile
-  // scales ts (tile_group): the block's 16 rows are 16 bytes at 1024 (c /
-  // 16) + 256 (c % 4) + 64 q + 16 ((c % 16) / 4), the half's 8 at + 8 hh.
-  static const uint8_t* tile_codes8(const void* ts, int64_t c, int hh, int64_t q) {
-    return static_cast<const uint8_t*>(ts) + c / 16 * 1024 + (c % 4) * 256 + (c % 16) / 4 * 16 +
-           int64_t{8} * hh + 64 * q;
+  // scales ts (tile_group), in the low 8 bytes: the block's 16 rows are 16
+  // bytes at 1024 (c / 16) + 256 (c % 4) + 64 q + 16 ((c % 16) / 4), the
+  // half's 8 at + 8 hh.
+  static __m128i tile_codes8(const void* ts, int64_t c, int hh, int64_t q) {
+    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(ts) + c / 16 * 1024 +
+                                                            (c % 4) * 256 + (c % 16) / 4 * 16 +
+                                                            int64_t{8} * hh + 64 * q));
   }
   // Block 4c + q's scales of the half, every code normal and positive.
   __attribute__((always_inline)) static __m256 tile_scale_normal(const void* ts, int64_t c, int hh,
                                                                  int64_t q) {
-    const __m256i g =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile_codes8(ts, c, hh, q))));
-    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(g, 20), _mm256_set1_epi32(120 << 23)));
+    return i8y_e4m3_normal8(tile_codes8(ts, c, hh, q));
   }
-  // staged()'s scales of half hh from the tile scales (each block's codes
-  // zero-extended by one load; normal as staged()).
+  // staged()'s scales of half hh from the tile scales (normal as staged()).
   __attribute__((always_inline)) void tile_staged(const void* ts, int64_t c, int hh, bool normal,
                                                   __m256 (&sc)[4]) const {
     for (int64_t q = 0; q < 4; ++q) {
-      sc[q] = normal ? tile_scale_normal(ts, c, hh, q)
-                     : i8y_e4m3_decode8(_mm256_cvtepu8_epi32(
-                           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile_codes8(ts, c, hh, q)))));
+      const __m128i g = tile_codes8(ts, c, hh, q);
+      sc[q] = normal ? i8y_e4m3_normal8(g) : i8y_e4m3_decode8(_mm256_cvtepu8_epi32(g));
     }
   }
 };

@@ -376,15 +376,10 @@ inline __m128i scale_codes8(const uint8_t* s) {
   return _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s)),
                           _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1));
 }
-// Codes that are all normal and positive -> fp32 (the plain bit mapping).
-inline __m256 scales8_normal(__m128i codes) {
-  return _mm256_castsi256_ps(
-      _mm256_add_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(codes), 20), _mm256_set1_epi32(120 << 23)));
-}
 inline __m256 scales8(const uint8_t* s, int64_t n) {
   if (n == 8) {
     const __m128i b = scale_codes8(s);
-    if ((i8y_excess_normal_mask(i8y_code_excess(b)) & 0xff) == 0xff) return scales8_normal(b);
+    if ((i8y_excess_normal_mask(i8y_code_excess(b)) & 0xff) == 0xff) return i8y_e4m3_normal8(b);
     return e4m3_decode8(_mm256_cvtepu8_epi32(b));
   }
   alignas(32) float sc[8];
@@ -599,7 +594,7 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
           sv[r] = scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, 8, w.e8m0_t);
         } else {
           const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
-          sv[r] = kMode == 0 ? scales8(s, 8) : scales8_normal(scale_codes8(s));
+          sv[r] = kMode == 0 ? scales8(s, 8) : i8y_e4m3_normal8(scale_codes8(s));
         }
       }
       group(g0, H0{}, false);
