@@ -243,44 +243,87 @@ TEST_CASE("every ISA variant: quantize at the E2M1 rounding boundaries equals th
   // Elements at t * d and a few ulps around it for every E2M1 threshold t
   // (the ties 0.25, 0.75, ..., 5), both signs, zeros and tiny values, under
   // global scales that take the division-free path of the AVX-512 encoder
-  // and scales outside its window (d < 2^-90, d > 2^90: IEEE division).
+  // and scales outside its window (d < 2^-90, d > 2^90: IEEE division),
+  // and at g = 1 quotients just under and over the AVX2 encoder's
+  // clamp-free bound (|x| / d < 7: blocks whose subnormal scale rounded
+  // down, below). fp32 input, and bf16 input (the same
+  // thresholds, bf16 ulps around them; every such value a bf16) against
+  // the scalar table's bytes for its fp32 values.
   const float thresholds[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
   const int64_t k = 256;
-  std::vector<float> xs;
-  for (uint32_t lead = 0x38; lead < 0x7f; lead += 5) {  // E4M3 scale codes of the blocks
-    for (float t : thresholds) {
-      std::vector<float> blk(16, 0.0f);
-      blk[0] = 6.0f * q4::fmt::e4m3_decode(lead);  // block amax: scale code `lead` at g = 1
-      const float d = q4::fmt::e4m3_decode(lead);
-      const float c = t * d;
-      int j = 1;
-      for (int ulps = -3; ulps <= 3 && j < 16; ++ulps, ++j) {
-        float v = c;
-        for (int u = 0; u < std::abs(ulps); ++u) v = std::nextafter(v, ulps < 0 ? 0.0f : 1e30f);
-        blk[static_cast<size_t>(j)] = (ulps % 2 == 0) ? v : -v;
+  for (const bool bf16 : {false, true}) {
+    // One ulp of fp32, or of bf16 (2^16 fp32 ulps), up or down from v > 0.
+    const auto step = [bf16](float v, bool up) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const uint32_t by = bf16 ? 0x10000u : 1u;
+      u = up ? u + by : u - by;
+      std::memcpy(&v, &u, 4);
+      return v;
+    };
+    std::vector<float> xs;
+    for (uint32_t lead = 0x38; lead < 0x7f; lead += 5) {  // E4M3 scale codes of the blocks
+      for (float t : thresholds) {
+        std::vector<float> blk(16, 0.0f);
+        blk[0] = 6.0f * q4::fmt::e4m3_decode(lead);  // block amax: scale code `lead` at g = 1
+        const float d = q4::fmt::e4m3_decode(lead);
+        const float c = t * d;
+        int j = 1;
+        for (int ulps = -3; ulps <= 3 && j < 16; ++ulps, ++j) {
+          float v = c;
+          for (int u = 0; u < std::abs(ulps); ++u) v = step(v, ulps > 0);
+          blk[static_cast<size_t>(j)] = (ulps % 2 == 0) ? v : -v;
+        }
+        blk[14] = -0.0f;
+        blk[15] = bf16 ? std::ldexp(1.0f, -133) : 1e-42f;  // (a subnormal bf16 too)
+        xs.insert(xs.end(), blk.begin(), blk.end());
       }
-      blk[14] = -0.0f;
-      blk[15] = 1e-42f;
-      xs.insert(xs.end(), blk.begin(), blk.end());
     }
-  }
-  while (xs.size() % k != 0) xs.push_back(0.5f);
-  const int64_t rows = static_cast<int64_t>(xs.size()) / k;
-  Tensor x({rows, k}, t::f32());
-  for (size_t i = 0; i < xs.size(); ++i) x.set(static_cast<int64_t>(i), xs[i]);
-  for (float g : {1.0f, 0.7f, 1.3f / 1024.0f, 3e-30f, 1e33f}) {
-    Tensor q0({rows, k / 2}, t::u8()), s0({rows, k / 16}, t::u8());
-    {
-      t::IsaCap scalar(Q4_ISA_SCALAR);
-      REQUIRE(NVFP4_quantize(x.t(), q0.t(), s0.t(), 0, g, nullptr, nullptr) == Q4_OK);
+    // Blocks whose scale at g = 1 is a subnormal E4M3 code j (d = j 2^-9)
+    // rounded down from amax / 6 = (j + f) 2^-9: quotients up to 6 (1 +
+    // f / j), 6.5 to 9 for f near 1/2, so that a group of 8 blocks holds
+    // elements at and around 5, 6, 6.5, 7 and 8 d both inside and outside
+    // the clamp-free bound.
+    for (int j = 1; j <= 7; ++j) {
+      for (float f : {0.25f, 0.375f, 0.5f}) {
+        std::vector<float> blk(16, 0.0f);
+        const float d = std::ldexp(static_cast<float>(j), -9);
+        const float amax = step(std::ldexp(6.0f * (static_cast<float>(j) + f), -9), false);
+        blk[0] = amax;
+        int e = 1;
+        for (float t : {5.0f, 6.0f, 6.5f, 7.0f, 8.0f}) {
+          for (const float v : {t * d, step(t * d, false), step(t * d, true)}) {
+            if (v <= amax && e < 16) {
+              blk[static_cast<size_t>(e)] = e % 2 == 0 ? v : -v;
+              ++e;
+            }
+          }
+        }
+        xs.insert(xs.end(), blk.begin(), blk.end());
+      }
     }
-    for (int32_t isa : t::runnable_isas()) {
-      t::IsaCap guard(isa);
-      INFO("isa " << Q4_isa_name(isa) << " g " << g);
-      Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
-      REQUIRE(NVFP4_quantize(x.t(), q.t(), s.t(), 0, g, nullptr, nullptr) == Q4_OK);
-      CHECK(same_bytes(q, q0));
-      CHECK(same_bytes(s, s0));
+    while (xs.size() % k != 0) xs.push_back(0.5f);
+    const int64_t rows = static_cast<int64_t>(xs.size()) / k;
+    Tensor x({rows, k}, t::f32()), xb({rows, k}, t::bf16());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      x.set(static_cast<int64_t>(i), xs[i]);
+      xb.set(static_cast<int64_t>(i), xs[i]);
+      if (bf16) REQUIRE(xb.get(static_cast<int64_t>(i)) == xs[i]);  // (exact: a bf16 value)
+    }
+    for (float g : {1.0f, 0.7f, 1.3f / 1024.0f, 3e-30f, 1e33f}) {
+      Tensor q0({rows, k / 2}, t::u8()), s0({rows, k / 16}, t::u8());
+      {
+        t::IsaCap scalar(Q4_ISA_SCALAR);
+        REQUIRE(NVFP4_quantize(x.t(), q0.t(), s0.t(), 0, g, nullptr, nullptr) == Q4_OK);
+      }
+      for (int32_t isa : t::runnable_isas()) {
+        t::IsaCap guard(isa);
+        INFO("isa " << Q4_isa_name(isa) << " g " << g << " bf16 input " << bf16);
+        Tensor q({rows, k / 2}, t::u8()), s({rows, k / 16}, t::u8());
+        REQUIRE(NVFP4_quantize((bf16 ? xb : x).t(), q.t(), s.t(), 0, g, nullptr, nullptr) == Q4_OK);
+        CHECK(same_bytes(q, q0));
+        CHECK(same_bytes(s, s0));
+      }
     }
   }
 }

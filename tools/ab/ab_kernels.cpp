@@ -10,7 +10,8 @@
 //
 // OP: gemv-nvfp4, gemv-nf4, gemv-mxfp4 (exact GEMV entries); i8-nvfp4,
 // i8-nf4, i8-mxfp4 (integer GEMV entries, activations quantized once);
-// quant-nvfp4, quant-nf4, quant-nf4-bf16, quant-mxfp4 (N x K input);
+// quant-nvfp4, quant-nf4, quant-mxfp4 (N x K input) and their bf16-input
+// forms quant-nvfp4-bf16, quant-nf4-bf16, quant-mxfp4-bf16;
 // prod-nvfp4, prod-nf4 (the exact products through the library's driver,
 // linear_nvfp4 / linear_nf4: the GEMV, small-batch or panel GEMM its
 // thresholds pick for M, with the table's kernels; threads as the driver
@@ -106,7 +107,7 @@ struct Copy {  // one copy of the operands
   std::vector<uint8_t> qa[2];                 // AB_Q_ALIGN copies of q per side
   const uint8_t* qp[2] = {nullptr, nullptr};  // the codes each side reads
   std::vector<float> absmax, x;
-  std::vector<uint16_t> xb;  // bf16 input of quant-nf4-bf16
+  std::vector<uint16_t> xb;  // bf16 input of the quant-*-bf16 ops
 };
 
 }  // namespace
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 6 ? std::atoi(argv[6]) : 40;
   const int32_t threads = argc > 7 ? std::atoi(argv[7]) : 2;
   const bool quant = op.rfind("quant-", 0) == 0;
+  const bool bf16_in = quant && op.size() > 5 && op.compare(op.size() - 5, 5, "-bf16") == 0;
   const bool actq = op == "actq";
   const bool mx = op.find("mxfp4") != std::string::npos;
   const int signs = std::getenv("AB_SIGNS") != nullptr ? std::atoi(std::getenv("AB_SIGNS")) : 0;
@@ -168,7 +170,7 @@ int main(int argc, char** argv) {
     if (quant) {
       c.x.resize(static_cast<size_t>(n * k));
       for (float& v : c.x) v = nd(rng);
-      if (op == "quant-nf4-bf16") {
+      if (bf16_in) {
         c.xb.resize(c.x.size());
         for (size_t e = 0; e < c.x.size(); ++e) {
           uint32_t u;
@@ -307,14 +309,25 @@ int main(int argc, char** argv) {
         kt.i8_quantize_act(x.data() + a * k, k, b - a, k, aq[t].data() + a * k, k,
                            as[t].data() + a * (k / 16), ac[t].data() + a * (k / 16), k / 16, kI8WeightBias);
       });
-    } else if (op == "quant-nvfp4") {
+    } else if (op == "quant-nvfp4" || op == "quant-nvfp4-bf16") {
       split_rows(threads, n, [&](int64_t a, int64_t b) {
-        kt.nvfp4_quantize_checked(c.x.data() + a * k, b - a, k, 0.5f, qo[t].data() + a * k / 2,
-                                  so[t].data() + a * k / 16);
+        if (bf16_in) {
+          kt.nvfp4_quantize_checked16(c.xb.data() + a * k, true, b - a, k, 0.5f, qo[t].data() + a * k / 2,
+                                      so[t].data() + a * k / 16);
+        } else {
+          kt.nvfp4_quantize_checked(c.x.data() + a * k, b - a, k, 0.5f, qo[t].data() + a * k / 2,
+                                    so[t].data() + a * k / 16);
+        }
       });
-    } else if (op == "quant-mxfp4") {
+    } else if (op == "quant-mxfp4" || op == "quant-mxfp4-bf16") {
       split_rows(threads, n, [&](int64_t a, int64_t b) {
-        kt.mxfp4_quantize(c.x.data() + a * k, b - a, k, qo[t].data() + a * k / 2, so[t].data() + a * k / 32);
+        if (bf16_in) {
+          kt.mxfp4_quantize16(c.xb.data() + a * k, true, b - a, k, qo[t].data() + a * k / 2,
+                              so[t].data() + a * k / 32);
+        } else {
+          kt.mxfp4_quantize(c.x.data() + a * k, b - a, k, qo[t].data() + a * k / 2,
+                            so[t].data() + a * k / 32);
+        }
       });
     } else if (op == "quant-nf4" || op == "quant-nf4-bf16") {
       const FloatPtr in =

@@ -1197,26 +1197,43 @@ inline __m256i e4m3_encode8_nonneg(__m256 v) {
   return _mm256_blendv_epi8(code_s, code_n, normal);
 }
 
+// The fp32 and fp16 inputs' abs16 and signs2 (below) from their fp32
+// bits: |x| by a mask, the signs by three signed saturating packs.
+inline void quant_abs16_bits(__m256i v0, __m256i v1, __m256i (&a)[2], __m256i (&sg)[2]) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  sg[0] = v0;
+  sg[1] = v1;
+  a[0] = _mm256_and_si256(v0, abs_mask);
+  a[1] = _mm256_and_si256(v1, abs_mask);
+}
+inline __m256i quant_signs2_bits(const __m256i (&a)[2], const __m256i (&b)[2]) {
+  return _mm256_packs_epi16(_mm256_packs_epi32(a[0], a[1]), _mm256_packs_epi32(b[0], b[1]));
+}
+
 // Quantize input formats: bits(p), the fp32 bits of 8 consecutive
 // elements (fp16 by vcvtph2ps and bf16 by a shift widen exactly, so the
 // codes are those of the fp32 values; the quantizer reads 16-bit input in
-// place); bits16(p, v), those of 16 elements as two vectors, in element
-// order unless kSplit16: then v[0] holds elements 0-3 and 8-11, v[1] 4-7
-// and 12-15 (bf16: one load and two in-lane unpacks, where two bits()
-// take two loads, two zero extensions and two shifts); abs_max16(p), the
-// |x| bits of 16 elements folded to 8 lanes (a max of pairs, any pairing).
-// On a Zen 4 whose VM hides AVX-512, through the library, one process,
-// bf16 input against bits() only: NVFP4 1.06-1.07x and MXFP4 1.17x in
-// cache (one thread), NVFP4 1.02-1.06x and MXFP4 1.14x from DRAM
-// (11008 x 4096, 2 threads); the same bytes.
+// place); abs16(p, a, sg), the |x| bits of 16 elements as two vectors a,
+// in element order unless kSplit16: then a[0] holds elements 0-3 and 8-11,
+// a[1] 4-7 and 12-15 (bf16: one load, one mask and two in-lane unpacks,
+// where two bits() take two loads, two zero extensions and two shifts),
+// and in sg what signs2 packs their signs from; signs2(sgA, sgB), two
+// such blocks' 32 elements as bytes whose top bit is the element's sign,
+// in the order E2m1Encoder8::store2 packs the codes (fp32 and fp16: the
+// input bits by three signed saturating packs; bf16: the words themselves
+// by one); abs_max16(p), the |x| bits of 16 elements folded to 8 lanes (a
+// max of pairs, any pairing). On a Zen 4 whose VM hides AVX-512, through
+// the library, one process, bf16 input against bits() only: NVFP4
+// 1.06-1.07x and MXFP4 1.17x in cache (one thread), NVFP4 1.02-1.06x and
+// MXFP4 1.14x from DRAM (11008 x 4096, 2 threads); the same bytes.
 struct QuantIn8F32 {
   using T = float;
   static constexpr bool kSplit16 = false;
   static __m256i bits(const float* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static void bits16(const float* p, __m256i (&v)[2]) {
-    v[0] = bits(p);
-    v[1] = bits(p + 8);
+  static void abs16(const float* p, __m256i (&a)[2], __m256i (&sg)[2]) {
+    quant_abs16_bits(bits(p), bits(p + 8), a, sg);
   }
+  static __m256i signs2(const __m256i (&a)[2], const __m256i (&b)[2]) { return quant_signs2_bits(a, b); }
 };
 struct QuantIn8Bf16 {
   using T = uint16_t;
@@ -1224,10 +1241,24 @@ struct QuantIn8Bf16 {
   static __m256i bits(const uint16_t* p) {
     return _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
   }
-  static void bits16(const uint16_t* p, __m256i (&v)[2]) {
+  // (sg[0]: the words, whose signed saturating pack with the other
+  // block's is in store2's order, each lane's 8 elements in order after
+  // the unpacks and store2's two packs; sg[1] unused. On a Zen 4 whose VM
+  // hides AVX-512, kernel A/B against masking after the unpacks and
+  // packing their signs (two masks and three packs per two blocks where
+  // this takes one and one), same bytes: NVFP4 quantize 1.08x in cache
+  // (one thread), 1.05x from DRAM (11008 x 4096, two threads); MXFP4
+  // 1.05-1.06x.)
+  static void abs16(const uint16_t* p, __m256i (&a)[2], __m256i (&sg)[2]) {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    v[0] = _mm256_unpacklo_epi16(_mm256_setzero_si256(), w);
-    v[1] = _mm256_unpackhi_epi16(_mm256_setzero_si256(), w);
+    const __m256i wa = _mm256_and_si256(w, _mm256_set1_epi16(0x7fff));
+    a[0] = _mm256_unpacklo_epi16(_mm256_setzero_si256(), wa);
+    a[1] = _mm256_unpackhi_epi16(_mm256_setzero_si256(), wa);
+    sg[0] = w;
+    sg[1] = w;
+  }
+  static __m256i signs2(const __m256i (&a)[2], const __m256i (&b)[2]) {
+    return _mm256_packs_epi16(a[0], b[0]);
   }
   // (the |x| words of a dword's two elements: the high one masked in
   // place, the low one shifted up; both non-negative fp32 bits)
@@ -1244,10 +1275,10 @@ struct QuantIn8F16 {
   static __m256i bits(const uint16_t* p) {
     return _mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
-  static void bits16(const uint16_t* p, __m256i (&v)[2]) {
-    v[0] = bits(p);
-    v[1] = bits(p + 8);
+  static void abs16(const uint16_t* p, __m256i (&a)[2], __m256i (&sg)[2]) {
+    quant_abs16_bits(bits(p), bits(p + 8), a, sg);
   }
+  static __m256i signs2(const __m256i (&a)[2], const __m256i (&b)[2]) { return quant_signs2_bits(a, b); }
 };
 
 // |x| bits of the 8 floats at x (compare as signed integers).
@@ -1288,11 +1319,17 @@ inline __m256i block_amax8(const typename In::T* x) {
   return max_network8(v);
 }
 
+// scale_group8's answer: kWindow, the division-free element path may run
+// for every nonzero block (d in [2^-90, 2^90], amax <= d 2^100); kTight,
+// also every quotient |x| / d below 7 (amax <= 6.5 d: no block's scale
+// saturated or rounded far down), where E2m1Encoder8::magnitudes_tight
+// codes without clamps.
+constexpr int kWindow = 1, kTight = 2;
+
 // Scale codes of 8 consecutive blocks with finite maxima `bits`
 // (block_amax8) into s, their divisors d into dv and y = RN(1/d) into yv;
-// returns whether the division-free element path may run for all of them
-// (d in [2^-90, 2^90], amax <= d 2^100).
-inline bool scale_group8(__m256i bits, __m256 six_g, __m256 gv, uint8_t* s, float* dv, float* yv) {
+// returns kWindow | kTight, kWindow or 0 (above).
+inline int scale_group8(__m256i bits, __m256 six_g, __m256 gv, uint8_t* s, float* dv, float* yv) {
   const __m256 av = _mm256_castsi256_ps(bits);
   const __m256 sv = _mm256_div_ps(av, six_g);
   const __m256i nonzero = _mm256_castps_si256(_mm256_cmp_ps(av, _mm256_setzero_ps(), _CMP_GT_OQ));
@@ -1323,7 +1360,10 @@ inline bool scale_group8(__m256i bits, __m256 six_g, __m256 gv, uint8_t* s, floa
                     _mm256_cmp_ps(av, _mm256_mul_ps(dvec, _mm256_set1_ps(0x1p100f)), _CMP_LE_OQ));
   _mm256_store_ps(yv, _mm256_div_ps(_mm256_set1_ps(1.0f), dvec));
   // Zero blocks (d = 0) are written as zeros either way.
-  return (_mm256_movemask_ps(_mm256_castsi256_ps(nonzero)) & ~_mm256_movemask_ps(ok)) == 0;
+  const int nz = _mm256_movemask_ps(_mm256_castsi256_ps(nonzero));
+  if ((nz & ~_mm256_movemask_ps(ok)) != 0) return 0;
+  const __m256 tight = _mm256_cmp_ps(av, _mm256_mul_ps(dvec, _mm256_set1_ps(6.5f)), _CMP_LE_OQ);
+  return (nz & ~_mm256_movemask_ps(tight)) == 0 ? kWindow | kTight : kWindow;
 }
 
 // The E2M1 codes of one block given its 16 correctly rounded quotients
@@ -1334,6 +1374,8 @@ struct E2m1Encoder8 {
   __m256i one = _mm256_set1_epi32(0x3f800000);  // 1.0f
   // C by the low 3 exponent bits of max(q, 1): 2^22, 2^23 + 2, 2^24 + 8.
   __m256i magic = _mm256_setr_epi32(0x4b000002, 0x4b800004, 0, 0, 0, 0, 0, 0x4a800000);
+  // C by the binades above [1, 2) (magnitudes_tight): 2^22, 2^23 + 2, 2^24 + 8.
+  __m256i magic_tight = _mm256_setr_epi32(0x4a800000, 0x4b000002, 0x4b800004, 0, 0, 0, 0, 0);
   __m256i seven = _mm256_set1_epi32(7), eight = _mm256_set1_epi32(8);
   __m256i pack = _mm256_setr_epi8(0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                   -1, -1, 0, 8, -1, -1, 1, 9, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -1366,6 +1408,23 @@ struct E2m1Encoder8 {
     const __m256 c = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(magic, e));
     const __m256 t = _mm256_add_ps(_mm256_min_ps(q, six), c);
     return _mm256_and_si256(_mm256_castps_si256(t), seven);
+  }
+  // magnitudes() where 0 <= q < 7 and qc < 8 (scale_group8's kTight):
+  // no clamps. Both 0.5-step binades, [0, 1) and [1, 2), take C = 2^22,
+  // and q < 8 has at most the binade [4, 8), so the table index is the
+  // count of binades above [1, 2): qc's bits less 1.0's by a saturating
+  // subtraction of the high words (the low words less 0), shifted down 23
+  // bits (0, 1 or 2); t = q + C then holds the code in its low 3 bits as
+  // above, q in [5, 7) rounding to 6's code 7. 5 instructions where
+  // magnitudes() takes 7. (Normal scales round amax / 6 by at most 1/16,
+  // so only saturated and subnormal ones leave the bound. On a Zen 4
+  // whose VM hides AVX-512, kernel A/B, same bytes: NVFP4 quantize 1.06x
+  // fp32 and 1.10-1.14x bf16 input, in cache one thread and from DRAM
+  // two threads.)
+  __m256i magnitudes_tight(__m256 qc, __m256 q) const {
+    const __m256i e = _mm256_srli_epi32(_mm256_subs_epu16(_mm256_castps_si256(qc), one), 23);
+    const __m256 c = _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(magic_tight, e));
+    return _mm256_and_si256(_mm256_castps_si256(_mm256_add_ps(q, c)), seven);
   }
   // The whole code: the sign's 8 from the input bits v (bit 31 to bit 3).
   __m256i codes(__m256 q, __m256i v) const {
@@ -1404,11 +1463,11 @@ struct E2m1Encoder8 {
   }
 
   // Two blocks' magnitude codes (block A: a0 elements 0-7, a1 8-15; block
-  // B: b0, b1) and their inputs' bits va0 .. vb1 (for the signs), packed
-  // into 16 bytes at dst: codes to bytes by saturating packs (in-lane order
-  // A 0-3 8-11 B 0-3 8-11 | A 4-7 12-15 B 4-7 12-15), the inputs packed
-  // alike with signed saturation, which keeps each sign in its byte's top
-  // bit, moved to bit 3 and or'ed in; byte pairs c + 16 c' by vpmaddubsw,
+  // B: b0, b1) and their signs sgn (In::signs2: the inputs packed alike
+  // with signed saturation, which keeps each sign in its byte's top bit),
+  // packed into 16 bytes at dst: codes to bytes by saturating packs
+  // (in-lane order A 0-3 8-11 B 0-3 8-11 | A 4-7 12-15 B 4-7 12-15), each
+  // sign moved to bit 3 and or'ed in; byte pairs c + 16 c' by vpmaddubsw,
   // words to bytes, then the two halves' words interleaved: 13
   // instructions for two blocks where store() takes 8 for one and codes()
   // 3 a vector for the sign. (On an AVX2 Zen 3, the signs added per byte
@@ -1417,10 +1476,8 @@ struct E2m1Encoder8 {
   // 8-11, then 4-7 and 12-15); the halves then hold bytes 0-3 and 4-7 of
   // each block, interleaved by dwords instead.
   template <bool Split = false>
-  void store2(__m256i a0, __m256i a1, __m256i b0, __m256i b1, __m256i va0, __m256i va1, __m256i vb0,
-              __m256i vb1, uint8_t* dst) const {
+  void store2(__m256i a0, __m256i a1, __m256i b0, __m256i b1, __m256i sgn, uint8_t* dst) const {
     const __m256i mags = _mm256_packus_epi16(_mm256_packus_epi32(a0, a1), _mm256_packus_epi32(b0, b1));
-    const __m256i sgn = _mm256_packs_epi16(_mm256_packs_epi32(va0, va1), _mm256_packs_epi32(vb0, vb1));
     const __m256i bytes =
         _mm256_or_si256(mags, _mm256_and_si256(_mm256_srli_epi16(sgn, 4), _mm256_set1_epi8(8)));
     const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi16(16 << 8 | 1));
@@ -1434,24 +1491,24 @@ struct E2m1Encoder8 {
   // 8 blocks of the division-free window (scale_group8 said so), none
   // with d = 0, two at a time (store2); codes' C from q0 = |x| y, before
   // the two FMAs that correct it to q, to shorten the dependency chain.
-  template <class In = QuantIn8F32>
+  // kTightQ: scale_group8 also said kTight (magnitudes_tight).
+  template <class In = QuantIn8F32, bool kTightQ = false>
   void group8(const typename In::T* x, const float* dv, const float* yv, uint8_t* dst) const {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     for (int64_t i = 0; i < 8; i += 2) {
-      __m256i c[2][2], vv[2][2];
+      __m256i c[2][2], a[2][2], sg[2][2];
 #pragma GCC unroll 2
       for (int64_t b = 0; b < 2; ++b) {
         const __m256 d = _mm256_broadcast_ss(dv + i + b), y = _mm256_broadcast_ss(yv + i + b);
-        In::bits16(x + (i + b) * 16, vv[b]);
+        In::abs16(x + (i + b) * 16, a[b], sg[b]);
 #pragma GCC unroll 2
         for (int64_t h = 0; h < 2; ++h) {
-          const __m256 ax = _mm256_castsi256_ps(_mm256_and_si256(vv[b][h], abs_mask));
+          const __m256 ax = _mm256_castsi256_ps(a[b][h]);
           const __m256 q0 = _mm256_mul_ps(ax, y);
-          c[b][h] = magnitudes(q0, _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0));
+          const __m256 qv = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, d, ax), y, q0);
+          c[b][h] = kTightQ ? magnitudes_tight(q0, qv) : magnitudes(q0, qv);
         }
       }
-      store2<In::kSplit16>(c[0][0], c[0][1], c[1][0], c[1][1], vv[0][0], vv[0][1], vv[1][0], vv[1][1],
-                           dst + i * 8);
+      store2<In::kSplit16>(c[0][0], c[0][1], c[1][0], c[1][1], In::signs2(sg[0], sg[1]), dst + i * 8);
     }
   }
 
@@ -1460,16 +1517,15 @@ struct E2m1Encoder8 {
   // 1.19x against two 16-element halves coded with their signs).
   template <class In = QuantIn8F32>
   void block_mul(const typename In::T* x, float inv, uint8_t* dst) const {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     const __m256 iv = _mm256_set1_ps(inv);
-    __m256i v[2][2], c[4];
-    In::bits16(x, v[0]);
-    In::bits16(x + 16, v[1]);
+    __m256i a[2][2], sg[2][2], c[4];
+    In::abs16(x, a[0], sg[0]);
+    In::abs16(x + 16, a[1], sg[1]);
     for (int64_t h = 0; h < 4; ++h) {
-      const __m256 q = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v[h / 2][h % 2], abs_mask)), iv);
+      const __m256 q = _mm256_mul_ps(_mm256_castsi256_ps(a[h / 2][h % 2]), iv);
       c[h] = magnitudes(q, q);
     }
-    store2<In::kSplit16>(c[0], c[1], c[2], c[3], v[0][0], v[0][1], v[1][0], v[1][1], dst);
+    store2<In::kSplit16>(c[0], c[1], c[2], c[3], In::signs2(sg[0], sg[1]), dst);
   }
 
   // One block with the IEEE division (d > 0, any magnitude).
@@ -1605,7 +1661,7 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
   // scripts/run-clang-tidy.sh, does not follow.)
   alignas(32) float dv[kGroups * 8] = {};
   alignas(32) float yv[kGroups * 8];
-  bool rcp[kGroups] = {};
+  int win[kGroups] = {};
   const E2m1Encoder8 enc;
   int64_t b0 = 0;
   while (b0 + 8 <= nblocks) {
@@ -1622,7 +1678,7 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(worst, _mm256_set1_epi32(0x7f7fffff))) != 0) return false;
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t b = b0 + 8 * j;
-      rcp[j] = scale_group8(am[j], six_g, gv, s + b, dv + 8 * j, yv + 8 * j);
+      win[j] = scale_group8(am[j], six_g, gv, s + b, dv + 8 * j, yv + 8 * j);
     }
     const int64_t next0 = b0 + groups * 8;
     const int64_t ahead = std::min(groups * 8, nblocks - next0);
@@ -1631,16 +1687,20 @@ bool nvfp4_quantize_checked_t(const typename In::T* x, int64_t rows, int64_t k, 
       // (16-bit blocks are half a line: every other one)
       for (int64_t i = 8 * j; i < std::min(ahead, 8 * j + 8); i += sizeof(typename In::T) == 2 ? 2 : 1)
         _mm_prefetch(reinterpret_cast<const char*>(x + (next0 + i) * 16), _MM_HINT_T0);
-      if (rcp[j] && _mm256_movemask_ps(
-                        _mm256_cmp_ps(_mm256_load_ps(dv + 8 * j), _mm256_setzero_ps(), _CMP_EQ_OQ)) == 0) {
-        enc.group8<In>(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
+      if (win[j] != 0 && _mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(dv + 8 * j), _mm256_setzero_ps(),
+                                                          _CMP_EQ_OQ)) == 0) {
+        if ((win[j] & kTight) != 0) {
+          enc.group8<In, true>(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
+        } else {
+          enc.group8<In>(x + (b0 + 8 * j) * 16, dv + 8 * j, yv + 8 * j, q + (b0 + 8 * j) * 8);
+        }
         continue;
       }
       for (int64_t i = 8 * j; i < 8 * j + 8; ++i) {
         uint8_t* dst = q + (b0 + i) * 8;
         if (dv[i] == 0.0f) {
           std::memset(dst, 0, 8);
-        } else if (rcp[j]) {
+        } else if (win[j] != 0) {
           enc.block<In>(x + (b0 + i) * 16, _mm256_set1_ps(dv[i]), _mm256_set1_ps(yv[i]), dst);
         } else {
           enc.block_div<In>(x + (b0 + i) * 16, dv[i], dst);
