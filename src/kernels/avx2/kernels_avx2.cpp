@@ -1260,13 +1260,17 @@ struct QuantIn8Bf16 {
   static __m256i signs2(const __m256i (&a)[2], const __m256i (&b)[2]) {
     return _mm256_packs_epi16(a[0], b[0]);
   }
-  // (the |x| words of a dword's two elements: the high one masked in
-  // place, the low one shifted up; both non-negative fp32 bits)
+  // (the |x| words of a dword's two elements, the larger by a word max
+  // against the low one shifted up, in the dword's high word; its low word
+  // keeps the low element's |x| word, so the dwords order by their high
+  // words and block_amax8 masks the low words off once per 8 blocks. One
+  // instruction a block fewer than masking each dword's low word first: on
+  // a Zen 4 whose VM hides AVX-512, kernel A/B, NVFP4 quantize of bf16
+  // input 1.02x in cache and from DRAM, MXFP4 1.02-1.03x.)
   static __m256i abs_max16(const uint16_t* p) {
-    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
-                                       _mm256_set1_epi32(0x7fff7fff));
-    return _mm256_max_epi32(_mm256_slli_epi32(a, 16),
-                            _mm256_and_si256(a, _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u))));
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi16(0x7fff));
+    return _mm256_max_epi16(a, _mm256_slli_epi32(a, 16));
   }
 };
 struct QuantIn8F16 {
@@ -1315,6 +1319,9 @@ inline __m256i block_amax8(const typename In::T* x) {
     } else {
       v[i] = _mm256_max_epi32(abs_bits8<In>(x + i * 16), abs_bits8<In>(x + i * 16 + 8));
     }
+  }
+  if constexpr (std::is_same_v<In, QuantIn8Bf16>) {
+    return _mm256_and_si256(max_network8(v), _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u)));
   }
   return max_network8(v);
 }
