@@ -1968,6 +1968,25 @@ TEST_CASE("NF4 quantize: every table's vectorized, threaded blocks give the refe
       CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{x.data(), kern::FType::F32}, 64 * 64, 64, b0, b0 + 16,
                                    qk.data(), ak.data()) == (b0 != 32));
     }
+    // The same as bf16 input (which a table may read in place, 16 whole
+    // blocks at a time, as the AVX2 one does), against the reference on
+    // its fp32 values.
+    {
+      std::vector<uint16_t> h;
+      std::vector<float> xf;
+      to_16bit(kern::FType::BF16, x, h, xf);
+      std::vector<uint8_t> qh, qb(x.size() / 2);
+      std::vector<float> ah, ab(64);
+      reference(xf, 64, qh, ah);
+      CHECK_FALSE(kt.nf4_quantize_blocks(kern::FloatPtr{h.data(), kern::FType::BF16}, 64 * 64, 64, 0, 64,
+                                         qb.data(), ab.data()));
+      CHECK(qb == qh);
+      CHECK(std::memcmp(ab.data(), ah.data(), ah.size() * 4) == 0);
+      for (const int64_t b0 : {int64_t{16}, int64_t{32}, int64_t{48}}) {
+        CHECK(kt.nf4_quantize_blocks(kern::FloatPtr{h.data(), kern::FType::BF16}, 64 * 64, 64, b0, b0 + 16,
+                                     qb.data(), ab.data()) == (b0 != 32));
+      }
+    }
     // ... and the threaded driver names the first one, writing nothing.
     std::vector<uint8_t> q0(128, 0x5a);
     std::vector<float> a0(4, -1.0f);
