@@ -1454,7 +1454,8 @@ int bench_main(int argc, char** argv) {
     dequant16("mxfp4", "", 0.5 + 1.0 / 32,
               [&](DLTensor* t) { return MXFP4_dequantize(&tq, &tms, Q4_SCALE_LINEAR, t, &opts); });
     // bf16 input (what checkpoints hold), the same values rounded, rotated
-    // through copies as the fp32 input: NVFP4 with the scale given, MXFP4.
+    // through copies as the fp32 input: NVFP4 with the scale given, MXFP4,
+    // NF4.
     const int copies16 = static_cast<int>(std::clamp<int64_t>(2 * l3 / (rows * k * 2) + 1, 1, 16));
     std::vector<std::vector<uint16_t>> f16(static_cast<size_t>(copies16));
     f16[0].resize(static_cast<size_t>(rows * k));
@@ -1476,6 +1477,17 @@ int bench_main(int argc, char** argv) {
     });
     add(result("quantize", "mxfp4", "bf16->mxfp4", rows, 0, k, ms, b16_mx, 0, threads, 0), "dram_read",
         b16_mx / (ms * 1e6) / bw);
+    // NF4 (blocksize 64) of the bf16 copies, flat.
+    std::vector<DLTensor> tf16_flat;
+    tf16_flat.reserve(f16.size());
+    for (auto& fc : f16) tf16_flat.push_back(tensor(fc.data(), ff, 1, kDLBfloat, 16));
+    const double b16_nf = static_cast<double>(rows * k) * (2.0 + 0.5 + 4.0 / 64);
+    ms = median_ms(reps, [&](int r) {
+      if (NF4_quantize(&tf16_flat[static_cast<size_t>(r % copies16)], &tnq, &tna, 64, &opts) != Q4_OK)
+        std::abort();
+    });
+    add(result("quantize", "nf4", "bf16->nf4, blocksize 64", rows, 0, k, ms, b16_nf, 0, threads, 0),
+        "dram_read", b16_nf / (ms * 1e6) / bw);
   }
   // The worker pool's watch between products (--only gaps): an exact GEMV
   // (NVFP4, M = 1, 2880 x 2880, hot: about 0.2 ms) called with a gap
