@@ -1221,8 +1221,9 @@ inline __m256i quant_signs2_bits(const __m256i (&a)[2], const __m256i (&b)[2]) {
 // such blocks' 32 elements as bytes whose top bit is the element's sign,
 // in the order E2m1Encoder8::store2 packs the codes (fp32 and fp16: the
 // input bits by three signed saturating packs; bf16: the words themselves
-// by one); abs_max16(p), the |x| bits of 16 elements folded to 8 lanes (a
-// max of pairs, any pairing). On a Zen 4 whose VM hides AVX-512, through
+// by one); abs_max16(p) (bf16), 16 elements folded to 8 lanes whose high
+// words are the larger |x| word of a pair (block_amax8 masks the low
+// words off). On a Zen 4 whose VM hides AVX-512, through
 // the library, one process, bf16 input against bits() only: NVFP4
 // 1.06-1.07x and MXFP4 1.17x in cache (one thread), NVFP4 1.02-1.06x and
 // MXFP4 1.14x from DRAM (11008 x 4096, 2 threads); the same bytes.
