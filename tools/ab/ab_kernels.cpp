@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
 
   // Operands.
   const int64_t wbytes = n * k / 2 + n * k / 16;
-  const int64_t in_bytes = actq ? int64_t{m} * k * 4 : quant ? n * k * 4 : wbytes;
+  const int64_t in_bytes = actq ? int64_t{m} * k * 4 : quant ? n * k * (bf16_in ? 2 : 4) : wbytes;
   int64_t rotate_bytes = int64_t{150} << 20;
 #ifdef _SC_LEVEL3_CACHE_SIZE
   rotate_bytes = std::max<int64_t>(rotate_bytes, 2 * int64_t{sysconf(_SC_LEVEL3_CACHE_SIZE)});
