@@ -941,29 +941,28 @@ void i8y_gemv_direct(const int8_t* xq, int64_t ldxq, const float* xs, const int3
           NextGroupPrefetch* ng = g == 0 ? &next : nullptr;
           with_rows<kI8yDirectGroup>(xg[g].gm, [&](auto r) {
             constexpr int M = decltype(r)::value;
-            if constexpr (M <= kI8yTileBothMaxRows) {
-              if (normal[0] && normal[1]) {
-                i8y_direct_group<M, 2, kVnni, Fmt, true, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
-                                                                  chunks, ng, post, yg, ldy, 16, tile, ts);
+            // Both halves at once up to kI8yTileBothMaxRows rows of x, else
+            // one after the other; all-normal groups (kN) decode without the
+            // check, where tile scales each block's scales inline (one half
+            // at a time as well: tiled NVFP4 M = 3-8 1.01-1.04x, kernel A/B
+            // on a Zen 4 whose VM hides AVX-512, in cache and from DRAM).
+            const auto halves = [&](auto normal_c) {
+              constexpr bool kN = decltype(normal_c)::value;
+              if constexpr (M <= kI8yTileBothMaxRows) {
+                i8y_direct_group<M, 2, kVnni, Fmt, kN, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
+                                                                chunks, ng, post, yg, ldy, 16, tile, ts);
               } else {
-                i8y_direct_group<M, 2, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
-                                                                   chunks, ng, post, yg, ldy, 16, tile, ts);
-              }
-            } else if (normal[0] && normal[1]) {
-              // (one half at a time with the all-normal decode as well:
-              // tiled NVFP4 M = 3-8 1.01-1.04x, kernel A/B on a Zen 4
-              // whose VM hides AVX-512, in cache and from DRAM)
-              i8y_direct_group<M, 1, kVnni, Fmt, true, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
+                i8y_direct_group<M, 1, kVnni, Fmt, kN, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
                                                                 chunks, ng, post, yg, ldy, 8, tile, ts, 0);
-              i8y_direct_group<M, 1, kVnni, Fmt, true, kTileSc>(xg[g], f, nullptr, rb, st + staged,
+                i8y_direct_group<M, 1, kVnni, Fmt, kN, kTileSc>(xg[g], f, nullptr, rb, st + staged,
                                                                 normal + 1, lut, chunks, nullptr, post,
                                                                 yg + 8, ldy, 8, tile + 32, ts, 1);
+              }
+            };
+            if (normal[0] && normal[1]) {
+              halves(std::true_type{});
             } else {
-              i8y_direct_group<M, 1, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st, normal, lut,
-                                                                 chunks, ng, post, yg, ldy, 8, tile, ts, 0);
-              i8y_direct_group<M, 1, kVnni, Fmt, false, kTileSc>(xg[g], f, nullptr, rb, st + staged,
-                                                                 normal + 1, lut, chunks, nullptr, post,
-                                                                 yg + 8, ldy, 8, tile + 32, ts, 1);
+              halves(std::false_type{});
             }
           });
         }
