@@ -2883,6 +2883,53 @@ TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the sc
 #endif
 }
 
+TEST_CASE(
+    "the table's scale tiler (i8_tile_scale_group, threads) writes the bytes and flags of the scalar one",
+    "[kernels][int8]") {
+  int32_t with_entry = 0;
+  for (int32_t isa : compiled_tables(true)) {
+    const kern::KernelTable& kt = kern::table_for(isa);
+    with_entry += kt.i8_tile_scale_group != nullptr ? 1 : 0;
+    // K / 16 blocks a row: spans of 64 whole, and ending 8, 16, 24, 40 or
+    // 56 blocks into a span (the last piece of 32 partly loaded).
+    for (int64_t k : {128, 256, 384, 640, 896, 1024, 1152, 2048, 4480, 5120}) {
+      const int64_t n = 53, kb = k / 16, groups = n / 16;  // (5 rows past the last group)
+      std::vector<uint8_t> s(static_cast<size_t>(n * kb));
+      uint32_t h = static_cast<uint32_t>(k * 7 + 1);
+      for (auto& b : s) b = static_cast<uint8_t>(0x08 + ((h = h * 1664525u + 1013904223u) >> 24) % 0x77);
+      // Group 0 all normal; in groups 1 and 2 one code at each edge of the
+      // normal range, at a place that moves with k (the last block of the
+      // group's last row among them).
+      const uint8_t edges[] = {0x07, 0x7f, 0x00, 0x80, 0xfe};
+      for (int64_t g = 1; g < groups; ++g) {
+        const uint8_t e = edges[static_cast<size_t>((g + k / 128) % 5)];
+        const int64_t row = g == 1 ? 3 : 15, blk = g == 1 ? (k / 128 * 5) % kb : kb - 1;
+        s[static_cast<size_t>((16 * g + row) * kb + blk)] = e;
+      }
+      // Normal codes at both edges elsewhere (flag still 1 in group 0).
+      s[0] = 0x08;
+      s[static_cast<size_t>(kb - 1)] = 0x7e;
+      const int64_t gb = kern::i8_tile_scale_group_bytes(k);
+      std::vector<uint8_t> want(static_cast<size_t>(groups * gb + 1), 0xee),
+          wflags(static_cast<size_t>(groups + 1), 0xee);
+      kern::i8_tile_scales(s.data(), n, k, want.data(), wflags.data());
+      CHECK(wflags[0] == 1);
+      CHECK(wflags[1] == 0);
+      CHECK(wflags[2] == 0);
+      for (int32_t threads : {1, 2, 3}) {
+        INFO("isa " << q4::isa_name(isa) << " k=" << k << " threads " << threads);
+        std::vector<uint8_t> got(want.size(), 0xee), flags(wflags.size(), 0xee);
+        kern::i8_tile_scales(kt, s.data(), n, k, got.data(), flags.data(), threads);
+        CHECK(got == want);  // (the guard byte after the groups included)
+        CHECK(flags == wflags);
+      }
+    }
+  }
+#if defined(__x86_64__)
+  if (q4::cpu_has_isa(q4::cpu_info(), Q4_ISA_AVX2)) CHECK(with_entry >= 1);
+#endif
+}
+
 TEST_CASE("the CPU's family is read on x86 (the AVX-512 GEMVs' row prefetch is chosen by it)", "[kernels]") {
 #if defined(__x86_64__)
   const q4::CpuInfo& c = q4::cpu_info();

@@ -103,6 +103,65 @@ inline void i8y_transpose_dwords(const __m256i (&z)[4], __m256i (&T)[4]) {
   T[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+// KernelTable::i8_tile_group (kernel_table.h's tile order; 16 rows rb
+// bytes apart, `chunks` chunks of 128 elements, out 64-byte aligned): per
+// chunk and quarter, rows r and r + 4 of each half of the group in the two
+// lanes of one vector, so that one in-lane 4x4 dword transpose
+// (i8y_transpose_dwords) puts dword d of 8 rows in order and two aligned
+// 32-byte stores write the 64 bytes of d. (Linear creation and weight
+// updates in fast mode tile every weight: against the scalar loop, one
+// thread, 4096 x 4096 on a Zen 4 whose VM hides AVX-512: see
+// docs/performance.md's sixty-second session.)
+inline void i8_tile_group_avx2(const uint8_t* rows, int64_t rb, int64_t chunks, uint8_t* out) {
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t h = 0; h < 4; ++h) {
+      const uint8_t* src = rows + c * 64 + h * 16;
+      uint8_t* tile = out + (c * 4 + h) * 256;
+      for (int64_t half = 0; half < 2; ++half) {
+        __m256i z[4], t[4];
+        for (int64_t p = 0; p < 4; ++p) {
+          const uint8_t* a = src + (8 * half + p) * rb;
+          z[p] = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 4 * rb)), 1);
+        }
+        i8y_transpose_dwords(z, t);
+        for (int64_t d = 0; d < 4; ++d)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(tile + 64 * d + 32 * half), t[d]);
+      }
+    }
+  }
+}
+
+// The 16 x 16 byte transpose inside each 128-bit lane: byte r of lane L of
+// col[j] = byte j of lane L of v[r]. Four rounds of unpacks (bytes, words,
+// dwords, qwords), each pairing rows: a[8x + i] holds rows 2i, 2i + 1 of
+// columns 8x .. 8x + 7, b[4y + q] rows 4q .. 4q + 3 of columns 4y .. 4y +
+// 3, c[2z + o] rows 8o .. 8o + 7 of columns 2z, 2z + 1.
+inline void i8y_transpose16x16_bytes(const __m256i (&v)[16], __m256i (&col)[16]) {
+  __m256i a[16], b[16], c[16];
+  for (int64_t i = 0; i < 8; ++i) {
+    a[i] = _mm256_unpacklo_epi8(v[2 * i], v[2 * i + 1]);
+    a[8 + i] = _mm256_unpackhi_epi8(v[2 * i], v[2 * i + 1]);
+  }
+  for (int64_t x = 0; x < 2; ++x) {
+    for (int64_t q = 0; q < 4; ++q) {
+      b[4 * (2 * x) + q] = _mm256_unpacklo_epi16(a[8 * x + 2 * q], a[8 * x + 2 * q + 1]);
+      b[4 * (2 * x + 1) + q] = _mm256_unpackhi_epi16(a[8 * x + 2 * q], a[8 * x + 2 * q + 1]);
+    }
+  }
+  for (int64_t y = 0; y < 4; ++y) {
+    for (int64_t o = 0; o < 2; ++o) {
+      c[2 * (2 * y) + o] = _mm256_unpacklo_epi32(b[4 * y + 2 * o], b[4 * y + 2 * o + 1]);
+      c[2 * (2 * y + 1) + o] = _mm256_unpackhi_epi32(b[4 * y + 2 * o], b[4 * y + 2 * o + 1]);
+    }
+  }
+  for (int64_t z = 0; z < 8; ++z) {
+    col[2 * z] = _mm256_unpacklo_epi64(c[2 * z], c[2 * z + 1]);
+    col[2 * z + 1] = _mm256_unpackhi_epi64(c[2 * z], c[2 * z + 1]);
+  }
+}
+
 // 8 E4M3 codes (the low 8 bytes of c) that are all normal and positive ->
 // fp32, by the plain bit mapping (code << 20) + (120 << 23).
 inline __m256 i8y_e4m3_normal8(__m128i c) {
@@ -179,6 +238,45 @@ inline bool i8y_codes_normal(const uint8_t* s, int64_t n) {
     if (static_cast<uint8_t>(s[i] - 8) > 0x76) return false;
   }
   return true;
+}
+
+// KernelTable::i8_tile_scale_group (kernel_table.h: 16 rows of kb E4M3
+// codes, kb % 8 == 0, into spans of 64 blocks, byte 64j + 16L + r of span
+// p = block 64p + 16L + j of row r, zeros past kb; returns 1 when every
+// code is normal and positive): per span, blocks 32h .. 32h + 31 of the 16
+// rows as 16 vectors (blocks 16L .. 16L + 15, L = 2h and 2h + 1, in the
+// two lanes), one 16 x 16 byte transpose per lane, and column j's two
+// lanes are the 32 bytes at 64j + 32h. A last piece shorter than 32 codes
+// is loaded by dwords (kb % 8 == 0), the rest zero; the normal check then
+// ignores those zeros.
+inline uint8_t i8_tile_scale_group_avx2(const uint8_t* s, int64_t kb, uint8_t* out) {
+  const int64_t spans = (kb + 63) / 64;
+  __m256i excess = _mm256_set1_epi8(0x76);  // (the largest excess of a normal code)
+  for (int64_t p = 0; p < spans; ++p) {
+    for (int64_t h = 0; h < 2; ++h) {
+      const int64_t b0 = 64 * p + 32 * h, n = std::min<int64_t>(32, kb - b0);
+      __m256i v[16], col[16];
+      if (n <= 0) {
+        for (auto& x : v) x = _mm256_setzero_si256();
+      } else if (n == 32) {
+        for (int64_t r = 0; r < 16; ++r) {
+          v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + r * kb + b0));
+          excess = _mm256_max_epu8(excess, i8y_code_excess(v[r]));
+        }
+      } else {
+        const __m256i dwords = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n / 4)),
+                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int64_t r = 0; r < 16; ++r) {
+          v[r] = _mm256_maskload_epi32(reinterpret_cast<const int*>(s + r * kb + b0), dwords);
+          excess = _mm256_max_epu8(excess, _mm256_and_si256(i8y_code_excess(v[r]), dwords));
+        }
+      }
+      i8y_transpose16x16_bytes(v, col);
+      uint8_t* o = out + p * 1024 + 32 * h;
+      for (int64_t j = 0; j < 16; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 * j), col[j]);
+    }
+  }
+  return i8y_excess_normal(excess) ? 1 : 0;
 }
 
 // The vector whose lane r is lane r of at(r) (r = 0..7; at(r) a broadcast

@@ -2050,6 +2050,8 @@ const KernelTable& avx2_table() {
     f.i8_gemv_max_m = 16;           // (int8_gemv_avx2.h: the direct GEMV against the panels)
     f.i8_reads_tiles = true;        // i8y_gemv_direct, every m
     f.i8_reads_tile_scales = true;  // (I8yNvfp4::tile_staged; NF4's absmax staged)
+    f.i8_tile_group = i8_tile_group_avx2;
+    f.i8_tile_scale_group = i8_tile_scale_group_avx2;
     // Measured on an AVX2-only EPYC (Zen 3 class): the integer kernels beat
     // exact at every M (1.4-1.7x at M = 16..512), so fast mode is integer
     // everywhere and its bits do not depend on M.
