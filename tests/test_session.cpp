@@ -455,18 +455,27 @@ TEST_CASE("1 writer, 8 readers: every snapshot is internally consistent", "[sess
 TEST_CASE("8 threads forward while the weight is updated: each output is one weight's",
           "[session][concurrency]") {
   Session s;
-  const int64_t n = 32, k = 128;
-  Tensor w1 = t::random_float({n, k}, t::f32(), 11), w2 = t::random_float({n, k}, t::f32(), 12);
+  // Three weights in turn (with two, an update that wrote into memory a
+  // forward still reads would write the bytes it held already), large
+  // enough that forwards are still reading a weight when the next updates
+  // run: such writes would show as mixed outputs.
+  const int64_t n = 256, k = 1024;
+  Tensor w1 = t::random_float({n, k}, t::f32(), 11), w2 = t::random_float({n, k}, t::f32(), 12),
+         w3 = t::random_float({n, k}, t::f32(), 14);
   Tensor x = t::random_float({3, k}, t::f32(), 13);
-  Q4_weight_bundle b1 = float_bundle(w1, Q4_FORMAT_NVFP4), b2 = float_bundle(w2, Q4_FORMAT_NVFP4);
+  Q4_weight_bundle b[3] = {float_bundle(w1, Q4_FORMAT_NVFP4), float_bundle(w2, Q4_FORMAT_NVFP4),
+                           float_bundle(w3, Q4_FORMAT_NVFP4)};
   Q4_linear* l = nullptr;
-  REQUIRE(Q4_linear_create(s.s, &b2, &l) == Q4_OK);
-  Tensor y2({3, n}, t::f32());
-  REQUIRE(Q4_linear_forward(l, x.t(), y2.t()) == Q4_OK);
-  REQUIRE(Q4_linear_update_weight(l, &b1) == Q4_OK);
-  Tensor y1({3, n}, t::f32());
-  REQUIRE(Q4_linear_forward(l, x.t(), y1.t()) == Q4_OK);
-  REQUIRE(!same_bytes(y1, y2));
+  REQUIRE(Q4_linear_create(s.s, &b[2], &l) == Q4_OK);
+  std::vector<Tensor> want;
+  for (int i : {2, 0, 1}) {
+    if (i != 2) REQUIRE(Q4_linear_update_weight(l, &b[i]) == Q4_OK);
+    want.emplace_back(std::vector<int64_t>{3, n}, t::f32());
+    REQUIRE(Q4_linear_forward(l, x.t(), want.back().t()) == Q4_OK);
+  }
+  REQUIRE(!same_bytes(want[0], want[1]));
+  REQUIRE(!same_bytes(want[1], want[2]));
+  REQUIRE(!same_bytes(want[0], want[2]));
   std::atomic<bool> stop{false};
   std::atomic<int64_t> mixed{0}, calls{0};
   std::vector<std::thread> ts;
@@ -474,12 +483,14 @@ TEST_CASE("8 threads forward while the weight is updated: each output is one wei
     ts.emplace_back([&] {
       Tensor y({3, n}, t::f32());
       while (!stop.load()) {
-        if (Q4_linear_forward(l, x.t(), y.t()) != Q4_OK || !(same_bytes(y, y1) || same_bytes(y, y2))) mixed++;
+        if (Q4_linear_forward(l, x.t(), y.t()) != Q4_OK ||
+            !(same_bytes(y, want[0]) || same_bytes(y, want[1]) || same_bytes(y, want[2])))
+          mixed++;
         calls++;
       }
     });
   }
-  for (int r = 0; r < 200; ++r) REQUIRE(Q4_linear_update_weight(l, r % 2 ? &b1 : &b2) == Q4_OK);
+  for (int r = 0; r < 200; ++r) REQUIRE(Q4_linear_update_weight(l, &b[r % 3]) == Q4_OK);
   stop = true;
   for (auto& th : ts) th.join();
   INFO("forwards during updates: " << calls.load());
@@ -487,7 +498,7 @@ TEST_CASE("8 threads forward while the weight is updated: each output is one wei
   Q4_linear_info info{};
   info.struct_size = sizeof info;
   REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
-  CHECK(info.weight_version == 202);
+  CHECK(info.weight_version == 203);
   // Update rules: same format and shape.
   Tensor w_other({n, k + 16}, t::f32());
   Q4_weight_bundle bo = float_bundle(w_other, Q4_FORMAT_NVFP4);
@@ -496,6 +507,72 @@ TEST_CASE("8 threads forward while the weight is updated: each output is one wei
   CHECK(Q4_linear_update_weight(l, &bn) == Q4_ERR_INVALID_ARGUMENT);
   Q4_linear_destroy(l);
   CHECK(s.stats().live_bytes == 0);
+}
+
+TEST_CASE("repeated updates write into the retired weight's memory: same results, one spare weight",
+          "[session]") {
+  // From a linear's second update on, the storage of the weight an update
+  // retires (no forward holds it here) is kept and the next update writes
+  // into it: every forward must give the bits of a linear created from
+  // that weight, and the session holds at most one spare weight.
+  const int64_t n = 64, k = 256;
+  std::vector<Tensor> ws;
+  for (uint32_t i = 0; i < 3; ++i) ws.push_back(t::random_float({n, k}, t::f32(), 41 + i));
+  Tensor x = t::random_float({3, k}, t::f32(), 44), bias = t::random_float({n}, t::f32(), 45);
+  for (int32_t math : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+    for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
+      INFO("math mode " << math << " format " << format);
+      Q4_session_config c = config();
+      c.math_mode = math;
+      Session s(&c);
+      // The expected outputs: a linear created from each weight.
+      std::vector<Tensor> want;
+      int64_t weight_bytes = 0;
+      for (auto& w : ws) {
+        Q4_weight_bundle b = float_bundle(w, format, &bias);
+        Q4_linear* fresh = nullptr;
+        REQUIRE(Q4_linear_create(s.s, &b, &fresh) == Q4_OK);
+        want.emplace_back(std::vector<int64_t>{3, n}, t::f32());
+        REQUIRE(Q4_linear_forward(fresh, x.t(), want.back().t()) == Q4_OK);
+        weight_bytes = s.stats().live_bytes;
+        REQUIRE(Q4_linear_destroy(fresh) == Q4_OK);
+      }
+      REQUIRE(s.stats().live_bytes == 0);
+      Q4_weight_bundle b0 = float_bundle(ws[0], format, &bias);
+      Q4_linear* l = nullptr;
+      REQUIRE(Q4_linear_create(s.s, &b0, &l) == Q4_OK);
+      CHECK(s.stats().live_bytes == weight_bytes);
+      Tensor y({3, n}, t::f32());
+      for (int u = 1; u <= 7; ++u) {
+        const size_t i = static_cast<size_t>(u % 3);
+        Q4_weight_bundle b = float_bundle(ws[i], format, &bias);
+        REQUIRE(Q4_linear_update_weight(l, &b) == Q4_OK);
+        INFO("update " << u);
+        // The first update keeps no spare; from the second on, one.
+        CHECK(s.stats().live_bytes == (u == 1 ? 1 : 2) * weight_bytes);
+        Q4_linear_info info{};
+        info.struct_size = sizeof info;
+        REQUIRE(Q4_linear_info_get(l, &info) == Q4_OK);
+        CHECK(info.weight_bytes == weight_bytes);  // (each buffer taken for a part of its own size)
+        std::memset(y.data(), 0xff, static_cast<size_t>(y.bytes));
+        REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+        CHECK(same_bytes(y, want[i]));
+      }
+      // A failed update leaves the weight (and its results) as they were.
+      Tensor w_other({n, k + 16}, t::f32());
+      Q4_weight_bundle bo = float_bundle(w_other, format);
+      CHECK(Q4_linear_update_weight(l, &bo) == Q4_ERR_SHAPE);
+      REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+      CHECK(same_bytes(y, want[1]));  // (update 7: weight 7 % 3)
+      Q4_weight_bundle b2 = float_bundle(ws[2], format, &bias);
+      REQUIRE(Q4_linear_update_weight(l, &b2) == Q4_OK);
+      REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+      CHECK(same_bytes(y, want[2]));
+      REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+      CHECK(s.stats().live_bytes == 0);
+      CHECK(s.stats().live_buffers == 0);
+    }
+  }
 }
 
 TEST_CASE("fake-quantize and the STE backward products", "[session][training]") {

@@ -301,9 +301,14 @@ std::shared_ptr<PreparedWeight> upload(const PreparedWeight& h, const SessionSet
   return d;
 }
 
+// reuse (may be null): host buffers the preparation may write into
+// (PreparedWeight::reuse); taken whatever happens, the unused ones freed.
 std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, const SessionSettings& st,
                                               const Counters& c, CpuPath path, int32_t expect_format,
-                                              int64_t expect_n, int64_t expect_k, std::string* why) {
+                                              int64_t expect_n, int64_t expect_k, std::string* why,
+                                              std::vector<std::unique_ptr<Buffer>>* reuse = nullptr) {
+  std::vector<std::unique_ptr<Buffer>> taken;
+  if (reuse != nullptr) taken.swap(*reuse);
   const Q4_weight_bundle b = read_struct(bundle, "weight");
   if (b.format != Q4_FORMAT_NVFP4 && b.format != Q4_FORMAT_NF4 && b.format != Q4_FORMAT_MXFP4) {
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->format",
@@ -318,6 +323,7 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
     fail(Q4_ERR_INVALID_ARGUMENT, "weight->format", "an update must keep the linear's format");
   }
   auto p = std::make_shared<PreparedWeight>();
+  if (!st.on_cuda()) p->reuse = std::move(taken);  // (a CUDA session's host form is scratch)
   if (b.source == Q4_WEIGHT_FLOAT) {
     prepare_from_float(b, st, c, *p, path, why);
   } else {
@@ -342,8 +348,46 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
     kern::load_row(bias.ptr.data, bias.ptr.type, 0, p->n, dst);
     p->bias = dst;
   }
+  p->reuse.clear();
   if (st.on_cuda()) return upload(*p, st, c);  // the host form is freed on return
   return p;
+}
+
+}  // namespace
+
+void SpareStorage::retire(std::shared_ptr<const PreparedWeight> p) noexcept {
+  std::vector<std::unique_ptr<Buffer>> freed;
+  try {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (keep && p.use_count() == 1) {
+      // (the object itself was made non-const: prepare's make_shared)
+      auto& w = const_cast<PreparedWeight&>(*p);
+      freed.swap(buffers);
+      for (auto& b : w.storage) {
+        if (b->memory() == Memory::Host) buffers.push_back(std::move(b));
+      }
+    }
+  } catch (...) {  // (no memory for the list: the buffers are freed with p)
+  }
+  // freed, then p, are released here, outside the lock.
+}
+
+std::vector<std::unique_ptr<Buffer>> SpareStorage::take() {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::unique_ptr<Buffer>> out;
+  out.swap(buffers);
+  return out;
+}
+
+namespace {
+
+// p as the linear's weight: when its last holder (the linear, or a forward
+// that copied it) lets go, its storage goes to `spare` (SpareStorage).
+std::shared_ptr<const PreparedWeight> with_spare(std::shared_ptr<const PreparedWeight> p,
+                                                 const std::shared_ptr<SpareStorage>& spare) {
+  const PreparedWeight* raw = p.get();
+  return std::shared_ptr<const PreparedWeight>(
+      raw, [p = std::move(p), spare](const PreparedWeight*) mutable { spare->retire(std::move(p)); });
 }
 
 }  // namespace
@@ -391,7 +435,7 @@ Q4_linear* create_linear(Q4_session* s, const Q4_weight_bundle* w) {
   l->settings = s->settings;
   l->path = path;
   std::string why;
-  l->weight = prepare(w, s->settings, s->counters, path, 0, 0, 0, &why);
+  l->weight = with_spare(prepare(w, s->settings, s->counters, path, 0, 0, 0, &why), l->spare);
   l->format = l->weight->format;
   l->n = l->weight->n;
   l->k = l->weight->k;
@@ -557,19 +601,37 @@ void forward(Q4_linear* l, const DLTensor* x_t, DLTensor* out_t) {
   l->counters->forwards.fetch_add(1, std::memory_order_relaxed);
 }
 
+// An update writes the new weight into fresh memory (forwards in flight
+// keep reading the old one), and fresh memory costs a page fault and the
+// kernel's zeroing per 4 KiB page as it is first written: most of the
+// update's time. So from a linear's second update on, the storage of the
+// weight an update retires is kept when its last holder lets go (the
+// update itself, or the last forward that was reading it), and the next
+// update writes into it (a buffer per part of the weight, each taken for a
+// part of its size). A linear updated at most once holds no spare; one
+// updated repeatedly holds one weight's host memory more, as a mutable
+// tensor holds a spare version. (4096 x 4096 NVFP4, 2 threads, on a Zen 4
+// VM: an update took 0.5-0.9 ms when the allocator handed back memory
+// already mapped and 5-7 ms when it mapped new pages, which it did in most
+// calls; docs/performance.md, sixty-second session.)
 void update_weight(Q4_linear* l, const Q4_weight_bundle* w) {
   if (l == nullptr) fail(Q4_ERR_NULL_POINTER, "linear", "pointer is NULL");
   std::string why;
-  std::shared_ptr<const PreparedWeight> fresh =
-      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k, &why);
+  std::vector<std::unique_ptr<Buffer>> reuse = l->spare->take();
+  std::shared_ptr<const PreparedWeight> fresh = with_spare(
+      prepare(w, l->settings, l->counters, l->path, l->format, l->n, l->k, &why, &reuse), l->spare);
+  if (l->version.load() >= 2 && !l->settings.on_cuda()) {  // (this is the second update or a later one)
+    std::lock_guard<std::mutex> lock(l->spare->mutex);
+    l->spare->keep = true;
+  }
   {
     std::lock_guard<std::mutex> lock(l->mutex);
     l->weight.swap(fresh);
   }
   l->version.fetch_add(1);
   note_prepared(l, why);
-  // `fresh` now holds the old weight; it is freed here or when the last
-  // forward that copied it returns.
+  // `fresh` now holds the old weight: released here or by the last forward
+  // that copied it.
 }
 
 void destroy_linear(Q4_linear* l) {

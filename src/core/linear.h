@@ -9,9 +9,30 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/product.h"
 #include "core/session.h"
+
+namespace q4::core {
+
+// The host buffers of a linear's retired weight, for its next update to
+// write into (update_weight says when they are kept). A weight's shared_ptr
+// hands its storage here when its last holder lets go (its deleter:
+// retire), in whatever thread that is, after every holder's reads; the
+// next update takes the buffers (take), both under `mutex`. Counted in the
+// session's bytes while kept.
+struct SpareStorage {
+  std::mutex mutex;
+  bool keep = false;                             // guarded by mutex
+  std::vector<std::unique_ptr<Buffer>> buffers;  // guarded by mutex
+  // Keeps p's host buffers (p: its only holder) when `keep`, in place of
+  // those kept before; frees the rest outside the lock. Never throws.
+  void retire(std::shared_ptr<const PreparedWeight> p) noexcept;
+  std::vector<std::unique_ptr<Buffer>> take();
+};
+
+}  // namespace q4::core
 
 struct Q4_linear {
   Q4_session* session = nullptr;
@@ -26,6 +47,9 @@ struct Q4_linear {
   mutable std::mutex mutex;                // guards `weight` (copied out by forwards)
   std::shared_ptr<const q4::core::PreparedWeight> weight;
   std::atomic<uint64_t> version{1};
+  // Where the host storage of a retired weight waits for the next update
+  // (q4::core::update_weight); shared with the weights' deleters.
+  std::shared_ptr<q4::core::SpareStorage> spare = std::make_shared<q4::core::SpareStorage>();
 
   std::shared_ptr<const q4::core::PreparedWeight> current() const {
     std::lock_guard<std::mutex> lock(mutex);

@@ -18,8 +18,20 @@ int64_t PreparedWeight::bytes() const {
   return b;
 }
 
+std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters,
+                                    int64_t bytes) {
+  for (auto it = w.reuse.begin(); it != w.reuse.end(); ++it) {
+    if ((*it)->size() == bytes && (*it)->memory() == Memory::Host) {
+      std::unique_ptr<Buffer> b = std::move(*it);
+      w.reuse.erase(it);
+      return b;
+    }
+  }
+  return std::make_unique<Buffer>(counters, bytes);
+}
+
 uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes) {
-  w.storage.push_back(std::make_unique<Buffer>(counters, bytes));
+  w.storage.push_back(take_buffer(w, counters, bytes));
   return w.storage.back()->data();
 }
 
@@ -85,7 +97,7 @@ void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, 
 }
 
 void prepare_dequant(PreparedWeight& w, int32_t threads, const std::shared_ptr<SessionCounters>& counters) {
-  auto buf = std::make_unique<Buffer>(counters, w.n * w.k * 4);
+  std::unique_ptr<Buffer> buf = take_buffer(w, counters, w.n * w.k * 4);
   auto* d = reinterpret_cast<float*>(buf->data());
   if (w.format == Q4_FORMAT_NVFP4) {
     kern::dequantize_nvfp4(kern::active_table(), w.q, w.s, w.g, w.n, w.k, d, threads);

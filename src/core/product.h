@@ -66,6 +66,10 @@ struct PreparedWeight {
   // these piece by piece (kern::NvWeights::swizzled).
   const uint8_t* swizzled = nullptr;
   std::vector<std::unique_ptr<Buffer>> storage;
+  // Host buffers a preparation may take instead of allocating (a linear's
+  // update passes the storage of a weight it retired: take_buffer), each
+  // taken for a request of exactly its size; prepare() frees the rest.
+  std::vector<std::unique_ptr<Buffer>> reuse;
 
   int64_t bytes() const;
   kern::NvWeights nv() const {
@@ -76,7 +80,11 @@ struct PreparedWeight {
   }
 };
 
-// A buffer owned by `w`, counted in `counters` when that is not null.
+// A host buffer of `bytes` bytes for `w`: one of w.reuse of that size, or
+// a new one counted in `counters` when that is not null.
+std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters,
+                                    int64_t bytes);
+// A buffer owned by `w` (take_buffer's).
 uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes);
 
 // The packed parts from a validated operand. copy = true copies the bytes
