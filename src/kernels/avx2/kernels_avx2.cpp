@@ -287,8 +287,10 @@ inline int nvfp4_elem(int v, int lane) {
 
 // The driver of the byte-table and byte-plane GEMVs (m <= MaxM):
 // x reordered once by elem (group-major above kGemv64Rows), then
-// rows(M, R, xa, groups, j, y + (j - n0), far, chunk) for rows [n0, n1) of
-// W in groups of R (the remainder one by one): kGemv64RowGroup at M = 1,
+// rows(M, R, xa, groups, j, runs, y + (j - n0), far, chunk) for `runs`
+// groups of R rows of [n0, n1) from j (one group a call, or all of them at
+// small K: kGemv64RunGroups), the remainder one row at a time. R:
+// kGemv64RowGroup at M = 1,
 // 2 at M = 3-4 (twice the accumulator chains: there each chain's 8 FMAs
 // per group bound the kernel by latency; on an AVX2 Zen 3 M = 3 1.14x, M =
 // 4 1.08x; the order per accumulator, so the bits, are those of R = 1),
@@ -303,6 +305,12 @@ inline int nvfp4_elem(int v, int lane) {
 // 1.23x (chunks of 16 KiB: M = 3 0.89x; 32 KiB about as 24); M = 2, where
 // x is 32 KiB, read 0.96x chunked and stays one pass.
 constexpr int64_t kGemv64RowBlock = 64;
+// At M <= kGemv64Rows with rows of at most this many groups (K <= 1024),
+// the kernel takes all the task's groups of R rows in one call: a call's
+// own work (its prologue, the decode constants, the scale scan's set-up)
+// had been about a third of the kernel's time at K = 256. Same bits (each
+// group of rows runs the same code).
+constexpr int64_t kGemv64RunGroups = 16;
 constexpr int64_t kGemv64ChunkBytes = 24576;
 // The kernels take it by reference: passed by value, its 24 bytes were
 // written as 8-byte stores and read back by a 16-byte load at every call
@@ -335,14 +343,21 @@ void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1
         int64_t j = j0;
         for (; j + R <= j1; j += R) {
           if (c.part != nullptr) cr.part = c.part + (j - j0) * M * 8;
-          rows(mm, rr, xa.get(), groups, j, y + (j - n0), far, cr);
+          rows(mm, rr, xa.get(), groups, j, 1, y + (j - n0), far, cr);
         }
         for (; j < j1; ++j) {
           if (c.part != nullptr) cr.part = c.part + (j - j0) * M * 8;
-          rows(mm, std::integral_constant<int, 1>{}, xa.get(), groups, j, y + (j - n0), far, cr);
+          rows(mm, std::integral_constant<int, 1>{}, xa.get(), groups, j, 1, y + (j - n0), far, cr);
         }
       };
       if (kc == 0 || kc >= groups) {
+        if (M <= kGemv64Rows && groups <= kGemv64RunGroups && n1 - n0 >= 2 * R) {
+          // Short rows: every group of R rows in one call (kGemv64RunGroups).
+          const int64_t runs = (n1 - n0) / R;
+          rows(mm, rr, xa.get(), groups, n0, runs, y, far, Gemv64Chunk{0, groups, nullptr});
+          pass(n0 + runs * R, n1, Gemv64Chunk{0, groups, nullptr});
+          return;
+        }
         pass(n0, n1, Gemv64Chunk{0, groups, nullptr});
         return;
       }
@@ -509,163 +524,173 @@ inline void gemv64_acc_store(const Gemv64Chunk& ch, int64_t groups, const __m256
   }
 }
 
-template <int M, int R>
+// kRun: `runs` groups of R rows from j_first in one call (gemv64's small
+// K); otherwise one.
+template <int M, int R, bool kRun = false>
 __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups, const NvWeights& w,
-                                                 int64_t j0, float* y, int64_t ldy, bool far,
-                                                 const Gemv64Chunk& ch) {
+                                                 int64_t j_first, float* y_first, int64_t ldy, bool far,
+                                                 const Gemv64Chunk& ch, int64_t runs = 1) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, kb = k / 16, rb = k / 2;
   const E2m1Words dec;
-  __m256 acc[M][R];
-  gemv64_acc_load(ch, acc);
-  __m256 sv[R];
-  const float* xrow[R];
-  x_per_row(xa, xrow);
-  // Group g (its first block h in sv: 0 or 4) of the R rows.
-  auto group = [&](int64_t g, auto hh, bool half) {
-    constexpr int32_t h = decltype(hh)::value;
+  for (int64_t run = 0; run < (kRun ? runs : 1); ++run) {
+    const int64_t j0 = j_first + run * R;
+    float* const y = y_first + run * R;
+    __m256 acc[M][R];
+    gemv64_acc_load(ch, acc);
+    __m256 sv[R];
+    const float* xrow[R];
+    x_per_row(xa, xrow);
+    // Group g (its first block h in sv: 0 or 4) of the R rows.
+    auto group = [&](int64_t g, auto hh, bool half) {
+      constexpr int32_t h = decltype(hh)::value;
 #pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
-      if (h == 0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
-      const __m256i v = load_group32(p, half);
-      [[maybe_unused]] __m256 t[M][2];
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
+        if (h == 0) prefetch_row_ahead(p, R * rb, far);  // once per 64 bytes
+        const __m256i v = load_group32(p, half);
+        [[maybe_unused]] __m256 t[M][2];
 #pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        __m256i wd[2];
-        dec.words(v, c, wd);
+        for (int c = 0; c < 2; ++c) {
+          __m256i wd[2];
+          dec.words(v, c, wd);
 #pragma GCC unroll 2
-        for (int u = 0; u < 2; ++u) {
-          if constexpr (kScaleFirst) {
-            const __m256 su = group_scale(sv[r], h, u);
-            const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
-            const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
-            const float* xv = xrow[r] + g * M * kX64Group + int64_t{32} * c + int64_t{16} * u;
+          for (int u = 0; u < 2; ++u) {
+            if constexpr (kScaleFirst) {
+              const __m256 su = group_scale(sv[r], h, u);
+              const __m256 we = _mm256_mul_ps(E2m1Words::even(wd[u]), su);
+              const __m256 wo = _mm256_mul_ps(dec.odd(wd[u]), su);
+              const float* xv = xrow[r] + g * M * kX64Group + int64_t{32} * c + int64_t{16} * u;
 #pragma GCC unroll 8
-            for (int i = 0; i < M; ++i) {
-              acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
-              acc[i][r] = _mm256_fmadd_ps(wo, _mm256_load_ps(xv + i * kX64Group + 8), acc[i][r]);
-            }
-          } else {
+              for (int i = 0; i < M; ++i) {
+                acc[i][r] = _mm256_fmadd_ps(we, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+                acc[i][r] = _mm256_fmadd_ps(wo, _mm256_load_ps(xv + i * kX64Group + 8), acc[i][r]);
+              }
+            } else {
 #pragma GCC unroll 2
-            for (int i = 0; i < M; ++i) {
-              const float* xg = xrow[r] + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
-              const __m256 x0 = _mm256_load_ps(xg), x1 = _mm256_load_ps(xg + 8);
-              t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), x0)
-                               : _mm256_fmadd_ps(E2m1Words::even(wd[u]), x0, t[i][u]);
-              t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), x1, t[i][u]);
+              for (int i = 0; i < M; ++i) {
+                const float* xg = xrow[r] + (i * groups + g) * kX64Group + int64_t{32} * c + int64_t{16} * u;
+                const __m256 x0 = _mm256_load_ps(xg), x1 = _mm256_load_ps(xg + 8);
+                t[i][u] = c == 0 ? _mm256_mul_ps(E2m1Words::even(wd[u]), x0)
+                                 : _mm256_fmadd_ps(E2m1Words::even(wd[u]), x0, t[i][u]);
+                t[i][u] = _mm256_fmadd_ps(dec.odd(wd[u]), x1, t[i][u]);
+              }
             }
           }
         }
-      }
-      if constexpr (!kScaleFirst) {
+        if constexpr (!kScaleFirst) {
 #pragma GCC unroll 2
-        for (int u = 0; u < 2; ++u) {
-          const __m256 su = group_scale(sv[r], h, u);
+          for (int u = 0; u < 2; ++u) {
+            const __m256 su = group_scale(sv[r], h, u);
 #pragma GCC unroll 2
-          for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(t[i][u], su, acc[i][r]);
+            for (int i = 0; i < M; ++i) acc[i][r] = _mm256_fmadd_ps(t[i][u], su, acc[i][r]);
+          }
         }
       }
+    };
+    using H0 = std::integral_constant<int32_t, 0>;
+    using H4 = std::integral_constant<int32_t, 4>;
+    // 8 blocks (two groups) per step: one scale decode per row, kept in
+    // registers (sv). The pairs of full groups first, without the checks the
+    // last pair needs, and when every scale of the rows is normal and
+    // positive (one scan of the rows' codes) without a check per 8 codes. On
+    // an AVX2 Zen 3 EPYC, 2 threads, against the loop that had both checks
+    // and staged sv through memory: M = 1 1.15-1.36x (4096x4096 in L3 and
+    // 11008x4096 rotated through 150 MB), M = 2 1.03-1.13x, M = 4-8
+    // 1.05-1.09x; the check per 8 codes alone had cost M = 1 7 %.
+    const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);  // the chunk's full pairs end
+    // MXFP4's E8M0 scales in place (NvWeights::e8m0; the drivers pass them
+    // where reads_e8m0 says, K % 128 == 0), a byte per two blocks.
+    const bool mx = w.s == nullptr;
+    const int64_t kx = k / 32;
+    int64_t g0 = ch.ga;
+    // kMode 0: E4M3 codes checked per 8; 1: all normal (one scan); 2: E8M0.
+    auto pairs = [&](auto mode) {
+      constexpr int kMode = decltype(mode)::value;
+      for (; g0 < full_end; g0 += 2) {
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) {
+          if constexpr (kMode == 2) {
+            sv[r] = scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, 8, w.e8m0_t);
+          } else {
+            const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
+            sv[r] = kMode == 0 ? scales8(s, 8) : i8y_e4m3_normal8(scale_codes8(s));
+          }
+        }
+        group(g0, H0{}, false);
+        group(g0 + 1, H4{}, false);
+      }
+    };
+    // (the scan of 8-31 codes by two overlapping 8- or 16-byte loads
+    // instead of a byte loop, i8y_codes_normal: on a Zen 4 whose VM hides
+    // AVX-512, kernel A/B, one thread, 256 rows in cache, M = 1 K = 128
+    // 1.17x, K = 256 1.28x, K = 384 1.29x, M = 2-4 K = 256 1.15x)
+    bool normal = !mx;
+    const int64_t scanned = std::max<int64_t>(0, full_end - ch.ga) * 4;  // codes the scan reads per row
+    // M = 3-8 (K chunks): the codes the next R rows' scan of this chunk reads,
+    // into L1 (past the last row, past the weight). Each row's scan otherwise
+    // waits for them at its start; on an AVX2 Zen 3, 2 threads, A/B in one
+    // process, weights rotated through 150 MB: M = 4-8 1.03-1.20x (4096x11008
+    // 1.12-1.20x), M = 3 0.99x, in cache 1.00-1.01x; MXFP4 M = 4-8 1.02-1.05x.
+    if (kScaleFirst) {
+      // (MXFP4: its E8M0 bytes, two a group)
+      const uintptr_t s0 = reinterpret_cast<uintptr_t>(mx ? w.e8m0 : w.s);
+      const int64_t per_row = mx ? kx : kb, per_group = mx ? 2 : 4;
+      for (int r = 0; r < R; ++r) {
+        const uintptr_t row = s0 + static_cast<uintptr_t>((j0 + R + r) * per_row);
+        prefetch_lines_l1(row + static_cast<uintptr_t>(ch.ga * per_group),
+                          row + static_cast<uintptr_t>(std::min(per_row, ch.gb * per_group)));
+      }
     }
-  };
-  using H0 = std::integral_constant<int32_t, 0>;
-  using H4 = std::integral_constant<int32_t, 4>;
-  // 8 blocks (two groups) per step: one scale decode per row, kept in
-  // registers (sv). The pairs of full groups first, without the checks the
-  // last pair needs, and when every scale of the rows is normal and
-  // positive (one scan of the rows' codes) without a check per 8 codes. On
-  // an AVX2 Zen 3 EPYC, 2 threads, against the loop that had both checks
-  // and staged sv through memory: M = 1 1.15-1.36x (4096x4096 in L3 and
-  // 11008x4096 rotated through 150 MB), M = 2 1.03-1.13x, M = 4-8
-  // 1.05-1.09x; the check per 8 codes alone had cost M = 1 7 %.
-  const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);  // the chunk's full pairs end
-  // MXFP4's E8M0 scales in place (NvWeights::e8m0; the drivers pass them
-  // where reads_e8m0 says, K % 128 == 0), a byte per two blocks.
-  const bool mx = w.s == nullptr;
-  const int64_t kx = k / 32;
-  int64_t g0 = ch.ga;
-  // kMode 0: E4M3 codes checked per 8; 1: all normal (one scan); 2: E8M0.
-  auto pairs = [&](auto mode) {
-    constexpr int kMode = decltype(mode)::value;
-    for (; g0 < full_end; g0 += 2) {
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) normal = normal && i8y_codes_normal(w.s + (j0 + r) * kb + ch.ga * 4, scanned);
+    // The sign rule on the way (NvWeights::signs): the codes the scan read,
+    // when it found one not normal (normal codes are positive), and the last
+    // pair's, where a pass over the rows' scales after the GEMV
+    // (report_scale_signs) read them all again. On an AVX2 Zen 3, 2 threads,
+    // A/B in one process, with the rule asked for: M = 1 4096x4096 in cache
+    // 1.07x, 11008x4096 from DRAM 1.08x, M = 2-8 in cache 1.00-1.02x.
+    if (!mx && w.signs != nullptr) {
+      bool negative = false;
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* s = w.s + (j0 + r) * kb;
+        negative = negative || (!normal && any_sign_bit(s + ch.ga * 4, scanned)) ||
+                   (ch.gb > full_end && any_sign_bit(s + full_end * 4, kb - full_end * 4));
+      }
+      if (negative) w.signs->negative.store(true, std::memory_order_relaxed);
+    }
+    if (mx) {
+      pairs(std::integral_constant<int, 2>{});
+    } else if (normal) {
+      pairs(std::integral_constant<int, 1>{});
+    } else {
+      pairs(std::integral_constant<int, 0>{});
+    }
+    if (g0 < ch.gb) {  // the last chunk's last pair
 #pragma GCC unroll 2
       for (int r = 0; r < R; ++r) {
-        if constexpr (kMode == 2) {
-          sv[r] = scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, 8, w.e8m0_t);
-        } else {
-          const uint8_t* s = w.s + (j0 + r) * kb + g0 * 4;
-          sv[r] = kMode == 0 ? scales8(s, 8) : i8y_e4m3_normal8(scale_codes8(s));
-        }
+        sv[r] = mx ? scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, kb - g0 * 4, w.e8m0_t)
+                   : scales8(w.s + (j0 + r) * kb + g0 * 4, kb - g0 * 4);
       }
-      group(g0, H0{}, false);
-      group(g0 + 1, H4{}, false);
+      group(g0, H0{}, (g0 + 1) * kX64Group > k);
+      if (g0 + 1 < groups) group(g0 + 1, H4{}, (g0 + 2) * kX64Group > k);
     }
-  };
-  // (the scan of 8-31 codes by two overlapping 8- or 16-byte loads
-  // instead of a byte loop, i8y_codes_normal: on a Zen 4 whose VM hides
-  // AVX-512, kernel A/B, one thread, 256 rows in cache, M = 1 K = 128
-  // 1.17x, K = 256 1.28x, K = 384 1.29x, M = 2-4 K = 256 1.15x)
-  bool normal = !mx;
-  const int64_t scanned = std::max<int64_t>(0, full_end - ch.ga) * 4;  // codes the scan reads per row
-  // M = 3-8 (K chunks): the codes the next R rows' scan of this chunk reads,
-  // into L1 (past the last row, past the weight). Each row's scan otherwise
-  // waits for them at its start; on an AVX2 Zen 3, 2 threads, A/B in one
-  // process, weights rotated through 150 MB: M = 4-8 1.03-1.20x (4096x11008
-  // 1.12-1.20x), M = 3 0.99x, in cache 1.00-1.01x; MXFP4 M = 4-8 1.02-1.05x.
-  if (kScaleFirst) {
-    // (MXFP4: its E8M0 bytes, two a group)
-    const uintptr_t s0 = reinterpret_cast<uintptr_t>(mx ? w.e8m0 : w.s);
-    const int64_t per_row = mx ? kx : kb, per_group = mx ? 2 : 4;
-    for (int r = 0; r < R; ++r) {
-      const uintptr_t row = s0 + static_cast<uintptr_t>((j0 + R + r) * per_row);
-      prefetch_lines_l1(row + static_cast<uintptr_t>(ch.ga * per_group),
-                        row + static_cast<uintptr_t>(std::min(per_row, ch.gb * per_group)));
-    }
+    gemv64_acc_store(ch, groups, acc, w.g, y, ldy);
   }
-#pragma GCC unroll 2
-  for (int r = 0; r < R; ++r) normal = normal && i8y_codes_normal(w.s + (j0 + r) * kb + ch.ga * 4, scanned);
-  // The sign rule on the way (NvWeights::signs): the codes the scan read,
-  // when it found one not normal (normal codes are positive), and the last
-  // pair's, where a pass over the rows' scales after the GEMV
-  // (report_scale_signs) read them all again. On an AVX2 Zen 3, 2 threads,
-  // A/B in one process, with the rule asked for: M = 1 4096x4096 in cache
-  // 1.07x, 11008x4096 from DRAM 1.08x, M = 2-8 in cache 1.00-1.02x.
-  if (!mx && w.signs != nullptr) {
-    bool negative = false;
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* s = w.s + (j0 + r) * kb;
-      negative = negative || (!normal && any_sign_bit(s + ch.ga * 4, scanned)) ||
-                 (ch.gb > full_end && any_sign_bit(s + full_end * 4, kb - full_end * 4));
-    }
-    if (negative) w.signs->negative.store(true, std::memory_order_relaxed);
-  }
-  if (mx) {
-    pairs(std::integral_constant<int, 2>{});
-  } else if (normal) {
-    pairs(std::integral_constant<int, 1>{});
-  } else {
-    pairs(std::integral_constant<int, 0>{});
-  }
-  if (g0 < ch.gb) {  // the last chunk's last pair
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      sv[r] = mx ? scales8_e8m0(w.e8m0 + (j0 + r) * kx + g0 * 2, kb - g0 * 4, w.e8m0_t)
-                 : scales8(w.s + (j0 + r) * kb + g0 * 4, kb - g0 * 4);
-    }
-    group(g0, H0{}, (g0 + 1) * kX64Group > k);
-    if (g0 + 1 < groups) group(g0 + 1, H4{}, (g0 + 2) * kX64Group > k);
-  }
-  gemv64_acc_store(ch, groups, acc, w.g, y, ldy);
 }
 
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   if (w.k % 32 == 0) {
     gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
-                         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj,
-                             bool far, const Gemv64Chunk& ch) {
-                           nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj,
-                                                                                       ldy, far, ch);
+                         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs,
+                             float* yj, bool far, const Gemv64Chunk& ch) {
+                           constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+                           if constexpr (M <= kGemv64Rows) {
+                             if (runs > 1)
+                               return nvfp4_gemv64_rows<M, R, true>(xa, groups, w, j, yj, ldy, far, ch, runs);
+                           }
+                           nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far, ch);
                          });
     return;  // (the sign rule checked on the way)
   }
@@ -712,91 +737,102 @@ inline __m256 nf4_group_scale(const Nf4Weights& w, int64_t f, bool half) {
                          _mm_set1_ps(w.absmax[f >> w.block_shift]));
 }
 
-template <int M, int R>
+// kRun: as nvfp4_gemv64_rows. (A run builds the code values' byte planes
+// once: by byte stores and vector loads, built per group of rows they
+// made a run at M = 1 0.57x the calls it replaced, at 256 x 256.)
+template <int M, int R, bool kRun = false>
 __attribute__((noinline)) void nf4_gemv64_rows(const float* xa, int64_t groups, const Nf4Weights& w,
-                                               int64_t j0, float* y, int64_t ldy, bool far,
-                                               const Gemv64Chunk& ch) {
+                                               int64_t j_first, float* y_first, int64_t ldy, bool far,
+                                               const Gemv64Chunk& ch, int64_t runs = 1) {
   constexpr bool kScaleFirst = M > kGemv64Rows;
   const int64_t k = w.k, rb = k / 2;
   const Nf4Planes planes(w.lut);  // (small_batch_lanes_avx2.h)
   const __m256i nib = _mm256_set1_epi8(0x0f);
-  __m256 acc[M][R];
-  gemv64_acc_load(ch, acc);
-  const float* xrow[R];
-  x_per_row(xa, xrow);
-  // Group g of the R rows; pf: prefetch (every other group: once per 64
-  // bytes).
-  auto group = [&](int64_t g, bool pf, bool half) {
+  for (int64_t run = 0; run < (kRun ? runs : 1); ++run) {
+    const int64_t j0 = j_first + run * R;
+    float* const y = y_first + run * R;
+    __m256 acc[M][R];
+    gemv64_acc_load(ch, acc);
+    const float* xrow[R];
+    x_per_row(xa, xrow);
+    // Group g of the R rows; pf: prefetch (every other group: once per 64
+    // bytes).
+    auto group = [&](int64_t g, bool pf, bool half) {
 #pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
-      if (pf) prefetch_row_ahead(p, R * rb, far);
-      const __m256i v = load_group32(p, half);
-      const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
-      [[maybe_unused]] __m256 t[M][2];
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w.q + (j0 + r) * rb + g * 32;
+        if (pf) prefetch_row_ahead(p, R * rb, far);
+        const __m256i v = load_group32(p, half);
+        const __m256 scale = nf4_group_scale(w, (j0 + r) * k + g * kX64Group, half);
+        [[maybe_unused]] __m256 t[M][2];
 #pragma GCC unroll 2
-      for (int c = 1; c >= 0; --c) {
-        const __m256i idx =
-            c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-        __m256 val[4];  // vector q of nibble c
-        nf4_lookup32(planes, idx, val);
+        for (int c = 1; c >= 0; --c) {
+          const __m256i idx =
+              c == 0 ? _mm256_and_si256(v, nib) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+          __m256 val[4];  // vector q of nibble c
+          nf4_lookup32(planes, idx, val);
 #pragma GCC unroll 4
-        for (int qv = 0; qv < 4; ++qv) {
-          if constexpr (kScaleFirst) {
-            const __m256 wv = _mm256_mul_ps(val[qv], scale);
-            const float* xv = xrow[r] + g * M * kX64Group + int64_t{8} * (4 * c + qv);
+          for (int qv = 0; qv < 4; ++qv) {
+            if constexpr (kScaleFirst) {
+              const __m256 wv = _mm256_mul_ps(val[qv], scale);
+              const float* xv = xrow[r] + g * M * kX64Group + int64_t{8} * (4 * c + qv);
 #pragma GCC unroll 8
-            for (int i = 0; i < M; ++i)
-              acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
-          } else {
+              for (int i = 0; i < M; ++i)
+                acc[i][r] = _mm256_fmadd_ps(wv, _mm256_load_ps(xv + i * kX64Group), acc[i][r]);
+            } else {
 #pragma GCC unroll 2
-            for (int i = 0; i < M; ++i) {
-              const __m256 xv =
-                  _mm256_load_ps(xrow[r] + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
-              t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
+              for (int i = 0; i < M; ++i) {
+                const __m256 xv =
+                    _mm256_load_ps(xrow[r] + (i * groups + g) * kX64Group + int64_t{8} * (4 * c + qv));
+                t[i][c] = qv == 0 ? _mm256_mul_ps(val[qv], xv) : _mm256_fmadd_ps(val[qv], xv, t[i][c]);
+              }
             }
           }
         }
-      }
-      if constexpr (!kScaleFirst) {
+        if constexpr (!kScaleFirst) {
 #pragma GCC unroll 2
-        for (int i = 0; i < M; ++i)
-          acc[i][r] = _mm256_fmadd_ps(_mm256_add_ps(t[i][1], t[i][0]), scale, acc[i][r]);
+          for (int i = 0; i < M; ++i)
+            acc[i][r] = _mm256_fmadd_ps(_mm256_add_ps(t[i][1], t[i][0]), scale, acc[i][r]);
+        }
+      }
+    };
+    // Pairs of full groups first, without the checks of the last ones (on an
+    // AVX2 Zen 3 EPYC, 2 threads, 4096x4096 in L3 and 11008x4096 rotated
+    // through 150 MB: M = 1 1.05x, M = 2 1.00-1.02x, M = 4-8 1.04-1.09x).
+    const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);
+    // M = 3-8 (K chunks): the absmax the next R rows read in this chunk, into
+    // L1, as nvfp4_gemv64_rows does with its codes (A/B as there: M = 8
+    // 1.07x from DRAM, 1.02x in cache, M = 4 1.02x).
+    if (kScaleFirst) {
+      const uintptr_t a0 = reinterpret_cast<uintptr_t>(w.absmax);
+      const auto at = [&](int64_t e) { return a0 + static_cast<uintptr_t>((e >> w.block_shift) * 4); };
+      for (int r = 0; r < R; ++r) {
+        const int64_t f = (j0 + R + r) * k;  // the row's first element
+        prefetch_lines_l1(at(f + ch.ga * kX64Group), at(f + std::min(k, ch.gb * kX64Group) - 1) + 4);
       }
     }
-  };
-  // Pairs of full groups first, without the checks of the last ones (on an
-  // AVX2 Zen 3 EPYC, 2 threads, 4096x4096 in L3 and 11008x4096 rotated
-  // through 150 MB: M = 1 1.05x, M = 2 1.00-1.02x, M = 4-8 1.04-1.09x).
-  const int64_t full_end = std::min(ch.gb, k / (2 * kX64Group) * 2);
-  // M = 3-8 (K chunks): the absmax the next R rows read in this chunk, into
-  // L1, as nvfp4_gemv64_rows does with its codes (A/B as there: M = 8
-  // 1.07x from DRAM, 1.02x in cache, M = 4 1.02x).
-  if (kScaleFirst) {
-    const uintptr_t a0 = reinterpret_cast<uintptr_t>(w.absmax);
-    const auto at = [&](int64_t e) { return a0 + static_cast<uintptr_t>((e >> w.block_shift) * 4); };
-    for (int r = 0; r < R; ++r) {
-      const int64_t f = (j0 + R + r) * k;  // the row's first element
-      prefetch_lines_l1(at(f + ch.ga * kX64Group), at(f + std::min(k, ch.gb * kX64Group) - 1) + 4);
+    int64_t g = ch.ga;
+    for (; g < full_end; g += 2) {
+      group(g, true, false);
+      group(g + 1, false, false);
     }
+    for (; g < ch.gb; ++g) group(g, g % 2 == 0, (g + 1) * kX64Group > k);
+    gemv64_acc_store(ch, groups, acc, 1.0f, y, ldy);
   }
-  int64_t g = ch.ga;
-  for (; g < full_end; g += 2) {
-    group(g, true, false);
-    group(g + 1, false, false);
-  }
-  for (; g < ch.gb; ++g) group(g, g % 2 == 0, (g + 1) * kX64Group > k);
-  gemv64_acc_store(ch, groups, acc, 1.0f, y, ldy);
 }
 
 void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   if (w.k % 32 != 0 || w.blocksize % 32 != 0) return portable::nf4_gemv(x, ldx, m, w, n0, n1, y, ldy);
   gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
-                       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, float* yj, bool far,
-                           const Gemv64Chunk& ch) {
-                         nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value>(xa, groups, w, j, yj, ldy,
-                                                                                   far, ch);
+                       [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs,
+                           float* yj, bool far, const Gemv64Chunk& ch) {
+                         constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
+                         if constexpr (M <= kGemv64Rows) {
+                           if (runs > 1)
+                             return nf4_gemv64_rows<M, R, true>(xa, groups, w, j, yj, ldy, far, ch, runs);
+                         }
+                         nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far, ch);
                        });
 }
 
