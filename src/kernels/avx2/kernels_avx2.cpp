@@ -326,6 +326,17 @@ inline int64_t gemv64_chunk(int32_t m) {
   return m <= kGemv64Rows ? 0 : std::max<int64_t>(2, kGemv64ChunkBytes / (m * kX64Group * 4) / 2 * 2);
 }
 
+// A kernel's rows callback of gemv64: call(std::true_type) for a run of
+// groups of rows (runs > 1, only at M <= kGemv64Rows), else
+// call(std::false_type), one group.
+template <int M, class Call>
+void gemv64_run_or_rows(int64_t runs, Call&& call) {
+  if constexpr (M <= kGemv64Rows) {
+    if (runs > 1) return call(std::true_type{});
+  }
+  call(std::false_type{});
+}
+
 template <int MaxM, class Elem, class Rows>
 void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1, float* y, Elem&& elem,
             Rows&& rows) {
@@ -351,7 +362,7 @@ void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1
         }
       };
       if (kc == 0 || kc >= groups) {
-        if (M <= kGemv64Rows && groups <= kGemv64RunGroups && n1 - n0 >= 2 * R) {
+        if (M <= kGemv64Rows && groups <= kGemv64RunGroups && n1 - n0 >= int64_t{2} * R) {
           // Short rows: every group of R rows in one call (kGemv64RunGroups).
           const int64_t runs = (n1 - n0) / R;
           rows(mm, rr, xa.get(), groups, n0, runs, y, far, Gemv64Chunk{0, groups, nullptr});
@@ -682,16 +693,15 @@ __attribute__((noinline)) void nvfp4_gemv64_rows(const float* xa, int64_t groups
 void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n0, int64_t n1, float* y,
                 int64_t ldy) {
   if (w.k % 32 == 0) {
-    gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
-                         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs,
-                             float* yj, bool far, const Gemv64Chunk& ch) {
-                           constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-                           if constexpr (M <= kGemv64Rows) {
-                             if (runs > 1)
-                               return nvfp4_gemv64_rows<M, R, true>(xa, groups, w, j, yj, ldy, far, ch, runs);
-                           }
-                           nvfp4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far, ch);
-                         });
+    gemv64<kGemvMaxRows>(
+        x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
+        [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs, float* yj, bool far,
+            const Gemv64Chunk& ch) {
+          gemv64_run_or_rows<decltype(mm)::value>(runs, [&](auto run) {
+            nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value, decltype(run)::value>(
+                xa, groups, w, j, yj, ldy, far, ch, runs);
+          });
+        });
     return;  // (the sign rule checked on the way)
   }
   const bool far = rows_to_l2();
@@ -827,12 +837,10 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
   gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
                        [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs,
                            float* yj, bool far, const Gemv64Chunk& ch) {
-                         constexpr int M = decltype(mm)::value, R = decltype(rr)::value;
-                         if constexpr (M <= kGemv64Rows) {
-                           if (runs > 1)
-                             return nf4_gemv64_rows<M, R, true>(xa, groups, w, j, yj, ldy, far, ch, runs);
-                         }
-                         nf4_gemv64_rows<M, R>(xa, groups, w, j, yj, ldy, far, ch);
+                         gemv64_run_or_rows<decltype(mm)::value>(runs, [&](auto run) {
+                           nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value, decltype(run)::value>(
+                               xa, groups, w, j, yj, ldy, far, ch, runs);
+                         });
                        });
 }
 
