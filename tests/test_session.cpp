@@ -85,16 +85,7 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
 
   Tensor sw({t::swizzled_bytes(n, k)}, t::u8());
   REQUIRE(NVFP4_swizzle_scales(sc.t(), sw.t()) == Q4_OK);
-  Q4_weight_bundle pb{};
-  Q4_weight_bundle_init(&pb);
-  pb.format = Q4_FORMAT_NVFP4;
-  pb.source = Q4_WEIGHT_PACKED;
-  pb.weight = q.t();
-  pb.scale = sw.t();
-  pb.scale_layout = Q4_SCALE_SWIZZLED;
-  pb.global_scale = g;
-  pb.out_features = n;
-  pb.in_features = k;
+  Q4_weight_bundle pb = t::packed_nvfp4_bundle(q, sw, Q4_SCALE_SWIZZLED, g, n, k);
   pb.bias = bias.t();
   Q4_linear* l2 = nullptr;
   REQUIRE(Q4_linear_create(s.s, &pb, &l2) == Q4_OK);
@@ -105,10 +96,7 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
   // NF4 from float and packed with double-quantized statistics.
   Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
   REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
-  NF4_state st{};
-  st.struct_size = sizeof st;
-  st.blocksize = 64;
-  st.absmax = am.t();
+  NF4_state st = t::nf4_state_of(am, 64);
   Tensor nref({2, 3, n}, t::f32());
   REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, nref.t(), nullptr) == Q4_OK);
   Q4_weight_bundle nb = float_bundle(w, Q4_FORMAT_NF4);
@@ -160,6 +148,47 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
   CHECK(end.live_buffers == 0);
   CHECK(end.live_bytes == 0);
   CHECK(end.forwards == 5);
+}
+
+TEST_CASE(
+    "a linear from large packed bytes (copied over the session's threads) matches the stateless products",
+    "[session]") {
+  // 4096 x 2304: 4.5 MiB of codes, copied in pieces over threads, the
+  // last piece short; 0.56 MiB of scales (one piece).
+  const int64_t n = 4096, k = 2304;
+  Tensor w = t::random_float({n, k}, t::f32(), 61);
+  Tensor x = t::random_float({2, k}, t::f32(), 62);
+  Tensor q({n, k / 2}, t::u8()), sc({n, k / 16}, t::u8());
+  float g = 0;
+  REQUIRE(NVFP4_quantize(w.t(), q.t(), sc.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
+  Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
+  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
+  NF4_state st = t::nf4_state_of(am, 64);
+  for (int32_t threads : {1, 2, 3}) {
+    INFO("threads " << threads);
+    Q4_session_config c = config();
+    c.num_threads = threads;
+    Session s(&c);
+    Q4_op_options o{};
+    o.struct_size = sizeof o;
+    o.num_threads = threads;
+    Tensor ref({2, n}, t::f32()), y({2, n}, t::f32());
+    REQUIRE(NVFP4_linear(x.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, g, nullptr, ref.t(), &o) == Q4_OK);
+    Q4_weight_bundle pb = t::packed_nvfp4_bundle(q, sc, Q4_SCALE_LINEAR, g, n, k);
+    Q4_linear* l = nullptr;
+    REQUIRE(Q4_linear_create(s.s, &pb, &l) == Q4_OK);
+    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+    CHECK(same_bytes(y, ref));
+    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+
+    Tensor nref({2, n}, t::f32());
+    REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, nref.t(), &o) == Q4_OK);
+    Q4_weight_bundle nb = t::packed_nf4_bundle(nq, &st, n, k);
+    REQUIRE(Q4_linear_create(s.s, &nb, &l) == Q4_OK);
+    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+    CHECK(same_bytes(y, nref));
+    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+  }
 }
 
 TEST_CASE("forward fails fast on K, dtype, device and shape mismatches", "[session]") {

@@ -202,6 +202,44 @@ inline const Q4_session_config* cpu_session() {
 
 // A linear's bundle from a float weight [N, K] (quantized at create), with
 // an optional bias [N].
+// A packed NVFP4 bundle of q [N, K/2] and scales s in `layout`.
+inline Q4_weight_bundle packed_nvfp4_bundle(Tensor& q, Tensor& s, int32_t layout, float g, int64_t n,
+                                            int64_t k) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_NVFP4;
+  b.source = Q4_WEIGHT_PACKED;
+  b.weight = q.t();
+  b.scale = s.t();
+  b.scale_layout = layout;
+  b.global_scale = g;
+  b.out_features = n;
+  b.in_features = k;
+  return b;
+}
+
+// NF4 statistics of plain fp32 absmax (borrowed).
+inline NF4_state nf4_state_of(Tensor& absmax, int32_t blocksize) {
+  NF4_state st{};
+  st.struct_size = sizeof st;
+  st.blocksize = blocksize;
+  st.absmax = absmax.t();
+  return st;
+}
+
+// A packed NF4 bundle of codes q and statistics st (borrowed).
+inline Q4_weight_bundle packed_nf4_bundle(Tensor& q, const NF4_state* st, int64_t n, int64_t k) {
+  Q4_weight_bundle b{};
+  Q4_weight_bundle_init(&b);
+  b.format = Q4_FORMAT_NF4;
+  b.source = Q4_WEIGHT_PACKED;
+  b.weight = q.t();
+  b.nf4 = st;
+  b.out_features = n;
+  b.in_features = k;
+  return b;
+}
+
 inline Q4_weight_bundle float_bundle(Tensor& w, int32_t format, Tensor* bias = nullptr) {
   Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);

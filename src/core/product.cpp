@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/thread_pool.h"
 #include "core/tuner.h"
 #include "formats/codec.h"
 #include "kernels/cpu_ops.h"
@@ -37,12 +38,27 @@ uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& cou
 
 namespace {
 
+// bytes from src to dst over `threads` (0: the default), in pieces of 1
+// MiB, when there are at least 4 MiB: one core's copy does not reach the
+// memory's bandwidth (a linear's weight copied at create and update).
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads) {
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  if (bytes < 4 * kPiece || threads == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return;
+  }
+  parallel_for((bytes + kPiece - 1) / kPiece, threads, [&](int64_t i) {
+    const int64_t at = i * kPiece;
+    std::memcpy(dst + at, src + at, static_cast<size_t>(std::min(kPiece, bytes - at)));
+  });
+}
+
 // The caller's bytes themselves, or a copy owned by w.
 const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t bytes, bool copy,
-                             const std::shared_ptr<SessionCounters>& counters) {
+                             const std::shared_ptr<SessionCounters>& counters, int32_t threads) {
   if (!copy) return src;
   uint8_t* dst = allocate(w, counters, bytes);
-  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  copy_bytes(dst, src, bytes, threads);
   return dst;
 }
 
@@ -55,7 +71,7 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
   w.k = op.k;
   w.g = op.g;
   const int64_t sbytes = op.rows * (op.k / 16);
-  w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters);
+  w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters, threads);
   if (op.layout == Q4_SCALE_LINEAR && !copy) {
     w.s = op.s.data;
     return;
@@ -67,7 +83,7 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
   }
   uint8_t* s = allocate(w, counters, sbytes);
   if (op.layout == Q4_SCALE_LINEAR) {
-    std::memcpy(s, op.s.data, static_cast<size_t>(sbytes));
+    copy_bytes(s, op.s.data, sbytes, threads);
   } else {
     kern::unswizzle_scales_parallel(op.s.data, op.rows, op.k / 16, s, threads);
   }
@@ -83,7 +99,7 @@ void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, 
   w.blocksize = st.blocksize;
   w.block_shift = 0;
   while ((int64_t{1} << w.block_shift) < w.blocksize) ++w.block_shift;
-  w.q = own_or_borrow(w, op.q.data, (op.numel + 1) / 2, copy, counters);
+  w.q = own_or_borrow(w, op.q.data, (op.numel + 1) / 2, copy, counters, threads);
   // Resolve the (possibly double-quantized) absmax and the codebook once.
   const int64_t nblocks = (op.numel + w.blocksize - 1) / w.blocksize;
   if (!copy && st.qabsmax == nullptr) {
