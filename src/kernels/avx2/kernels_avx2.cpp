@@ -305,11 +305,14 @@ inline int nvfp4_elem(int v, int lane) {
 // 1.23x (chunks of 16 KiB: M = 3 0.89x; 32 KiB about as 24); M = 2, where
 // x is 32 KiB, read 0.96x chunked and stays one pass.
 constexpr int64_t kGemv64RowBlock = 64;
-// At M <= kGemv64Rows with rows of at most this many groups (K <= 1024),
-// the kernel takes all the task's groups of R rows in one call: a call's
-// own work (its prologue, the decode constants, the scale scan's set-up)
-// had been about a third of the kernel's time at K = 256. Same bits (each
-// group of rows runs the same code).
+// With rows of at most this many groups (K <= 1024) in one pass (no K
+// chunks), the kernel takes all the task's groups of R rows in one call: a
+// call's own work (its prologue, the decode constants, the scale scan's
+// set-up) had been about a third of the kernel's time at K = 256, M = 1.
+// Same bits (each group of rows runs the same code). Kernel A/B on a Zen 4
+// whose VM hides AVX-512, one thread in cache: M = 1-2 1.01-1.32x
+// (1024x1024 to 64x128), M = 3-8 1.02-1.08x (NF4 1.08-1.13x); larger K
+// 0.99-1.01x.
 constexpr int64_t kGemv64RunGroups = 16;
 constexpr int64_t kGemv64ChunkBytes = 24576;
 // The kernels take it by reference: passed by value, its 24 bytes were
@@ -327,13 +330,10 @@ inline int64_t gemv64_chunk(int32_t m) {
 }
 
 // A kernel's rows callback of gemv64: call(std::true_type) for a run of
-// groups of rows (runs > 1, only at M <= kGemv64Rows), else
-// call(std::false_type), one group.
-template <int M, class Call>
+// groups of rows (runs > 1), else call(std::false_type), one group.
+template <class Call>
 void gemv64_run_or_rows(int64_t runs, Call&& call) {
-  if constexpr (M <= kGemv64Rows) {
-    if (runs > 1) return call(std::true_type{});
-  }
+  if (runs > 1) return call(std::true_type{});
   call(std::false_type{});
 }
 
@@ -362,7 +362,7 @@ void gemv64(ActRows x, int64_t ldx, int32_t m, int64_t k, int64_t n0, int64_t n1
         }
       };
       if (kc == 0 || kc >= groups) {
-        if (M <= kGemv64Rows && groups <= kGemv64RunGroups && n1 - n0 >= int64_t{2} * R) {
+        if (groups <= kGemv64RunGroups && n1 - n0 >= int64_t{2} * R) {
           // Short rows: every group of R rows in one call (kGemv64RunGroups).
           const int64_t runs = (n1 - n0) / R;
           rows(mm, rr, xa.get(), groups, n0, runs, y, far, Gemv64Chunk{0, groups, nullptr});
@@ -697,7 +697,7 @@ void nvfp4_gemv(ActRows x, int64_t ldx, int32_t m, const NvWeights& w, int64_t n
         x, ldx, m, w.k, n0, n1, y, nvfp4_elem,
         [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs, float* yj, bool far,
             const Gemv64Chunk& ch) {
-          gemv64_run_or_rows<decltype(mm)::value>(runs, [&](auto run) {
+          gemv64_run_or_rows(runs, [&](auto run) {
             nvfp4_gemv64_rows<decltype(mm)::value, decltype(rr)::value, decltype(run)::value>(
                 xa, groups, w, j, yj, ldy, far, ch, runs);
           });
@@ -837,7 +837,7 @@ void nf4_gemv(ActRows x, int64_t ldx, int32_t m, const Nf4Weights& w, int64_t n0
   gemv64<kGemvMaxRows>(x, ldx, m, w.k, n0, n1, y, nf4_elem,
                        [&](auto mm, auto rr, const float* xa, int64_t groups, int64_t j, int64_t runs,
                            float* yj, bool far, const Gemv64Chunk& ch) {
-                         gemv64_run_or_rows<decltype(mm)::value>(runs, [&](auto run) {
+                         gemv64_run_or_rows(runs, [&](auto run) {
                            nf4_gemv64_rows<decltype(mm)::value, decltype(rr)::value, decltype(run)::value>(
                                xa, groups, w, j, yj, ldy, far, ch, runs);
                          });
