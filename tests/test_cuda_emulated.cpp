@@ -792,15 +792,7 @@ namespace {
 
 // A packed MXFP4 bundle: codes [n, k/2] and E8M0 scales in `layout`.
 Q4_weight_bundle mx_packed(Tensor& q, Tensor& s, int32_t layout, int64_t n, int64_t k, Tensor* bias) {
-  Q4_weight_bundle b{};
-  Q4_weight_bundle_init(&b);
-  b.format = Q4_FORMAT_MXFP4;
-  b.source = Q4_WEIGHT_PACKED;
-  b.scale_layout = layout;
-  b.weight = q.t();
-  b.scale = s.t();
-  b.out_features = n;
-  b.in_features = k;
+  Q4_weight_bundle b = t::packed_bundle(Q4_FORMAT_MXFP4, q, s, layout, 0.0f, n, k);
   b.bias = bias != nullptr ? bias->t() : nullptr;
   return b;
 }

@@ -85,7 +85,7 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
 
   Tensor sw({t::swizzled_bytes(n, k)}, t::u8());
   REQUIRE(NVFP4_swizzle_scales(sc.t(), sw.t()) == Q4_OK);
-  Q4_weight_bundle pb = t::packed_nvfp4_bundle(q, sw, Q4_SCALE_SWIZZLED, g, n, k);
+  Q4_weight_bundle pb = t::packed_bundle(Q4_FORMAT_NVFP4, q, sw, Q4_SCALE_SWIZZLED, g, n, k);
   pb.bias = bias.t();
   Q4_linear* l2 = nullptr;
   REQUIRE(Q4_linear_create(s.s, &pb, &l2) == Q4_OK);
@@ -164,6 +164,8 @@ TEST_CASE(
   Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
   REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
   NF4_state st = t::nf4_state_of(am, 64);
+  Tensor mq({n, k / 2}, t::u8()), ms({n, k / 32}, t::u8());
+  REQUIRE(MXFP4_quantize(w.t(), mq.t(), ms.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
   for (int32_t threads : {1, 2, 3}) {
     INFO("threads " << threads);
     Q4_session_config c = config();
@@ -174,7 +176,7 @@ TEST_CASE(
     o.num_threads = threads;
     Tensor ref({2, n}, t::f32()), y({2, n}, t::f32());
     REQUIRE(NVFP4_linear(x.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, g, nullptr, ref.t(), &o) == Q4_OK);
-    Q4_weight_bundle pb = t::packed_nvfp4_bundle(q, sc, Q4_SCALE_LINEAR, g, n, k);
+    Q4_weight_bundle pb = t::packed_bundle(Q4_FORMAT_NVFP4, q, sc, Q4_SCALE_LINEAR, g, n, k);
     Q4_linear* l = nullptr;
     REQUIRE(Q4_linear_create(s.s, &pb, &l) == Q4_OK);
     REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
@@ -187,6 +189,14 @@ TEST_CASE(
     REQUIRE(Q4_linear_create(s.s, &nb, &l) == Q4_OK);
     REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
     CHECK(same_bytes(y, nref));
+    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+
+    Tensor mref({2, n}, t::f32());
+    REQUIRE(MXFP4_linear(x.t(), mq.t(), ms.t(), Q4_SCALE_LINEAR, nullptr, mref.t(), &o) == Q4_OK);
+    Q4_weight_bundle mb = t::packed_bundle(Q4_FORMAT_MXFP4, mq, ms, Q4_SCALE_LINEAR, 0.0f, n, k);
+    REQUIRE(Q4_linear_create(s.s, &mb, &l) == Q4_OK);
+    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+    CHECK(same_bytes(y, mref));
     REQUIRE(Q4_linear_destroy(l) == Q4_OK);
   }
 }

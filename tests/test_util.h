@@ -202,12 +202,13 @@ inline const Q4_session_config* cpu_session() {
 
 // A linear's bundle from a float weight [N, K] (quantized at create), with
 // an optional bias [N].
-// A packed NVFP4 bundle of q [N, K/2] and scales s in `layout`.
-inline Q4_weight_bundle packed_nvfp4_bundle(Tensor& q, Tensor& s, int32_t layout, float g, int64_t n,
-                                            int64_t k) {
+// A packed NVFP4 or MXFP4 bundle of q [N, K/2] and scales s in `layout`
+// (g: NVFP4's global scale).
+inline Q4_weight_bundle packed_bundle(int32_t format, Tensor& q, Tensor& s, int32_t layout, float g,
+                                      int64_t n, int64_t k) {
   Q4_weight_bundle b{};
   Q4_weight_bundle_init(&b);
-  b.format = Q4_FORMAT_NVFP4;
+  b.format = format;
   b.source = Q4_WEIGHT_PACKED;
   b.weight = q.t();
   b.scale = s.t();

@@ -510,15 +510,7 @@ TEST_CASE("NVFP4 block scales with the sign bit set are rejected on every produc
   // Linears check packed weights once, at prepare time.
   Q4_session* sess = nullptr;
   REQUIRE(Q4_session_create(t::cpu_session(), &sess) == Q4_OK);
-  Q4_weight_bundle pb{};
-  Q4_weight_bundle_init(&pb);
-  pb.format = Q4_FORMAT_NVFP4;
-  pb.source = Q4_WEIGHT_PACKED;
-  pb.weight = q.t();
-  pb.scale = bad.t();
-  pb.global_scale = 1.0f;
-  pb.out_features = 8;
-  pb.in_features = 32;
+  Q4_weight_bundle pb = t::packed_bundle(Q4_FORMAT_NVFP4, q, bad, Q4_SCALE_LINEAR, 1.0f, 8, 32);
   Q4_linear* lin = nullptr;
   expect_failure([&] { return Q4_linear_create(sess, &pb, &lin); }, Q4_ERR_INVALID_ARGUMENT,
                  "Q4_linear_create", "'weight->scale'");

@@ -359,7 +359,7 @@ void SpareStorage::retire(std::shared_ptr<const PreparedWeight> p) noexcept {
   std::vector<std::unique_ptr<Buffer>> freed;
   try {
     std::lock_guard<std::mutex> lock(mutex);
-    if (keep && p.use_count() == 1) {
+    if (keep) {
       // (the object itself was made non-const: prepare's make_shared)
       auto& w = const_cast<PreparedWeight&>(*p);
       freed.swap(buffers);

@@ -26,8 +26,9 @@ struct SpareStorage {
   std::mutex mutex;
   bool keep = false;                             // guarded by mutex
   std::vector<std::unique_ptr<Buffer>> buffers;  // guarded by mutex
-  // Keeps p's host buffers (p: its only holder) when `keep`, in place of
-  // those kept before; frees the rest outside the lock. Never throws.
+  // Keeps p's host buffers when `keep` (p: the weight's deleter's own
+  // pointer, its only holder by then), in place of those kept before;
+  // frees the rest outside the lock. Never throws.
   void retire(std::shared_ptr<const PreparedWeight> p) noexcept;
   std::vector<std::unique_ptr<Buffer>> take();
 };

@@ -271,7 +271,7 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
       w.g = fmt::pow2_f32(t);
       if (copy) {
         uint8_t* q = allocate(w, counters, op.rows * (op.k / 2));
-        std::memcpy(q, op.q.data, static_cast<size_t>(op.rows * (op.k / 2)));
+        copy_bytes(q, op.q.data, op.rows * (op.k / 2), threads);
         w.q = q;
       } else {
         w.q = op.q.data;

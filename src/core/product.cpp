@@ -36,11 +36,6 @@ uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& cou
   return w.storage.back()->data();
 }
 
-namespace {
-
-// bytes from src to dst over `threads` (0: the default), in pieces of 1
-// MiB, when there are at least 4 MiB: one core's copy does not reach the
-// memory's bandwidth (a linear's weight copied at create and update).
 void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads) {
   constexpr int64_t kPiece = int64_t{1} << 20;
   if (bytes < 4 * kPiece || threads == 1) {
@@ -52,6 +47,8 @@ void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads
     std::memcpy(dst + at, src + at, static_cast<size_t>(std::min(kPiece, bytes - at)));
   });
 }
+
+namespace {
 
 // The caller's bytes themselves, or a copy owned by w.
 const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t bytes, bool copy,

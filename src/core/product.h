@@ -84,6 +84,10 @@ struct PreparedWeight {
 // a new one counted in `counters` when that is not null.
 std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters,
                                     int64_t bytes);
+// bytes from src to dst over `threads` (0: the default), in pieces of 1
+// MiB, when there are at least 4 MiB: one core's copy does not reach the
+// memory's bandwidth (a linear's weight copied at create and update).
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads);
 // A buffer owned by `w` (take_buffer's).
 uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes);
 
