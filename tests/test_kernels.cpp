@@ -2855,8 +2855,11 @@ TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the sc
   for (int32_t isa : compiled_tables(true)) {
     const kern::KernelTable& kt = kern::table_for(isa);
     with_entry += kt.i8_tile_group != nullptr ? 1 : 0;
-    for (int64_t k : {128, 1024, 4224}) {
-      for (int64_t n : {15, 16, 53, 700}) {
+    // (k = 8192 with n = 1029: 4 MiB of tiles, written through a buffer by
+    // non-temporal stores when asked; k = 64: nothing tiled, the copy made)
+    for (int64_t k : {64, 128, 1024, 4224, 8192}) {
+      for (int64_t n : {15, 16, 53, 700, 1029}) {
+        if ((k == 8192) != (n == 1029)) continue;
         INFO("isa " << q4::isa_name(isa) << " n=" << n << " k=" << k);
         std::vector<uint8_t> q(static_cast<size_t>(n * k / 2));
         uint32_t h = static_cast<uint32_t>(n * 131 + k);
@@ -2873,6 +2876,20 @@ TEST_CASE("the table's tiler (i8_tile_group, threads) writes the bytes of the sc
             kern::i8_tile_codes(kt, q.data(), n, k, got, threads);
             INFO("threads " << threads << " offset " << off);
             CHECK(std::memcmp(got, want.data(), bytes + 1) == 0);
+            // With a copy of q made in the same pass (guard byte after it
+            // too), by ordinary or non-temporal stores, and the tiles so.
+            for (bool stream : {false, true}) {
+              INFO("stream " << stream);
+              std::vector<uint8_t> copy(q.size() + 1, 0xdd);
+              std::memset(got, 0xee, bytes + 1);
+              kern::i8_tile_codes(kt, q.data(), n, k, got, threads, copy.data(), stream);
+              CHECK(std::memcmp(got, want.data(), bytes + 1) == 0);
+              CHECK(std::memcmp(copy.data(), q.data(), q.size()) == 0);
+              CHECK(copy.back() == 0xdd);
+              std::memset(got, 0xee, bytes + 1);
+              kern::i8_tile_codes(kt, q.data(), n, k, got, threads, nullptr, stream);
+              CHECK(std::memcmp(got, want.data(), bytes + 1) == 0);
+            }
           }
         }
       }
@@ -2922,6 +2939,16 @@ TEST_CASE(
         kern::i8_tile_scales(kt, s.data(), n, k, got.data(), flags.data(), threads);
         CHECK(got == want);  // (the guard byte after the groups included)
         CHECK(flags == wflags);
+        // With a copy of s made in the same pass (the 5 rows past the last
+        // group too), and a guard byte after it.
+        std::vector<uint8_t> copy(s.size() + 1, 0xdd);
+        std::fill(got.begin(), got.end(), 0xee);
+        std::fill(flags.begin(), flags.end(), 0xee);
+        kern::i8_tile_scales(kt, s.data(), n, k, got.data(), flags.data(), threads, copy.data());
+        CHECK(got == want);
+        CHECK(flags == wflags);
+        CHECK(std::equal(s.begin(), s.end(), copy.begin()));
+        CHECK(copy.back() == 0xdd);
       }
     }
   }

@@ -153,51 +153,84 @@ TEST_CASE("linear from every bundle kind matches the stateless operations", "[se
 TEST_CASE(
     "a linear from large packed bytes (copied over the session's threads) matches the stateless products",
     "[session]") {
-  // 4096 x 2304: 4.5 MiB of codes, copied in pieces over threads, the
-  // last piece short; 0.56 MiB of scales (one piece).
-  const int64_t n = 4096, k = 2304;
-  Tensor w = t::random_float({n, k}, t::f32(), 61);
-  Tensor x = t::random_float({2, k}, t::f32(), 62);
-  Tensor q({n, k / 2}, t::u8()), sc({n, k / 16}, t::u8());
-  float g = 0;
-  REQUIRE(NVFP4_quantize(w.t(), q.t(), sc.t(), 0, 0.0f, &g, nullptr) == Q4_OK);
-  Tensor nq({n * k / 2}, t::u8()), am({n * k / 64}, t::f32());
-  REQUIRE(NF4_quantize(w.t(), nq.t(), am.t(), 64, nullptr) == Q4_OK);
-  NF4_state st = t::nf4_state_of(am, 64);
-  Tensor mq({n, k / 2}, t::u8()), ms({n, k / 32}, t::u8());
-  REQUIRE(MXFP4_quantize(w.t(), mq.t(), ms.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
-  for (int32_t threads : {1, 2, 3}) {
-    INFO("threads " << threads);
-    Q4_session_config c = config();
-    c.num_threads = threads;
-    Session s(&c);
-    Q4_op_options o{};
-    o.struct_size = sizeof o;
-    o.num_threads = threads;
-    Tensor ref({2, n}, t::f32()), y({2, n}, t::f32());
-    REQUIRE(NVFP4_linear(x.t(), q.t(), sc.t(), Q4_SCALE_LINEAR, g, nullptr, ref.t(), &o) == Q4_OK);
-    Q4_weight_bundle pb = t::packed_bundle(Q4_FORMAT_NVFP4, q, sc, Q4_SCALE_LINEAR, g, n, k);
-    Q4_linear* l = nullptr;
-    REQUIRE(Q4_linear_create(s.s, &pb, &l) == Q4_OK);
-    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
-    CHECK(same_bytes(y, ref));
-    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
-
-    Tensor nref({2, n}, t::f32());
-    REQUIRE(NF4_scaled_mm(x.t(), nq.t(), &st, nullptr, nref.t(), &o) == Q4_OK);
-    Q4_weight_bundle nb = t::packed_nf4_bundle(nq, &st, n, k);
-    REQUIRE(Q4_linear_create(s.s, &nb, &l) == Q4_OK);
-    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
-    CHECK(same_bytes(y, nref));
-    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
-
-    Tensor mref({2, n}, t::f32());
-    REQUIRE(MXFP4_linear(x.t(), mq.t(), ms.t(), Q4_SCALE_LINEAR, nullptr, mref.t(), &o) == Q4_OK);
-    Q4_weight_bundle mb = t::packed_bundle(Q4_FORMAT_MXFP4, mq, ms, Q4_SCALE_LINEAR, 0.0f, n, k);
-    REQUIRE(Q4_linear_create(s.s, &mb, &l) == Q4_OK);
-    REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
-    CHECK(same_bytes(y, mref));
-    REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+  // 4104 x 2304: 4.6 MiB of codes, copied in pieces over threads, the last
+  // piece short, and 0.56 MiB of scales (one piece). In fast mode the
+  // NVFP4 and NF4 codes (and NVFP4's scales) are copied group by group of
+  // 16 rows as they are tiled, the 8 rows past the last group copied
+  // alone; M = 2 reads the tiles, M = 40 the copy. An update into a
+  // retired weight's memory writes the codes (and the 4.5 MiB of tiles) by
+  // non-temporal stores. Every step gives the stateless products' bits.
+  // 24 x 2368 (K % 128 == 64, fewer than 64 rows): no tiles, the copies
+  // made after all.
+  for (const auto& shape : {std::pair<int64_t, int64_t>{4104, 2304}, {24, 2368}}) {
+    const int64_t n = shape.first, k = shape.second;
+    // Weights A and B in the three formats.
+    struct Packed {
+      Tensor q, sc, nq, am, mq, ms;
+      float g = 0;
+      NF4_state st{};
+    };
+    std::vector<Packed> wts;
+    for (uint64_t seed : {61, 63}) {
+      Tensor w = t::random_float({n, k}, t::f32(), seed);
+      Packed p{Tensor({n, k / 2}, t::u8()),    Tensor({n, k / 16}, t::u8()), Tensor({n * k / 2}, t::u8()),
+               Tensor({n * k / 64}, t::f32()), Tensor({n, k / 2}, t::u8()),  Tensor({n, k / 32}, t::u8())};
+      REQUIRE(NVFP4_quantize(w.t(), p.q.t(), p.sc.t(), 0, 0.0f, &p.g, nullptr) == Q4_OK);
+      REQUIRE(NF4_quantize(w.t(), p.nq.t(), p.am.t(), 64, nullptr) == Q4_OK);
+      REQUIRE(MXFP4_quantize(w.t(), p.mq.t(), p.ms.t(), Q4_SCALE_LINEAR, nullptr) == Q4_OK);
+      wts.push_back(std::move(p));
+    }
+    for (Packed& p : wts) p.st = t::nf4_state_of(p.am, 64);
+    for (int32_t mode : {Q4_MATH_EXACT, Q4_MATH_FAST}) {
+      for (int32_t threads : {1, 2, 3}) {
+        for (int64_t m : {2, 40}) {
+          INFO(n << " x " << k << " mode " << mode << " threads " << threads << " M " << m);
+          Tensor x = t::random_float({m, k}, t::f32(), 62 + m);
+          Q4_session_config c = config();
+          c.num_threads = threads;
+          c.math_mode = mode;
+          Session s(&c);
+          Q4_op_options o{};
+          o.struct_size = sizeof o;
+          o.num_threads = threads;
+          o.math_mode = mode;
+          for (int32_t format : {Q4_FORMAT_NVFP4, Q4_FORMAT_NF4, Q4_FORMAT_MXFP4}) {
+            INFO("format " << format);
+            std::vector<Q4_weight_bundle> b;
+            std::vector<Tensor> ref;
+            for (Packed& p : wts) {
+              ref.emplace_back(std::vector<int64_t>{m, n}, t::f32());
+              if (format == Q4_FORMAT_NVFP4) {
+                REQUIRE(NVFP4_linear(x.t(), p.q.t(), p.sc.t(), Q4_SCALE_LINEAR, p.g, nullptr, ref.back().t(),
+                                     &o) == Q4_OK);
+                b.push_back(t::packed_bundle(Q4_FORMAT_NVFP4, p.q, p.sc, Q4_SCALE_LINEAR, p.g, n, k));
+              } else if (format == Q4_FORMAT_NF4) {
+                REQUIRE(NF4_scaled_mm(x.t(), p.nq.t(), &p.st, nullptr, ref.back().t(), &o) == Q4_OK);
+                b.push_back(t::packed_nf4_bundle(p.nq, &p.st, n, k));
+              } else {
+                REQUIRE(MXFP4_linear(x.t(), p.mq.t(), p.ms.t(), Q4_SCALE_LINEAR, nullptr, ref.back().t(),
+                                     &o) == Q4_OK);
+                b.push_back(t::packed_bundle(Q4_FORMAT_MXFP4, p.mq, p.ms, Q4_SCALE_LINEAR, 0.0f, n, k));
+              }
+            }
+            // Created from A, updated to B, to A, to A again: the third
+            // update writes into B's memory (from the second update on, a
+            // retired weight's memory is kept for the next one).
+            Q4_linear* l = nullptr;
+            REQUIRE(Q4_linear_create(s.s, &b[0], &l) == Q4_OK);
+            const size_t order[4] = {0, 1, 0, 0};
+            for (int32_t step = 0; step < 4; ++step) {
+              INFO("step " << step);
+              if (step > 0) REQUIRE(Q4_linear_update_weight(l, &b[order[step]]) == Q4_OK);
+              Tensor y({m, n}, t::f32());
+              REQUIRE(Q4_linear_forward(l, x.t(), y.t()) == Q4_OK);
+              CHECK(same_bytes(y, ref[order[step]]));
+            }
+            REQUIRE(Q4_linear_destroy(l) == Q4_OK);
+          }
+        }
+      }
+    }
   }
 }
 

@@ -147,6 +147,13 @@ void prepare_from_float(const Q4_weight_bundle& b, const SessionSettings& st, co
   }
 }
 
+// Whether prepare_tiles may tile the weight (a fast-mode linear on the CPU
+// kernels): its copies of the caller's packed bytes are then left to that
+// pass (PreparedWeight::defer_copies).
+bool tiles_may_follow(const SessionSettings& st, CpuPath path) {
+  return !st.on_cuda() && st.ops.math_mode == Q4_MATH_FAST && path == CpuPath::Kernel;
+}
+
 // Validate packed tensors as the stateless products do, then copy them.
 void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, const Counters& c,
                          PreparedWeight& p, CpuPath path, std::string* why) {
@@ -175,6 +182,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
     op.k = k;
     op.g = b.global_scale;
     require_nonnegative_scales(op);
+    p.defer_copies = tiles_may_follow(st, path);
     prepare_nvfp4(p, op, true, c, st.ops.num_threads);
   } else if (b.format == Q4_FORMAT_MXFP4) {
     // As MXFP4_linear validates it; the ready form is the NVFP4 form (codes
@@ -217,6 +225,7 @@ void prepare_from_packed(const Q4_weight_bundle& b, const SessionSettings& st, c
                                s.nested ? &s.nested_absmax : nullptr, s.nested ? &s.nested_map : nullptr}) {
       if (t != nullptr) require_host(*t);
     }
+    p.defer_copies = tiles_may_follow(st, path);
     prepare_nf4(p, op, n, k, true, c, st.ops.num_threads);
   }
 }
@@ -236,8 +245,18 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
       !kt.i8_reads_tiles || kern::fast_math_fallback_shape(kt, p.n, p.k) != nullptr) {
     return;  // (the last: fast mode runs the exact kernels on this weight)
   }
-  uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k));
-  kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads);
+  // (a copy of the caller's codes or scales still to make, PreparedWeight::
+  // q_copy / s_copy, is made in the same pass: the caller's bytes read
+  // once)
+  bool reused = false;
+  uint8_t* t = allocate(p, c, kern::i8_tile_bytes(p.n, p.k), &reused);
+  if (p.q_copy.dst == p.q) {
+    kern::i8_tile_codes(kt, p.q_copy.src, p.n, p.k, t, st.ops.num_threads, p.q_copy.dst,
+                        reused && p.q_copy.reused);
+    p.q_copy = PreparedWeight::PendingCopy{};
+  } else {
+    kern::i8_tile_codes(kt, p.q, p.n, p.k, t, st.ops.num_threads, nullptr, reused);
+  }
   p.tiles = t;
   if (kt.i8_reads_tile_scales && p.format != Q4_FORMAT_NF4 && p.s != nullptr) {
     // (N*K/16 + N/16 bytes more: the E4M3 scales as the GEMV transposes
@@ -245,7 +264,12 @@ void prepare_tiles(PreparedWeight& p, const SessionSettings& st, const Counters&
     const int64_t groups = p.n / 16;
     uint8_t* ts = allocate(p, c, groups * kern::i8_tile_scale_group_bytes(p.k));
     uint8_t* tf = allocate(p, c, groups);
-    kern::i8_tile_scales(kt, p.s, p.n, p.k, ts, tf, st.ops.num_threads);
+    if (p.s_copy.dst == p.s) {
+      kern::i8_tile_scales(kt, p.s_copy.src, p.n, p.k, ts, tf, st.ops.num_threads, p.s_copy.dst);
+      p.s_copy = PreparedWeight::PendingCopy{};
+    } else {
+      kern::i8_tile_scales(kt, p.s, p.n, p.k, ts, tf, st.ops.num_threads);
+    }
     p.tile_scales = ts;
     p.tile_flags = tf;
   }
@@ -337,10 +361,14 @@ std::shared_ptr<const PreparedWeight> prepare(const Q4_weight_bundle* bundle, co
   // On CUDA the plugin dequantizes itself (the compute path goes with each
   // call); the fp32 weight is a CPU form.
   if (p->format != Q4_FORMAT_MXFP4) {  // (MXFP4 is prepared for its path, its fallback, or raw)
-    if (path == CpuPath::DequantMatmul && !st.on_cuda()) prepare_dequant(*p, st.ops.num_threads, c);
+    if (path == CpuPath::DequantMatmul && !st.on_cuda()) {
+      finish_copies(*p, st.ops.num_threads);
+      prepare_dequant(*p, st.ops.num_threads, c);
+    }
     p->path = path;
   }
   prepare_tiles(*p, st, c);
+  finish_copies(*p, st.ops.num_threads);
   if (b.bias != nullptr) {
     const Bias bias = parse_bias(b.bias, p->n);
     require_host(bias.ref);

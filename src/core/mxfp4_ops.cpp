@@ -270,8 +270,9 @@ std::string prepare_mxfp4(PreparedWeight& w, const Mxfp4Operand& op, int32_t thr
       w.s = s16;
       w.g = fmt::pow2_f32(t);
       if (copy) {
-        uint8_t* q = allocate(w, counters, op.rows * (op.k / 2));
-        copy_bytes(q, op.q.data, op.rows * (op.k / 2), threads);
+        bool reused = false;
+        uint8_t* q = allocate(w, counters, op.rows * (op.k / 2), &reused);
+        copy_bytes(q, op.q.data, op.rows * (op.k / 2), threads, reused);
         w.q = q;
       } else {
         w.q = op.q.data;

@@ -20,42 +20,64 @@ int64_t PreparedWeight::bytes() const {
 }
 
 std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters,
-                                    int64_t bytes) {
+                                    int64_t bytes, bool* reused) {
   for (auto it = w.reuse.begin(); it != w.reuse.end(); ++it) {
     if ((*it)->size() == bytes && (*it)->memory() == Memory::Host) {
       std::unique_ptr<Buffer> b = std::move(*it);
       w.reuse.erase(it);
+      if (reused != nullptr) *reused = true;
       return b;
     }
   }
+  if (reused != nullptr) *reused = false;
   return std::make_unique<Buffer>(counters, bytes);
 }
 
-uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes) {
-  w.storage.push_back(take_buffer(w, counters, bytes));
+uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes,
+                  bool* reused) {
+  w.storage.push_back(take_buffer(w, counters, bytes, reused));
   return w.storage.back()->data();
 }
 
-void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads) {
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool reused) {
   constexpr int64_t kPiece = int64_t{1} << 20;
-  if (bytes < 4 * kPiece || threads == 1) {
+  if (bytes < 4 * kPiece) {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return;
   }
+  // (reused: see docs/performance.md's sixty-third session)
   parallel_for((bytes + kPiece - 1) / kPiece, threads, [&](int64_t i) {
-    const int64_t at = i * kPiece;
-    std::memcpy(dst + at, src + at, static_cast<size_t>(std::min(kPiece, bytes - at)));
+    const int64_t at = i * kPiece, len = std::min(kPiece, bytes - at);
+    if (reused) {
+      kern::stream_copy(dst + at, src + at, len);
+    } else {
+      std::memcpy(dst + at, src + at, static_cast<size_t>(len));
+    }
   });
+}
+
+void finish_copies(PreparedWeight& w, int32_t threads) {
+  for (PreparedWeight::PendingCopy* p : {&w.q_copy, &w.s_copy}) {
+    if (p->dst != nullptr) copy_bytes(p->dst, p->src, p->bytes, threads, p->reused);
+    *p = PreparedWeight::PendingCopy{};
+  }
 }
 
 namespace {
 
-// The caller's bytes themselves, or a copy owned by w.
+// The caller's bytes themselves, or a copy owned by w (made now, or left
+// in `pending` with w.defer_copies).
 const uint8_t* own_or_borrow(PreparedWeight& w, const uint8_t* src, int64_t bytes, bool copy,
-                             const std::shared_ptr<SessionCounters>& counters, int32_t threads) {
+                             const std::shared_ptr<SessionCounters>& counters, int32_t threads,
+                             PreparedWeight::PendingCopy& pending) {
   if (!copy) return src;
-  uint8_t* dst = allocate(w, counters, bytes);
-  copy_bytes(dst, src, bytes, threads);
+  bool reused = false;
+  uint8_t* dst = allocate(w, counters, bytes, &reused);
+  if (w.defer_copies) {
+    pending = PreparedWeight::PendingCopy{dst, src, bytes, reused};
+  } else {
+    copy_bytes(dst, src, bytes, threads, reused);
+  }
   return dst;
 }
 
@@ -68,7 +90,7 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
   w.k = op.k;
   w.g = op.g;
   const int64_t sbytes = op.rows * (op.k / 16);
-  w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters, threads);
+  w.q = own_or_borrow(w, op.q.data, op.rows * (op.k / 2), copy, counters, threads, w.q_copy);
   if (op.layout == Q4_SCALE_LINEAR && !copy) {
     w.s = op.s.data;
     return;
@@ -78,9 +100,12 @@ void prepare_nvfp4(PreparedWeight& w, const Nvfp4Operand& op, bool copy,
     w.swizzled = op.s.data;
     return;
   }
-  uint8_t* s = allocate(w, counters, sbytes);
-  if (op.layout == Q4_SCALE_LINEAR) {
-    copy_bytes(s, op.s.data, sbytes, threads);
+  bool reused = false;
+  uint8_t* s = allocate(w, counters, sbytes, &reused);
+  if (op.layout == Q4_SCALE_LINEAR && w.defer_copies) {
+    w.s_copy = PreparedWeight::PendingCopy{s, op.s.data, sbytes, reused};
+  } else if (op.layout == Q4_SCALE_LINEAR) {
+    copy_bytes(s, op.s.data, sbytes, threads, reused);
   } else {
     kern::unswizzle_scales_parallel(op.s.data, op.rows, op.k / 16, s, threads);
   }
@@ -96,7 +121,7 @@ void prepare_nf4(PreparedWeight& w, const Nf4Operand& op, int64_t n, int64_t k, 
   w.blocksize = st.blocksize;
   w.block_shift = 0;
   while ((int64_t{1} << w.block_shift) < w.blocksize) ++w.block_shift;
-  w.q = own_or_borrow(w, op.q.data, (op.numel + 1) / 2, copy, counters, threads);
+  w.q = own_or_borrow(w, op.q.data, (op.numel + 1) / 2, copy, counters, threads, w.q_copy);
   // Resolve the (possibly double-quantized) absmax and the codebook once.
   const int64_t nblocks = (op.numel + w.blocksize - 1) / w.blocksize;
   if (!copy && st.qabsmax == nullptr) {

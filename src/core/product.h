@@ -66,6 +66,19 @@ struct PreparedWeight {
   // these piece by piece (kern::NvWeights::swizzled).
   const uint8_t* swizzled = nullptr;
   std::vector<std::unique_ptr<Buffer>> storage;
+  // Copies of the caller's bytes not made yet: with defer_copies set
+  // (before prepare_nvfp4 / prepare_nf4), those copy into their own
+  // buffers later, so that a fast-mode linear's tiling copies them in its
+  // one pass over the caller's bytes (prepare_tiles); finish_copies makes
+  // any still pending. dst is q (q_copy) or s (s_copy).
+  struct PendingCopy {
+    uint8_t* dst = nullptr;
+    const uint8_t* src = nullptr;
+    int64_t bytes = 0;
+    bool reused = false;  // dst a retired weight's memory (copy_bytes)
+  };
+  bool defer_copies = false;
+  PendingCopy q_copy, s_copy;
   // Host buffers a preparation may take instead of allocating (a linear's
   // update passes the storage of a weight it retired: take_buffer), each
   // taken for a request of exactly its size; prepare() frees the rest.
@@ -80,16 +93,26 @@ struct PreparedWeight {
   }
 };
 
-// A host buffer of `bytes` bytes for `w`: one of w.reuse of that size, or
-// a new one counted in `counters` when that is not null.
+// A host buffer of `bytes` bytes for `w`: one of w.reuse of that size
+// (*reused set, where given), or a new one counted in `counters` when that
+// is not null.
 std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters,
-                                    int64_t bytes);
+                                    int64_t bytes, bool* reused = nullptr);
 // bytes from src to dst over `threads` (0: the default), in pieces of 1
 // MiB, when there are at least 4 MiB: one core's copy does not reach the
 // memory's bandwidth (a linear's weight copied at create and update).
-void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads);
+// With `reused` (dst is a retired weight's memory, take_buffer), such a
+// large copy writes dst by non-temporal stores (kern::stream_copy): that
+// memory is rarely still in the cache when the next update comes, and
+// then each line would be read before it is written. Fresh memory is
+// written by ordinary stores: the kernel has just zeroed its pages
+// through the cache.
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool reused = false);
+// Makes w's pending copies (PreparedWeight::q_copy, s_copy) by copy_bytes.
+void finish_copies(PreparedWeight& w, int32_t threads);
 // A buffer owned by `w` (take_buffer's).
-uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes);
+uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& counters, int64_t bytes,
+                  bool* reused = nullptr);
 
 // The packed parts from a validated operand. copy = true copies the bytes
 // into w's storage (linears); false borrows the caller's memory. Swizzled

@@ -903,6 +903,12 @@ void e8m0_to_e4m3(const uint8_t* e8m0, int64_t n, int32_t t, uint8_t* out) {
   }
 }
 
+namespace {
+// Outputs of a weight's preparation of at least this many bytes are
+// written with non-temporal stores (i8_tile_codes).
+constexpr int64_t kStreamOutMin = int64_t{4} << 20;
+}  // namespace
+
 int64_t i8_tile_bytes(int64_t n, int64_t k) {
   return n / 16 * 16 * (k / 2);
 }
@@ -940,15 +946,40 @@ void for_row_groups(int64_t n, int64_t group_bytes, int64_t task_bytes, int32_t 
 }  // namespace
 
 void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
-                   int32_t threads) {
-  if (k < 128) return;
-  const int64_t rb = k / 2;
+                   int32_t threads, uint8_t* copy, bool stream_large) {
+  const int64_t rb = k / 2, groups = n / 16, gbytes = 16 * rb;
+  if (copy != nullptr)
+    std::memcpy(copy + groups * gbytes, q + groups * gbytes, static_cast<size_t>(n % 16 * rb));
+  if (k < 128) {
+    if (copy != nullptr) std::memcpy(copy, q, static_cast<size_t>(groups * gbytes));
+    return;
+  }
+  // With a copy, each group's rows are read from q once (by the copy, then
+  // by the tiler from the cache); large outputs with stream_large are
+  // written by non-temporal stores (stream_copy: the copy straight from q,
+  // the tiles through a buffer in L1 or L2), so that no output line is
+  // read before it is written. See docs/performance.md's sixty-third
+  // session.
+  const bool stream = stream_large && groups * gbytes >= kStreamOutMin;
   const bool aligned = reinterpret_cast<uintptr_t>(out) % 64 == 0;
-  for_row_groups(n, 16 * rb, int64_t{1} << 18, threads, [&](int64_t t) {  // tasks of about 256 KiB
-    if (kt.i8_tile_group != nullptr && aligned) {
-      kt.i8_tile_group(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
-    } else {
-      i8_tile_group_scalar(q + 16 * t * rb, rb, k / 128, out + 16 * t * rb);
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 18) / gbytes);  // tasks of about 256 KiB
+  parallel_for((groups + per - 1) / per, threads, [&](int64_t task) {
+    AlignedFloats buf = stream ? aligned_floats(gbytes / 4) : nullptr;
+    for (int64_t t = task * per; t < std::min(groups, (task + 1) * per); ++t) {
+      const uint8_t* src = q + t * gbytes;
+      if (copy != nullptr && stream) {
+        stream_copy(copy + t * gbytes, src, gbytes);
+      } else if (copy != nullptr) {
+        std::memcpy(copy + t * gbytes, src, static_cast<size_t>(gbytes));
+        src = copy + t * gbytes;
+      }
+      uint8_t* dst = stream ? reinterpret_cast<uint8_t*>(buf.get()) : out + t * gbytes;
+      if (kt.i8_tile_group != nullptr && (aligned || stream)) {
+        kt.i8_tile_group(src, rb, k / 128, dst);
+      } else {
+        i8_tile_group_scalar(src, rb, k / 128, dst);
+      }
+      if (stream) stream_copy(out + t * gbytes, dst, gbytes);
     }
   });
 }
@@ -979,12 +1010,18 @@ void i8_tile_scales(const uint8_t* s, int64_t n, int64_t k, uint8_t* out, uint8_
 }
 
 void i8_tile_scales(const KernelTable& kt, const uint8_t* s, int64_t n, int64_t k, uint8_t* out,
-                    uint8_t* flags, int32_t threads) {
+                    uint8_t* flags, int32_t threads, uint8_t* copy) {
   const int64_t kb = k / 16, gb = i8_tile_scale_group_bytes(k);
+  if (copy != nullptr)
+    std::memcpy(copy + n / 16 * 16 * kb, s + n / 16 * 16 * kb, static_cast<size_t>(n % 16 * kb));
   for_row_groups(n, 16 * kb, int64_t{1} << 16, threads, [&](int64_t t) {  // tasks of about 64 KiB
-    flags[t] = kt.i8_tile_scale_group != nullptr
-                   ? kt.i8_tile_scale_group(s + 16 * t * kb, kb, out + t * gb)
-                   : i8_tile_scale_group_scalar(s + 16 * t * kb, kb, out + t * gb);
+    const uint8_t* src = s + 16 * t * kb;
+    if (copy != nullptr) {  // (as i8_tile_codes)
+      std::memcpy(copy + 16 * t * kb, src, static_cast<size_t>(16 * kb));
+      src = copy + 16 * t * kb;
+    }
+    flags[t] = kt.i8_tile_scale_group != nullptr ? kt.i8_tile_scale_group(src, kb, out + t * gb)
+                                                 : i8_tile_scale_group_scalar(src, kb, out + t * gb);
   });
 }
 

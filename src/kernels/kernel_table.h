@@ -87,9 +87,15 @@ void i8_tile_codes(const uint8_t* q, int64_t n, int64_t k, uint8_t* out);
 struct KernelTable;
 // The same bytes, the groups spread over `threads` (0 = default), each
 // tiled by kt.i8_tile_group where the table has one (the scalar loop of
-// i8_tile_codes otherwise).
+// i8_tile_codes otherwise). With `copy` (not null, N*K/2 bytes apart
+// from q and out): q's N*K/2 bytes are also copied there in the same pass,
+// each group's rows right before they are tiled (q read once: a fast-mode
+// linear copies and tiles its caller's bytes). With `stream` and 4 MiB of
+// tiles or more, the tiles (through a buffer in L1 or L2) and the copy are
+// written by non-temporal stores (a linear's update into a retired
+// weight's memory, as core::copy_bytes).
 void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k, uint8_t* out,
-                   int32_t threads);
+                   int32_t threads, uint8_t* copy = nullptr, bool stream = false);
 // NVFP4 E4M3 scale codes [N, K/16] (K % 128 == 0) of every full group of
 // 16 rows: per group (at t/16 * i8_tile_scale_group_bytes(k)), spans of 64
 // blocks of 1024 bytes, byte 64j + 16L + r of span p = the code of block
@@ -98,9 +104,10 @@ void i8_tile_codes(const KernelTable& kt, const uint8_t* q, int64_t n, int64_t k
 int64_t i8_tile_scale_group_bytes(int64_t k);
 void i8_tile_scales(const uint8_t* s, int64_t n, int64_t k, uint8_t* out, uint8_t* flags);
 // The same bytes over `threads`, by kt.i8_tile_scale_group where the table
-// has one.
+// has one; with `copy` (not null), s's N*K/16 bytes also copied there in
+// the same pass, as i8_tile_codes does.
 void i8_tile_scales(const KernelTable& kt, const uint8_t* s, int64_t n, int64_t k, uint8_t* out,
-                    uint8_t* flags, int32_t threads);
+                    uint8_t* flags, int32_t threads, uint8_t* copy = nullptr);
 // NF4 absmax [N, K/blocksize] (K % blocksize == 0) of every full group of
 // 16 rows, block-major: float t*K/blocksize + 16j + r = absmax of block j
 // of row t + r (t a multiple of 16); floor(N/16)*16*K/blocksize floats.
