@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/tensor.h"
+#include "core/product.h"
 
 namespace q4::core {
 namespace {
@@ -44,6 +45,7 @@ struct Q4_mutable {
   // in place) or host memory.
   q4::core::Memory memory = q4::core::Memory::Host;
   int32_t device = 0;
+  int32_t threads = 0;  // the session's: a large Q4_WRITE_KEEP copy runs over them
   mutable std::mutex mutex;
   std::shared_ptr<q4::core::Version> current;
   std::shared_ptr<q4::core::Version> writing;               // active writer's buffer
@@ -95,6 +97,7 @@ Q4_mutable* create_mutable(Q4_session* s, int32_t ndim, const int64_t* shape, DL
   m->nbytes = nbytes;
   m->memory = s->settings.managed ? Memory::Managed : Memory::Host;
   m->device = s->settings.device;
+  m->threads = s->settings.ops.num_threads;
   m->current = std::make_shared<Version>();
   m->current->mem = std::make_unique<Buffer>(s->counters, nbytes, m->memory, m->device);
   std::memset(m->current->mem->data(), 0, static_cast<size_t>(nbytes));
@@ -120,12 +123,14 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
          "expected Q4_WRITE_KEEP or Q4_WRITE_DISCARD, got " + std::to_string(mode));
   }
   std::shared_ptr<Version> buf, base;
+  bool reused = false;
   {
     std::lock_guard<std::mutex> lock(m->mutex);
     if (m->writing) fail(Q4_ERR_BUSY, "tensor", "another writer is active");
     m->sweep();
     if (m->spare) {
       buf = std::move(m->spare);
+      reused = true;
     } else {
       buf = std::make_shared<Version>();
       buf->mem = std::make_unique<Buffer>(m->counters, m->nbytes, m->memory, m->device);
@@ -133,8 +138,18 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
     m->writing = buf;
     base = m->current;
   }
-  // The committed version is immutable, so the copy needs no lock.
-  if (mode == Q4_WRITE_KEEP) std::memcpy(buf->mem->data(), base->mem->data(), static_cast<size_t>(m->nbytes));
+  // The committed version is immutable, so the copy needs no lock. A large
+  // one runs over the session's threads (copy_bytes), into a spare version
+  // of 16 MiB or more by non-temporal stores: on a Zen 4 VM with a 32 MiB
+  // L3 (docs/performance.md, sixty-third session) they lost to ordinary
+  // stores while the two versions fit in the L3 (4 MiB: 0.17 against
+  // 0.12 ms, 8 MiB: 0.30 against 0.15) and won once they did not (16 MiB
+  // written in turn with another: 0.70 against 0.9-1.5 ms; 32 MiB alone:
+  // 1.45 against 1.9-2.9; a single-threaded memcpy had taken 1.45 and 2.9).
+  constexpr int64_t kStreamMin = int64_t{16} << 20;
+  if (mode == Q4_WRITE_KEEP) {
+    copy_bytes(buf->mem->data(), base->mem->data(), m->nbytes, m->threads, reused && m->nbytes >= kStreamMin);
+  }
   DLTensor t{};
   t.data = buf->mem->data();
   t.device = device_of(*m);
