@@ -166,7 +166,7 @@ class AllSignalsBlocked {
 };
 
 struct Job {
-  const std::function<void(int64_t)>* fn = nullptr;
+  const IndexFn* fn = nullptr;
   int64_t n = 0;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
@@ -528,7 +528,7 @@ bool in_pool_worker() {
   return t_in_worker;
 }
 
-void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn) {
+void parallel_for(int64_t n, int32_t threads, IndexFn fn) {
   if (n <= 0) return;
   const int32_t want = threads > 0 ? threads : default_num_threads();
   if (n == 1 || want <= 1 || t_in_worker) {

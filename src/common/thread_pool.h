@@ -9,8 +9,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <type_traits>
 
 namespace q4 {
 
@@ -44,10 +44,29 @@ int32_t cgroup2_cpu_max_cpus(const std::string& text);
 // its own cgroup at the root); 0 when none is set.
 int32_t cgroup_cpu_limit(const std::string& root, const std::string& proc_cgroup);
 
+// A reference to a callable that takes an index (parallel_for's body),
+// which it does not own: valid while the callable lives, as a temporary
+// made for a call to parallel_for does until parallel_for returns. Unlike
+// a std::function made from a lambda that captures more than two
+// pointers, making one allocates nothing (a product of a small layer paid
+// a malloc and a free per parallel_for; docs/performance.md, sixty-third
+// session).
+class IndexFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, IndexFn>>>
+  IndexFn(const F& f) noexcept  // (implicit: made from every lambda passed to parallel_for)
+      : obj_(&f), call_([](const void* o, int64_t i) { (*static_cast<const F*>(o))(i); }) {}
+  void operator()(int64_t i) const { call_(obj_, i); }
+
+ private:
+  const void* obj_;
+  void (*call_)(const void*, int64_t);
+};
+
 // Runs fn(0..n-1) with at most `threads` threads (0 = default), the caller
 // included. Exceptions thrown by fn are rethrown in the caller (the first
 // one); the remaining iterations are skipped.
-void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn);
+void parallel_for(int64_t n, int32_t threads, IndexFn fn);
 
 // How long a worker that finished a job watches for the next one before
 // it sleeps, in µs: Q4_SPIN_US (0 to 1000000) when set to such a value,

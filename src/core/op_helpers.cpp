@@ -79,7 +79,7 @@ namespace {
 // rows).
 void finish_impl(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRef& out, bool store,
                  float scale, const FloatPtr* bias, int32_t threads) {
-  if (rows == 0 || n == 0) return;
+  if (rows == 0 || n == 0 || (!store && scale == 1.0f && bias == nullptr)) return;  // (nothing to do)
   std::vector<float> b;
   if (bias != nullptr) {
     b.resize(static_cast<size_t>(n));
