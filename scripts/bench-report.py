@@ -126,6 +126,22 @@ def main(path):
         for r in gaps:
             print(f"| {r['gap_us']} µs {r['gap']} | {r['median_ms']:.3f} | {r['reference_median_ms']:.3f} "
                   f"| {r['speed_vs_reference']:.2f}× |")
+    upd = [r for r in rs if r["case"] in ("linear_update", "mutable_keep")]
+    if upd:
+        print()
+        print(f"Weight updates (NVFP4 from packed bytes, {upd[0]['threads']} threads) and Q4_WRITE_KEEP writes of "
+              "mutable tensors: median ms per update or write; GB/s: the bytes it must move at least (read and "
+              "written; fast mode writes its tiles too) per second, as a fraction of the DRAM read probe.")
+        print()
+        print("| case | size | mode | in turn | median ms | GB/s moved |")
+        print("|---|---|---|---|---|---|")
+        for r in upd:
+            if r["case"] == "linear_update":
+                print(f"| Q4_linear_update_weight | {r['n']}×{r['k']} | {r['mode']} | {r['linears']} "
+                      f"| {r['median_ms']:.3f} | {cell(r)} |")
+            else:
+                print(f"| Q4_mutable_begin_write KEEP + commit | {r['k'] >> 20} MiB | — | {r['tensors']} "
+                      f"| {r['median_ms']:.3f} | {cell(r)} |")
     calls = [r for r in rs if r["case"] == "small_call"]
     if calls:
         print()

@@ -18,9 +18,11 @@
 // streams the larger of 512 MiB and four times the L3. --only gaps: what
 // the worker pool's watch (Q4_SPIN_US) gains on products separated by the
 // caller's own work, against the former 100 µs watch in the same process.
+// --only updates: Q4_linear_update_weight and Q4_WRITE_KEEP writes of
+// mutable tensors (not in cache: several updated in turn, and one alone).
 //
 //   nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB]
-//               [--only gemv|gemm|products|quant|f32|l3|gaps|calls] [--max-case-seconds S]
+//               [--only gemv|gemm|products|quant|f32|l3|gaps|calls|updates] [--max-case-seconds S]
 //               [--fast-max-m M] [--ms M,...] [--shapes NxK,...]
 //   nvfp4-bench --tune-matmul [--dim N] [--runs R]
 #include <dlfcn.h>
@@ -917,13 +919,13 @@ int bench_main(int argc, char** argv) {
     else if (a == "--runs")
       o.runs = std::atoi(next("--runs").c_str());
     else {
-      std::fprintf(
-          stderr,
-          "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
-          "[--only gemv|gemm|products|quant|f32|l3|gaps|calls] [--max-case-seconds S] [--fast-max-m M] "
-          "[--ms M,...] "
-          "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
-          "[--dim N] [--runs R]\n");
+      std::fprintf(stderr,
+                   "usage: nvfp4-bench [--quick] [--threads T] [--reps R] [--working-set MB] "
+                   "[--only gemv|gemm|products|quant|f32|l3|gaps|calls|updates] [--max-case-seconds S] "
+                   "[--fast-max-m M] "
+                   "[--ms M,...] "
+                   "[--shapes NxK,...] [--device cpu|cuda]\n       nvfp4-bench --tune-matmul "
+                   "[--dim N] [--runs R]\n");
       return 2;
     }
   }
@@ -1656,6 +1658,131 @@ int bench_main(int argc, char** argv) {
     for (auto& row : sessions) {
       for (Q4_session* s : row) Q4_session_destroy(s);
     }
+  }
+  // Weight updates and mutable-tensor writes (--only updates): the median
+  // time of Q4_linear_update_weight from packed NVFP4 bytes (exact and fast
+  // sessions; one linear updated again and again, and eight updated in
+  // turn, as a model's layers are, whose memory the L3 cannot hold), and of
+  // Q4_mutable_begin_write(Q4_WRITE_KEEP) + commit (one tensor, and two in
+  // turn). figure: the bytes an update must at least move (the packed
+  // weight read and written; fast mode writes its tiles too) per second,
+  // as a fraction of the DRAM read probe.
+  if (want("updates")) {
+    const int32_t rounds = o.quick ? 8 : 40;
+    struct Upd {
+      int64_t n, k;
+      int linears;
+    };
+    for (const Upd u : {Upd{4096, 4096, 1}, Upd{4096, 4096, 8}, Upd{11008, 4096, 1}}) {
+      const int64_t n = u.n, k = u.k;
+      Nvfp4Weight base = make_nvfp4(n, k, 21);
+      std::vector<Nvfp4Weight> ws(static_cast<size_t>(u.linears));
+      for (size_t j = 0; j < ws.size(); ++j) {  // (distinct bytes: the first weight's rotated)
+        ws[j].g = base.g;
+        ws[j].q.resize(base.q.size());
+        ws[j].s.resize(base.s.size());
+        std::rotate_copy(base.q.begin(), base.q.begin() + static_cast<int64_t>(j * 4099), base.q.end(),
+                         ws[j].q.begin());
+        std::rotate_copy(base.s.begin(), base.s.begin() + static_cast<int64_t>(j * 257), base.s.end(),
+                         ws[j].s.begin());
+      }
+      int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
+      for (int f = 0; f < 2; ++f) {
+        Q4_session_config sc{};
+        Q4_session_config_init(&sc);
+        sc.target = Q4_TARGET_CPU;
+        sc.num_threads = threads;
+        sc.math_mode = f ? Q4_MATH_FAST : Q4_MATH_EXACT;
+        Q4_session* session = nullptr;
+        if (Q4_session_create(&sc, &session) != Q4_OK) std::abort();
+        std::vector<DLTensor> tq, ts;
+        for (Nvfp4Weight& w : ws) {
+          tq.push_back(tensor(w.q.data(), qs, 2, kDLUInt, 8));
+          ts.push_back(tensor(w.s.data(), ss, 2, kDLUInt, 8));
+        }
+        std::vector<Q4_weight_bundle> b;
+        std::vector<Q4_linear*> lin(ws.size());
+        for (size_t j = 0; j < ws.size(); ++j) {
+          b.push_back(nvfp4_bundle(&tq[j], &ts[j], ws[j].g, n, k));
+          if (Q4_linear_create(session, &b[j], &lin[j]) != Q4_OK) std::abort();
+        }
+        std::vector<double> t;
+        for (int32_t r = 0; r < rounds + 2; ++r) {
+          for (size_t j = 0; j < lin.size(); ++j) {
+            const auto c0 = Clock::now();
+            if (Q4_linear_update_weight(lin[j], &b[j]) != Q4_OK) std::abort();
+            if (r >= 2) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+          }
+        }
+        std::sort(t.begin(), t.end());
+        const double packed = static_cast<double>(n * k / 2 + n * k / 16);
+        const double moved = (f ? 3.0 : 2.0) * packed;
+        json r;
+        r["case"] = "linear_update";
+        r["format"] = "nvfp4";
+        r["mode"] = f ? "fast" : "exact";
+        r["m"] = 0;
+        r["n"] = n;
+        r["k"] = k;
+        r["threads"] = threads;
+        r["linears"] = u.linears;
+        r["median_ms"] = t[t.size() / 2];
+        r["best_ms"] = t.front();
+        r["gb_per_s"] = moved / (t[t.size() / 2] * 1e6);
+        r["limit"] = "dram_read";
+        r["fraction_of_limit"] = start.bw > 0 ? moved / (t[t.size() / 2] * 1e6) / start.bw : 0.0;
+        results.push_back(r);
+        for (Q4_linear* l : lin) Q4_linear_destroy(l);
+        Q4_session_destroy(session);
+      }
+    }
+    Q4_session_config sc{};
+    Q4_session_config_init(&sc);
+    sc.target = Q4_TARGET_CPU;
+    sc.num_threads = threads;
+    Q4_session* session = nullptr;
+    if (Q4_session_create(&sc, &session) != Q4_OK) std::abort();
+    struct Mut {
+      int64_t mib;
+      int tensors;
+    };
+    for (const Mut mu : {Mut{4, 1}, Mut{16, 1}, Mut{16, 2}, Mut{64, 1}}) {
+      const int64_t shape[1] = {mu.mib << 20};
+      std::vector<Q4_mutable*> m(static_cast<size_t>(mu.tensors));
+      for (Q4_mutable*& x : m) {
+        if (Q4_mutable_create(session, 1, shape, DLDataType{kDLUInt, 8, 1}, &x) != Q4_OK) std::abort();
+      }
+      std::vector<double> t;
+      for (int32_t r = 0; r < rounds + 2; ++r) {
+        for (Q4_mutable* x : m) {
+          DLTensor view{};
+          uint64_t version = 0;
+          const auto c0 = Clock::now();
+          if (Q4_mutable_begin_write(x, Q4_WRITE_KEEP, &view) != Q4_OK) std::abort();
+          static_cast<uint8_t*>(view.data)[r] ^= 1;
+          if (Q4_mutable_commit(x, &version) != Q4_OK) std::abort();
+          if (r >= 2) t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+        }
+      }
+      std::sort(t.begin(), t.end());
+      const double moved = 2.0 * static_cast<double>(mu.mib << 20);
+      json r;
+      r["case"] = "mutable_keep";
+      r["format"] = "u8";
+      r["m"] = 0;
+      r["n"] = 0;
+      r["k"] = mu.mib << 20;
+      r["threads"] = threads;
+      r["tensors"] = mu.tensors;
+      r["median_ms"] = t[t.size() / 2];
+      r["best_ms"] = t.front();
+      r["gb_per_s"] = moved / (t[t.size() / 2] * 1e6);
+      r["limit"] = "dram_read";
+      r["fraction_of_limit"] = start.bw > 0 ? moved / (t[t.size() / 2] * 1e6) / start.bw : 0.0;
+      results.push_back(r);
+      for (Q4_mutable* x : m) Q4_mutable_destroy(x);
+    }
+    Q4_session_destroy(session);
   }
   out["results"] = results;
   out["load_average_at_end"] = load_average();
