@@ -140,7 +140,7 @@ def main(path):
                 print(f"| Q4_linear_update_weight | {r['n']}×{r['k']} | {r['mode']} | {r['linears']} "
                       f"| {r['median_ms']:.3f} | {cell(r)} |")
             else:
-                print(f"| Q4_mutable_begin_write KEEP + commit | {r['k'] >> 20} MiB | — | {r['tensors']} "
+                print(f"| Q4_mutable_begin_write KEEP + commit | {r['k'] / 1048576:g} MiB | — | {r['tensors']} "
                       f"| {r['median_ms']:.3f} | {cell(r)} |")
     calls = [r for r in rs if r["case"] == "small_call"]
     if calls:

@@ -7,8 +7,9 @@ Runs the bench on a tiny shape, checks that the JSON carries every limit
 that each result has its limit and fraction, that the integer cases carry
 their fractions of the int8 roof and of the block-scaled int8 roof when the
 CPU has an int8 probe, and that the report script turns it into tables;
-then the same for --only gaps (the worker pool's watch between products)
-and --only calls (small products call by call).
+then the same for --only gaps (the worker pool's watch between products),
+--only calls (small products call by call) and --only updates (weight
+updates and mutable-tensor writes).
 
 Usage: bench_smoke.py NVFP4_BENCH REPO_ROOT
 """
@@ -108,7 +109,22 @@ def main(bench, root):
         assert r["limit"] in ("fp32_fma", "int8_dot") and r["fraction_of_limit"] >= 0, r
     text = report_of(root, out)
     assert "Small products call by call" in text and "| 1024×1024 | 8 | fast |" in text, text
-    print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps,", len(calls), "small calls")
+    # --only updates: weight updates and Q4_WRITE_KEEP writes (--quick: a
+    # sixteenth of the bytes).
+    out = subprocess.run([bench, "--quick", "--threads", "2", "--only", "updates"],
+                         check=True, capture_output=True, text=True).stdout
+    upd = json.loads(out)["results"]
+    assert [(r["case"], r.get("mode"), r.get("linears", r.get("tensors"))) for r in upd] == (
+        [("linear_update", mo, l) for l in (1, 8, 1) for mo in ("exact", "fast")]
+        + [("mutable_keep", None, t) for t in (1, 1, 2, 1)]), upd
+    for r in upd:
+        assert r["median_ms"] > 0 and r["gb_per_s"] > 0 and r["limit"] == "dram_read", r
+        assert r["fraction_of_limit"] > 0, r
+    text = report_of(root, out)
+    assert "Weight updates" in text and "| Q4_linear_update_weight | 1024×1024 | fast | 8 |" in text, text
+    assert "| Q4_mutable_begin_write KEEP + commit | 4 MiB | — | 1 |" in text, text
+    print("bench smoke: OK,", len(rs), "cases,", len(gaps), "gaps,", len(calls), "small calls,", len(upd),
+          "updates")
 
 
 if __name__ == "__main__":
