@@ -39,16 +39,16 @@ uint8_t* allocate(PreparedWeight& w, const std::shared_ptr<SessionCounters>& cou
   return w.storage.back()->data();
 }
 
-void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool reused) {
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool stream) {
   constexpr int64_t kPiece = int64_t{1} << 20;
   if (bytes < 4 * kPiece) {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return;
   }
-  // (reused: see docs/performance.md's sixty-third session)
+  // (stream: see docs/performance.md's sixty-third session)
   parallel_for((bytes + kPiece - 1) / kPiece, threads, [&](int64_t i) {
     const int64_t at = i * kPiece, len = std::min(kPiece, bytes - at);
-    if (reused) {
+    if (stream) {
       kern::stream_copy(dst + at, src + at, len);
     } else {
       std::memcpy(dst + at, src + at, static_cast<size_t>(len));

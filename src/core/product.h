@@ -101,13 +101,14 @@ std::unique_ptr<Buffer> take_buffer(PreparedWeight& w, const std::shared_ptr<Ses
 // bytes from src to dst over `threads` (0: the default), in pieces of 1
 // MiB, when there are at least 4 MiB: one core's copy does not reach the
 // memory's bandwidth (a linear's weight copied at create and update).
-// With `reused` (dst is a retired weight's memory, take_buffer), such a
-// large copy writes dst by non-temporal stores (kern::stream_copy): that
-// memory is rarely still in the cache when the next update comes, and
-// then each line would be read before it is written. Fresh memory is
-// written by ordinary stores: the kernel has just zeroed its pages
-// through the cache.
-void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool reused = false);
+// With `stream`, such a large copy writes dst by non-temporal stores
+// (kern::stream_copy): for memory unlikely to be in the cache, whose
+// lines ordinary stores would read before writing them. Linears pass it
+// for a retired weight's memory (take_buffer's *reused: rarely still in
+// the cache when the next update comes), not for fresh memory (the kernel
+// has just zeroed its pages through the cache); mutable tensors for a
+// large spare version.
+void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t bytes, int32_t threads, bool stream = false);
 // Makes w's pending copies (PreparedWeight::q_copy, s_copy) by copy_bytes.
 void finish_copies(PreparedWeight& w, int32_t threads);
 // A buffer owned by `w` (take_buffer's).
