@@ -1669,6 +1669,30 @@ int bench_main(int argc, char** argv) {
   // as a fraction of the DRAM read probe.
   if (want("updates")) {
     const int32_t rounds = o.quick ? 8 : 40;
+    auto cpu_session = [&](int32_t math_mode) {
+      Q4_session_config sc{};
+      Q4_session_config_init(&sc);
+      sc.target = Q4_TARGET_CPU;
+      sc.num_threads = threads;
+      sc.math_mode = math_mode;
+      Q4_session* session = nullptr;
+      if (Q4_session_create(&sc, &session) != Q4_OK) std::abort();
+      return session;
+    };
+    // A case's row from its times (ms, sorted) and the bytes it moves.
+    auto moved_row = [&](const char* name, const std::vector<double>& t, double moved) {
+      const double med = t[t.size() / 2];
+      json r;
+      r["case"] = name;
+      r["m"] = 0;
+      r["threads"] = threads;
+      r["median_ms"] = med;
+      r["best_ms"] = t.front();
+      r["gb_per_s"] = moved / (med * 1e6);
+      r["limit"] = "dram_read";
+      r["fraction_of_limit"] = start.bw > 0 ? moved / (med * 1e6) / start.bw : 0.0;
+      return r;
+    };
     struct Upd {
       int64_t n, k;
       int linears;
@@ -1689,13 +1713,7 @@ int bench_main(int argc, char** argv) {
       }
       int64_t qs[2] = {n, k / 2}, ss[2] = {n, k / 16};
       for (int f = 0; f < 2; ++f) {
-        Q4_session_config sc{};
-        Q4_session_config_init(&sc);
-        sc.target = Q4_TARGET_CPU;
-        sc.num_threads = threads;
-        sc.math_mode = f ? Q4_MATH_FAST : Q4_MATH_EXACT;
-        Q4_session* session = nullptr;
-        if (Q4_session_create(&sc, &session) != Q4_OK) std::abort();
+        Q4_session* session = cpu_session(f ? Q4_MATH_FAST : Q4_MATH_EXACT);
         std::vector<DLTensor> tq, ts;
         for (Nvfp4Weight& w : ws) {
           tq.push_back(tensor(w.q.data(), qs, 2, kDLUInt, 8));
@@ -1717,32 +1735,18 @@ int bench_main(int argc, char** argv) {
         }
         std::sort(t.begin(), t.end());
         const double packed = static_cast<double>(n * k / 2 + n * k / 16);
-        const double moved = (f ? 3.0 : 2.0) * packed;
-        json r;
-        r["case"] = "linear_update";
+        json r = moved_row("linear_update", t, (f ? 3.0 : 2.0) * packed);
         r["format"] = "nvfp4";
         r["mode"] = f ? "fast" : "exact";
-        r["m"] = 0;
         r["n"] = n;
         r["k"] = k;
-        r["threads"] = threads;
         r["linears"] = u.linears;
-        r["median_ms"] = t[t.size() / 2];
-        r["best_ms"] = t.front();
-        r["gb_per_s"] = moved / (t[t.size() / 2] * 1e6);
-        r["limit"] = "dram_read";
-        r["fraction_of_limit"] = start.bw > 0 ? moved / (t[t.size() / 2] * 1e6) / start.bw : 0.0;
         results.push_back(r);
         for (Q4_linear* l : lin) Q4_linear_destroy(l);
         Q4_session_destroy(session);
       }
     }
-    Q4_session_config sc{};
-    Q4_session_config_init(&sc);
-    sc.target = Q4_TARGET_CPU;
-    sc.num_threads = threads;
-    Q4_session* session = nullptr;
-    if (Q4_session_create(&sc, &session) != Q4_OK) std::abort();
+    Q4_session* session = cpu_session(Q4_MATH_EXACT);
     struct Mut {
       int64_t mib;
       int tensors;
@@ -1766,20 +1770,11 @@ int bench_main(int argc, char** argv) {
         }
       }
       std::sort(t.begin(), t.end());
-      const double moved = 2.0 * static_cast<double>(bytes);
-      json r;
-      r["case"] = "mutable_keep";
+      json r = moved_row("mutable_keep", t, 2.0 * static_cast<double>(bytes));
       r["format"] = "u8";
-      r["m"] = 0;
       r["n"] = 0;
       r["k"] = bytes;
-      r["threads"] = threads;
       r["tensors"] = mu.tensors;
-      r["median_ms"] = t[t.size() / 2];
-      r["best_ms"] = t.front();
-      r["gb_per_s"] = moved / (t[t.size() / 2] * 1e6);
-      r["limit"] = "dram_read";
-      r["fraction_of_limit"] = start.bw > 0 ? moved / (t[t.size() / 2] * 1e6) / start.bw : 0.0;
       results.push_back(r);
       for (Q4_mutable* x : m) Q4_mutable_destroy(x);
     }
