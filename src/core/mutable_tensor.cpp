@@ -146,9 +146,19 @@ void begin_write(Q4_mutable* m, int32_t mode, DLTensor* view) {
   // 0.12 ms, 8 MiB: 0.30 against 0.15) and won once they did not (16 MiB
   // written in turn with another: 0.70 against 0.9-1.5 ms; 32 MiB alone:
   // 1.45 against 1.9-2.9; a single-threaded memcpy had taken 1.45 and 2.9).
+  // (If the copy fails, e.g. no memory for the pool's job, the write is
+  // given up as Q4_mutable_abort would, so that the tensor stays writable.)
   constexpr int64_t kStreamMin = int64_t{16} << 20;
   if (mode == Q4_WRITE_KEEP) {
-    copy_bytes(buf->mem->data(), base->mem->data(), m->nbytes, m->threads, reused && m->nbytes >= kStreamMin);
+    try {
+      copy_bytes(buf->mem->data(), base->mem->data(), m->nbytes, m->threads,
+                 reused && m->nbytes >= kStreamMin);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m->mutex);
+      if (!m->spare) m->spare = std::move(m->writing);
+      m->writing.reset();
+      throw;
+    }
   }
   DLTensor t{};
   t.data = buf->mem->data();
