@@ -1734,8 +1734,8 @@ int bench_main(int argc, char** argv) {
           }
         }
         std::sort(t.begin(), t.end());
-        const double packed = static_cast<double>(n * k / 2 + n * k / 16);
-        json r = moved_row("linear_update", t, (f ? 3.0 : 2.0) * packed);
+        const int64_t packed = n * k / 2 + n * k / 16;  // (codes and scales)
+        json r = moved_row("linear_update", t, (f ? 3.0 : 2.0) * static_cast<double>(packed));
         r["format"] = "nvfp4";
         r["mode"] = f ? "fast" : "exact";
         r["n"] = n;
