@@ -2822,23 +2822,34 @@ TEST_CASE("GEMVs give the same bits at every byte alignment of the weight codes,
 
 TEST_CASE("fast mode reports the level that ran: the integer table, or its exact level on fallback",
           "[kernels][int8]") {
-  const int64_t n = 32, k = 256;
-  Tensor w = t::random_float({n, k}, t::f32(), 81);
-  Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
-  REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
+  // 32 rows: the exact kernels at every M (fast_math_fallback_shape); 64:
+  // the integer ones but where the table's M range says otherwise. With a
+  // bias, and a 16-bit output (both passes after the product, which must
+  // not change the report), and without.
+  const int64_t k = 256;
   Q4_op_options fast{};
   Q4_op_options_init(&fast);
   fast.math_mode = Q4_MATH_FAST;
-  for (int32_t isa : t::runnable_isas()) {
-    t::IsaCap guard(isa);
-    const kern::KernelTable& kt = kern::table_for(isa);
-    for (int64_t m : {1, 4, 9, 40}) {
-      INFO("isa " << Q4_isa_name(isa) << " m " << m);
-      Tensor x = t::random_float({m, k}, t::f32(), 82), y({m, n}, t::f32());
-      REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, y.t(), &fast) == Q4_OK);
-      const bool int8 =
-          kern::fast_math_fallback_nvfp4(kt) == nullptr && kern::fast_math_fallback_rows(kt, m, n) == nullptr;
-      CHECK(Q4_last_isa_used() == (int8 ? kt.isa : kt.exact_isa));
+  for (int64_t n : {32, 64}) {
+    Tensor w = t::random_float({n, k}, t::f32(), 81);
+    Tensor wq({n, k / 2}, t::u8()), ws({n, k / 16}, t::u8());
+    REQUIRE(NVFP4_quantize(w.t(), wq.t(), ws.t(), 0, 0.5f, nullptr, nullptr) == Q4_OK);
+    Tensor bias = t::random_float({n}, t::f32(), 83);
+    for (int32_t isa : t::runnable_isas()) {
+      t::IsaCap guard(isa);
+      const kern::KernelTable& kt = kern::table_for(isa);
+      for (int64_t m : {1, 4, 9, 40}) {
+        for (const bool extras : {false, true}) {
+          INFO("isa " << Q4_isa_name(isa) << " n " << n << " m " << m << " bias and fp16 out " << extras);
+          Tensor x = t::random_float({m, k}, t::f32(), 82), y({m, n}, extras ? t::f16() : t::f32());
+          REQUIRE(NVFP4_linear(x.t(), wq.t(), ws.t(), 0, 0.5f, extras ? bias.t() : nullptr, y.t(), &fast) ==
+                  Q4_OK);
+          const bool int8 = kern::fast_math_fallback_nvfp4(kt) == nullptr &&
+                            kern::fast_math_fallback_rows(kt, m, n) == nullptr &&
+                            kern::fast_math_fallback_shape(kt, n, k) == nullptr;
+          CHECK(Q4_last_isa_used() == (int8 ? kt.isa : kt.exact_isa));
+        }
+      }
     }
   }
 #if defined(__x86_64__)

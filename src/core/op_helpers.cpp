@@ -86,7 +86,11 @@ void finish_impl(float* y, int64_t rows, int64_t n, int64_t row0, const TensorRe
     kern::load_row(bias->data, bias->type, 0, n, b.data());
   }
   const FloatOut dst = as_output(out);
+  // (active_table() notes its level as the one used; the call reports the
+  // level of its product, e.g. fast mode's exact fallback, not this pass's)
+  const int32_t isa_used = kern::last_isa_used();
   const kern::KernelTable& kt = kern::active_table();
+  kern::note_isa_used(isa_used);
   const int64_t rows_per = std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
   parallel_for((rows + rows_per - 1) / rows_per, threads, [&](int64_t t) {
     const int64_t r0 = t * rows_per, r1 = std::min(rows, r0 + rows_per);
