@@ -193,6 +193,9 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   if (d.out.numel == 0) return false;  // validated; nothing to compute
   const int32_t threads = d.ctx.opts.num_threads;
   std::vector<float> decoded;
+  // (before active_table(), which notes its own level: what a refused call
+  // leaves reported, as if it had not run)
+  const int32_t isa_before = kern::last_isa_used();
   const kern::KernelTable& kt = kern::active_table();
   const bool e2m1 = w.format == Q4_FORMAT_NVFP4 || w.format == Q4_FORMAT_MXFP4;
   // alpha, the bias (the call's, else w.bias) and the conversion into out.
@@ -267,7 +270,6 @@ bool run_host_product(const PreparedWeight& w, const ProductDesc& d) {
   }
   F32Result r = f32_result(d.out, signs_here);
   kern::ScaleSigns signs;
-  const int32_t isa_before = kern::last_isa_used();
   compute_product(w, act, d.m, d.ctx.opts.math_mode, threads, r.p, signs_here ? &signs : nullptr);
   if (signs.negative.load()) {
     kern::note_isa_used(isa_before);  // a refused call ran nothing, as far as callers can tell
